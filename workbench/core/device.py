@@ -1,0 +1,140 @@
+"""The device interface: what a backend supplies (physical memory, mappings, time). It decides nothing.
+
+The calls mirror CUDA's virtual-memory API one for one, so the core above drives a simulated GPU,
+a real one (``cuMem*``) or Linux virtual memory (``mmap``/memfd) with the same code:
+
+====================  ============================  ==========================================
+call                  CUDA driver                   meaning
+====================  ============================  ==========================================
+``reserve(size)``     cuMemAddressReserve           virtual range, backed by the zero page
+``create(size)``      cuMemCreate                   physical memory, returns a handle
+``map(va, size, h)``  cuMemMap                      back ``[va, va+size)`` with handle ``h``
+``set_access(va, n)`` cuMemSetAccess                make the mapped range readable/writable
+``unmap(va, size)``   cuMemUnmap                    drop the backing; the zero page returns
+``release(h)``        cuMemRelease                  free the physical memory
+``mem_info()``        cuMemGetInfo                  device-wide free and total bytes
+====================  ============================  ==========================================
+
+Every failing call raises :class:`~workbench.errors.DeviceError` (never aborts). ``now()`` is the
+device's clock in seconds and ``busy_s`` the total time spent inside calls: on the simulated
+backend both are simulated time (each call costs a preset latency), elsewhere wall time. A SimPy
+process that calls into the core yields ``busy_s`` after minus before.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import NamedTuple, Protocol, runtime_checkable
+
+from workbench.errors import ConfigError, InjectedFault
+
+VMM_OPS = ("reserve", "create", "map", "set_access", "unmap", "release")
+
+
+class MemInfo(NamedTuple):
+    free: int
+    total: int
+
+
+@runtime_checkable
+class Device(Protocol):
+    """One GPU's (or host's) physical memory as seen by one process."""
+
+    name: str
+    granularity: int  # bytes; page sizes must be a multiple
+
+    def reserve(self, size: int) -> int: ...
+    def unreserve(self, va: int, size: int) -> None: ...
+    def create(self, size: int) -> int: ...
+    def map(self, va: int, size: int, handle: int) -> None: ...
+    def set_access(self, va: int, size: int) -> None: ...
+    def unmap(self, va: int, size: int) -> None: ...
+    def release(self, handle: int) -> None: ...
+    def mem_info(self) -> MemInfo: ...
+    def now(self) -> float: ...
+    @property
+    def busy_s(self) -> float: ...
+
+
+class FaultyDevice:
+    """Wraps a device so that the Nth call of a kind fails (1-based, counted per kind).
+
+    ``FaultyDevice(dev, {"map": [3], "unmap": [1]})`` makes the third ``map`` and the first
+    ``unmap`` raise :class:`InjectedFault` *before* touching the inner device, exactly like a driver
+    call that returned an error. ``counts`` shows how many calls of each kind were made.
+    """
+
+    def __init__(self, inner: Device, plan: Mapping[str, Iterable[int]] | None = None):
+        self.inner = inner
+        self.plan: dict[str, set[int]] = {}
+        self.counts: Counter[str] = Counter()
+        self.injected: list[tuple[str, int]] = []
+        for op, ns in (plan or {}).items():
+            self.fail(op, *ns)
+
+    def fail(self, op: str, *nth: int) -> None:
+        """Schedule the ``nth`` calls (counted from the start) of ``op`` to fail."""
+        if op not in VMM_OPS:
+            raise ConfigError(f"fault op {op!r}", f"not one of {', '.join(VMM_OPS)}",
+                              "name a device call")
+        self.plan.setdefault(op, set()).update(nth)
+
+    def fail_next(self, op: str, k: int = 1) -> None:
+        """Make the next call of ``op`` (``k``-th from now) fail."""
+        self.fail(op, self.counts[op] + k)
+
+    def _tick(self, op: str) -> None:
+        self.counts[op] += 1
+        if self.counts[op] in self.plan.get(op, ()):
+            self.injected.append((op, self.counts[op]))
+            raise InjectedFault(op, f"injected failure of call #{self.counts[op]}")
+
+    # -- Device ------------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def granularity(self) -> int:
+        return self.inner.granularity
+
+    @property
+    def busy_s(self) -> float:
+        return self.inner.busy_s
+
+    def reserve(self, size: int) -> int:
+        self._tick("reserve")
+        return self.inner.reserve(size)
+
+    def unreserve(self, va: int, size: int) -> None:
+        self.inner.unreserve(va, size)
+
+    def create(self, size: int) -> int:
+        self._tick("create")
+        return self.inner.create(size)
+
+    def map(self, va: int, size: int, handle: int) -> None:
+        self._tick("map")
+        self.inner.map(va, size, handle)
+
+    def set_access(self, va: int, size: int) -> None:
+        self._tick("set_access")
+        self.inner.set_access(va, size)
+
+    def unmap(self, va: int, size: int) -> None:
+        self._tick("unmap")
+        self.inner.unmap(va, size)
+
+    def release(self, handle: int) -> None:
+        self._tick("release")
+        self.inner.release(handle)
+
+    def mem_info(self) -> MemInfo:
+        return self.inner.mem_info()
+
+    def now(self) -> float:
+        return self.inner.now()
+
+    def __getattr__(self, item: str):  # backend extras (e.g. tensor views) pass through
+        return getattr(self.inner, item)

@@ -1,0 +1,78 @@
+"""Typed state events: every page transition, limit outcome and pool failure is one :class:`Event`.
+
+The event trace is what plots draw, what ``replay`` prints and what the differential test compares
+across backends (``Event.key()`` drops the timestamp).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from enum import Enum
+from typing import NamedTuple
+
+
+class PageState(str, Enum):
+    """The VMM page state machine (seed 001 §8).
+
+    FREE: no physical backing (the zero page shows through).
+    RESERVED: mapped, holds no live block; ready to hand out without a map.
+    IN_USE: mapped, at least one block issued from it.
+    RETIRED: empty but still mapped until every worker passes its release barrier.
+    RECLAIMED: outside the pool's current limit (a shrink took it); may come back on a grow.
+    QUARANTINED: a failed rollback left its backing unknown; never issued again.
+    """
+
+    FREE = "free"
+    RESERVED = "reserved"
+    IN_USE = "in_use"
+    RETIRED = "retired"
+    RECLAIMED = "reclaimed"
+    QUARANTINED = "quarantined"
+
+
+class Event(NamedTuple):
+    t: float
+    pool: str
+    page: int  # -1 for pool-level events
+    src: str
+    dst: str
+    cause: str
+
+    def key(self) -> tuple[str, int, str, str, str]:
+        """The event without its time: equal across backends for the same op trace."""
+        return (self.pool, self.page, self.src, self.dst, self.cause)
+
+    def to_json(self) -> str:
+        return json.dumps(self._asdict(), separators=(",", ":"))
+
+
+class EventLog:
+    """An append-only list of events with subscribers (plots subscribe to watch a run live)."""
+
+    def __init__(self, keep: bool = True):
+        self.events: list[Event] = []
+        self.keep = keep
+        self._subscribers: list[Callable[[Event], None]] = []
+
+    def emit(self, event: Event) -> None:
+        if self.keep:
+            self.events.append(event)
+        for fn in self._subscribers:
+            fn(event)
+
+    def subscribe(self, fn: Callable[[Event], None]) -> Callable[[], None]:
+        self._subscribers.append(fn)
+        return lambda: self._subscribers.remove(fn)
+
+    def __iter__(self) -> Iterator[Event]:
+        return iter(self.events)
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    def keys(self) -> list[tuple[str, int, str, str, str]]:
+        return [e.key() for e in self.events]
+
+    def to_jsonl(self) -> str:
+        return "".join(e.to_json() + "\n" for e in self.events)

@@ -1,0 +1,377 @@
+"""The block ledger (KVCacheD's KV cache manager): logical blocks on top of VMM pages (seed 001 §5).
+
+``alloc(n)`` returns n block ids or ``None``: a miss is never partial. If a page cannot be backed
+midway, every block this call took goes back, and the ledger is exactly as before (pages emptied by
+the rollback follow the normal free path). ``free`` validates every id before touching anything.
+
+Choosing a page is best fit: the page with the fewest free blocks that still covers the rest of the
+request, else the emptiest one, so requests pack into few pages and whole pages empty sooner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from workbench.config import PoolConfig
+from workbench.core.device import Device
+from workbench.core.events import Event, EventLog, PageState
+from workbench.core.geometry import KVGeometry, Layout
+from workbench.core.limits import LimitOutcome, LimitResult
+from workbench.core.pages import PageAllocator
+from workbench.core.vspace import KVSpace
+from workbench.errors import ConfigError, StateConsistencyError
+
+NULL_BLOCK = 0
+
+
+@dataclass(slots=True)
+class PoolSnapshot:
+    name: str
+    page_id_bytes: int
+    num_pages: int
+    block_size: int
+    used_blocks: int
+    available_blocks: int
+    counts: dict[str, int]
+    limit_bytes: int
+    limit_pages: int
+    revision: int
+    shrinking: bool
+    failed: str | None
+    misses: int
+    page_states: list[str] = field(default_factory=list)
+
+    @property
+    def mapped_bytes(self) -> int:
+        c = self.counts
+        return (c["in_use"] + c["reserved"] + c["retired"]) * self.page_id_bytes
+
+    @property
+    def reserved_bytes(self) -> int:
+        return self.counts["reserved"] * self.page_id_bytes
+
+
+class KVCacheManager:
+    def __init__(self, geometry: KVGeometry, device: Device, *, name: str = "pool",
+                 config: PoolConfig | None = None, events: EventLog | None = None,
+                 reserve_null_block: bool = True, defer_release: bool = False):
+        self.config = config or PoolConfig(page_size=geometry.page_size)
+        if self.config.page_size != geometry.page_size:
+            raise ConfigError(f"page size {geometry.page_size} in the geometry",
+                              f"differs from the config's {self.config.page_size}",
+                              "build both from the same page size")
+        want = Layout.CONTIGUOUS if self.config.contiguous_layout else Layout.PER_LAYER
+        if geometry.layout is not want:
+            raise ConfigError(f"layout {geometry.layout.value}",
+                              f"the config asks for {want.value}",
+                              "set contiguous_layout to match the geometry")
+        self.name = name
+        self.geometry = geometry
+        self.device = device
+        self.events = events if events is not None else EventLog()
+        self.space = KVSpace(geometry, device)
+        self.pages = PageAllocator(
+            self.space, pool=name, events=self.events,
+            min_reserved=self.config.min_reserved_pages if self.config.prealloc else 0,
+            max_reserved=self.config.max_reserved_pages, defer_release=defer_release,
+            gpu_utilization=self.config.gpu_utilization)
+        self.free_blocks: dict[int, list[int]] = {}  # in-use page -> its free blocks (a stack)
+        self.num_free = 0  # free blocks on in-use pages below the limit
+        self.allocated: set[int] = set()
+        self.reserved_blocks: list[int] = []
+        self.misses = 0
+        self.limit_bytes = self.capacity_bytes
+        self.revision = 0
+        self._pending: LimitResult | None = None
+        self.control = None  # a ControlSegment when an IPC name is set
+        self.null_block: int | None = None
+        if self.config.memory_limit is not None:
+            self.set_limit(self.config.memory_limit)
+        if reserve_null_block:
+            ids = self.alloc(1)
+            if ids != [NULL_BLOCK]:
+                raise ConfigError(f"pool {name!r}", "could not back the null block's page",
+                                  "free device memory or raise the memory limit")
+            self.null_block = NULL_BLOCK
+        if self.config.ipc_name:
+            from workbench.core.control import ControlSegment
+
+            self.control = ControlSegment.create(self.config.ipc_name, self)
+        self.pages.refill_hook = None
+        if self.config.prealloc:
+            self.pages.refill()
+
+    # -- capacity ----------------------------------------------------------------------------
+    @property
+    def capacity_bytes(self) -> int:
+        return self.geometry.num_pages * self.geometry.page_id_bytes
+
+    @property
+    def used_blocks(self) -> int:
+        return len(self.allocated) - (1 if self.null_block is not None else 0)
+
+    def _page_capacity(self, page: int) -> int:
+        return self.geometry.blocks_per_page(page)
+
+    def available_size(self) -> int:
+        """Blocks alloc() can hand out now without a miss (device headroom included)."""
+        p = self.pages
+        if p.failed:
+            return 0
+        bpp = self.geometry.page_size // self.geometry.block_bytes  # a floor: pages may hold 1 more
+        reserved = sum(self._page_capacity(q) for q in p.reserved if q < p.limit_pages)
+        return self.num_free + len(self.reserved_blocks) + reserved + p.new_pages_possible() * bpp
+
+    # -- alloc / free ------------------------------------------------------------------------
+    def alloc(self, n: int) -> list[int] | None:
+        if not isinstance(n, int) or n < 0:
+            raise ConfigError(f"alloc({n!r})", "needs a count of 0 or more blocks",
+                              "pass a non-negative int")
+        self.poll_control()
+        self.pages.check_ok()
+        if n == 0:
+            return []
+        if n > self.available_size():
+            self.misses += 1
+            return None
+        out = self.reserved_blocks[:n]
+        del self.reserved_blocks[:n]
+        taken = len(out)
+        try:
+            while len(out) < n:
+                page = self._pick_page(n - len(out))
+                if page is None:
+                    page = self.pages.alloc_page()
+                    if page is None:
+                        self._rollback(out, taken)
+                        return None
+                    self._open_page(page)
+                stack = self.free_blocks[page]
+                k = min(len(stack), n - len(out))
+                got = stack[len(stack) - k:]
+                del stack[len(stack) - k:]
+                got.reverse()
+                self.num_free -= k
+                out.extend(got)
+                self.allocated.update(got)
+        except Exception:
+            if len(out) > taken:
+                self._rollback(out, taken)
+            raise
+        self._publish()
+        return out
+
+    def _open_page(self, page: int) -> None:
+        blocks = self.geometry.page_blocks(page)
+        self.free_blocks[page] = list(reversed(blocks))
+        self.num_free += len(blocks)
+
+    def _pick_page(self, need: int) -> int | None:
+        best, best_n, most, most_n = None, 1 << 62, None, 0
+        limit = self.pages.limit_pages
+        for page, stack in self.free_blocks.items():
+            k = len(stack)
+            if not k or page >= limit:
+                continue
+            if need <= k < best_n:
+                best, best_n = page, k
+            if k > most_n:
+                most, most_n = page, k
+        return best if best is not None else most
+
+    def _rollback(self, out: list[int], taken: int) -> None:
+        """Undo a partial alloc: page blocks go back to their pages, reserved blocks to the front."""
+        self.misses += 1
+        fresh = out[taken:]
+        if fresh:
+            self._free_ids(fresh)
+        self.reserved_blocks[:0] = out[:taken]
+
+    def free(self, ids: Iterable[int]) -> None:
+        ids = list(ids)
+        self.pages.check_ok()
+        seen: set[int] = set()
+        for b in ids:
+            if not isinstance(b, int) or not 0 <= b < self.geometry.num_blocks:
+                raise ConfigError(f"free of block {b!r}",
+                                  f"not a block id of pool {self.name!r}", "free ids alloc gave")
+            if b == self.null_block:
+                raise ConfigError("free of block 0", "the null block is never freed",
+                                  "drop block 0 from the list")
+            if b not in self.allocated or b in seen:
+                raise ConfigError(f"free of block {b}", "it is not allocated (double free?)",
+                                  "free each id once, after alloc returned it")
+            seen.add(b)
+        self._free_ids(ids)
+        self.poll_control()
+        self._publish()
+
+    def _free_ids(self, ids: list[int]) -> None:
+        g, limit = self.geometry, self.pages.limit_pages
+        emptied = []
+        for b in ids:
+            self.allocated.discard(b)
+            page = g.block_page(b)
+            stack = self.free_blocks[page]
+            stack.append(b)
+            if page < limit:
+                self.num_free += 1
+            if len(stack) == self._page_capacity(page):
+                emptied.append(page)
+        for page in emptied:
+            if page < limit:
+                self.num_free -= len(self.free_blocks[page])
+            del self.free_blocks[page]
+            self.pages.free_page(page)
+        if self._pending is not None:
+            self._converge()
+
+    # -- reserve (SGLang-style try_to_reserve) -----------------------------------------------
+    def try_to_reserve(self, n: int) -> bool:
+        ids = self.alloc(n)
+        if ids is None:
+            return False
+        self.reserved_blocks.extend(ids)
+        return True
+
+    def free_reserved(self) -> None:
+        ids, self.reserved_blocks = self.reserved_blocks, []
+        if ids:
+            self._free_ids(ids)
+            self._publish()
+
+    # -- limits ------------------------------------------------------------------------------
+    def set_limit(self, limit: int, revision: int | None = None) -> LimitResult:
+        """Ask the pool to hold at most ``limit`` bytes. See :class:`LimitOutcome`."""
+        g = self.geometry
+        if revision is not None and revision < self.revision:
+            return self._limit_event(LimitOutcome.STALE, f"revision {revision} < "
+                                                         f"{self.revision}")
+        if revision == self.revision and revision is not None and self.revision:
+            if limit == self.limit_bytes:
+                return self._pending or self._state(LimitOutcome.APPLIED)
+            return self._limit_event(LimitOutcome.CONFLICT,
+                                     f"revision {revision} already set {self.limit_bytes} bytes")
+        if not isinstance(limit, int) or limit < 0:
+            return self._limit_event(LimitOutcome.REJECTED, f"limit {limit!r} is negative")
+        if limit > self.capacity_bytes:
+            return self._limit_event(LimitOutcome.REJECTED,
+                                     f"limit {limit} exceeds the pool's capacity "
+                                     f"{self.capacity_bytes}")
+        target = limit // g.page_id_bytes
+        if target < 1:
+            return self._limit_event(LimitOutcome.REJECTED,
+                                     f"limit {limit} is below one page id ({g.page_id_bytes} "
+                                     f"bytes); the null block lives on page 0")
+        if self.pages.failed:
+            return self._limit_event(LimitOutcome.REJECTED, "the pool has failed")
+        self.revision = revision if revision is not None else self.revision + 1
+        self.limit_bytes = limit
+        self.free_reserved()  # held blocks must not pin the tail
+        done = self.pages.set_limit_pages(target)
+        self.num_free = sum(len(s) for p, s in self.free_blocks.items() if p < target)
+        self._pending = None if done else self._state(LimitOutcome.DEFERRED)
+        result = self._pending or self._state(LimitOutcome.APPLIED)
+        self._emit_limit(result)
+        self._publish()
+        return result
+
+    def _state(self, outcome: LimitOutcome, reason: str = "") -> LimitResult:
+        return LimitResult(outcome, self.limit_bytes, self.revision, self.pages.limit_pages,
+                           reason)
+
+    def _limit_event(self, outcome: LimitOutcome, reason: str) -> LimitResult:
+        result = self._state(outcome, reason)
+        self._emit_limit(result)
+        return result
+
+    def _emit_limit(self, r: LimitResult) -> None:
+        self.events.emit(Event(self.device.now(), self.name, -1, f"limit@{r.revision}",
+                               r.outcome.value, f"limit {r.limit} bytes -> {r.target_pages} pages"
+                               + (f": {r.reason}" if r.reason else "")))
+
+    def _converge(self) -> None:
+        if not self.pages.shrinking:
+            self._pending = None
+            self._emit_limit(self._state(LimitOutcome.APPLIED, "converged"))
+
+    @property
+    def limit_state(self) -> LimitResult:
+        return self._pending or self._state(LimitOutcome.APPLIED)
+
+    def trim(self) -> int:
+        n = self.pages.trim()
+        self._publish()
+        return n
+
+    # -- async release -----------------------------------------------------------------------
+    def capture_marker(self) -> int:
+        return self.pages.capture_marker()
+
+    def release_retired_through(self, marker: int) -> int:
+        n = self.pages.release_retired_through(marker)
+        if self._pending is not None:
+            self._converge()
+        self._publish()
+        return n
+
+    # -- control plane -----------------------------------------------------------------------
+    def poll_control(self) -> None:
+        if self.control is not None:
+            self.control.poll()
+
+    def _publish(self) -> None:
+        if self.control is not None:
+            self.control.publish()
+
+    # -- observation -------------------------------------------------------------------------
+    def snapshot(self, with_pages: bool = True) -> PoolSnapshot:
+        p = self.pages
+        return PoolSnapshot(
+            name=self.name, page_id_bytes=self.geometry.page_id_bytes, num_pages=p.num_pages,
+            block_size=self.geometry.block_size, used_blocks=self.used_blocks,
+            available_blocks=self.available_size(),
+            counts={s.value: n for s, n in p.counts.items()}, limit_bytes=self.limit_bytes,
+            limit_pages=p.limit_pages, revision=self.revision, shrinking=p.shrinking,
+            failed=p.failed, misses=self.misses,
+            page_states=[s.value for s in p.state] if with_pages else [])
+
+    @property
+    def mapped_bytes(self) -> int:
+        return self.pages.mapped_pages * self.geometry.page_id_bytes
+
+    def check_invariants(self) -> None:
+        """Raise StateConsistencyError if the ledger and the page states disagree (tests use it)."""
+        p, g = self.pages, self.geometry
+        if sum(p.counts.values()) != p.num_pages:
+            raise StateConsistencyError(f"page counts {p.counts} do not add up to {p.num_pages}")
+        for page, st in enumerate(p.state):
+            mapped = self.space.is_mapped(page)
+            live = st in (PageState.IN_USE, PageState.RESERVED, PageState.RETIRED)
+            if live != mapped and st is not PageState.QUARANTINED:
+                raise StateConsistencyError(f"page {page} is {st.value} but mapped={mapped}")
+            if (st is PageState.IN_USE) != (page in self.free_blocks):
+                raise StateConsistencyError(f"page {page} is {st.value} in the ledger's view")
+        owned = self.allocated | set(self.reserved_blocks)
+        for page, stack in self.free_blocks.items():
+            blocks = set(g.page_blocks(page))
+            if len(set(stack)) != len(stack) or not set(stack) <= blocks or set(stack) & owned:
+                raise StateConsistencyError(f"page {page}: free list {stack} is inconsistent")
+            if set(stack) | (owned & blocks) != blocks:
+                raise StateConsistencyError(f"page {page}: a block is neither free nor owned")
+        for b in owned:
+            if p.state[g.block_page(b)] is not PageState.IN_USE:
+                raise StateConsistencyError(f"block {b} is owned on a page that is not in use")
+        if self.num_free != sum(len(s) for q, s in self.free_blocks.items() if q < p.limit_pages):
+            raise StateConsistencyError("num_free drifted from the free lists")
+        if len(set(p.reserved)) != len(p.reserved) or any(
+                p.state[q] is not PageState.RESERVED for q in p.reserved):
+            raise StateConsistencyError(f"reserve list {p.reserved} is inconsistent")
+
+    def close(self) -> None:
+        self.pages.close()
+        self.space.close()
+        if self.control is not None:
+            self.control.close()
+            self.control = None

@@ -1,0 +1,257 @@
+"""The page allocator: one pool's page ids and their VMM states (seed 001 §8, 000 §10.2).
+
+The state array is the single source of truth; every transition goes through :meth:`_move`, which
+emits one event. Free ids are handed out lowest first, so a shrink finds its tail of ids empty as
+early as possible.
+
+Limits work on the id range: a limit of ``T`` pages makes ids ``>= T`` the *retired logical tail*.
+Free tail ids become RECLAIMED at once, reserved ones are unmapped, in-use ones are left alone
+(a live block is never revoked) and become RECLAIMED when their last block is freed. While any
+tail page is still in use the pool is *shrinking*: it maps no new page. A grow brings RECLAIMED
+ids below the new limit back to FREE. Ids come from one fixed range, so no id is ever issued twice.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+
+from workbench.core.events import Event, EventLog, PageState
+from workbench.core.vspace import KVSpace
+from workbench.errors import DeviceError, MapQuarantinedError, PoolFailedError
+
+S = PageState
+_LIVE = (S.IN_USE, S.RETIRED)
+
+
+class PageAllocator:
+    def __init__(self, space: KVSpace, *, pool: str = "pool", events: EventLog | None = None,
+                 min_reserved: int = 5, max_reserved: int = 10, gpu_utilization: float = 0.95,
+                 defer_release: bool = False, clock: Callable[[], float] | None = None):
+        self.space = space
+        self.geometry = space.geometry
+        self.pool = pool
+        self.events = events if events is not None else EventLog()
+        self.num_pages = self.geometry.num_pages
+        self.min_reserved = min(min_reserved, self.num_pages)
+        self.max_reserved = min(max_reserved, self.num_pages)
+        self.gpu_utilization = gpu_utilization
+        self.defer_release = defer_release
+        self.clock = clock or space.device.now
+        self.state: list[PageState] = [S.FREE] * self.num_pages
+        self.counts: dict[PageState, int] = {s: 0 for s in S}
+        self.counts[S.FREE] = self.num_pages
+        self._free_heap = list(range(self.num_pages))
+        self.reserved: list[int] = []  # a stack: the most recently parked page is reused first
+        self.retired: dict[int, int] = {}  # page -> epoch
+        self.epoch = 0
+        self.limit_pages = self.num_pages
+        self._tail_live = 0  # in-use or retired pages at or above the limit
+        self.failed: str | None = None
+        self.refill_hook: Callable[[], None] | None = None  # None = refill inline
+
+    # -- transitions -------------------------------------------------------------------------
+    def _move(self, page: int, dst: PageState, cause: str) -> None:
+        src = self.state[page]
+        self.state[page] = dst
+        self.counts[src] -= 1
+        self.counts[dst] += 1
+        if page >= self.limit_pages:
+            self._tail_live += (dst in _LIVE) - (src in _LIVE)
+        if dst is S.FREE:
+            heapq.heappush(self._free_heap, page)
+        self.events.emit(Event(self.clock(), self.pool, page, src.value, dst.value, cause))
+
+    def _note(self, page: int, cause: str) -> None:
+        """An event with no state change (a failed attempt)."""
+        s = self.state[page].value if page >= 0 else "pool"
+        self.events.emit(Event(self.clock(), self.pool, page, s, s, cause))
+
+    def fail(self, why: str) -> None:
+        if self.failed is None:
+            self.failed = why
+            self.events.emit(Event(self.clock(), self.pool, -1, "ok", "failed", why))
+
+    def check_ok(self) -> None:
+        if self.failed is not None:
+            raise PoolFailedError(f"pool {self.pool!r} has failed and refuses work: {self.failed}")
+
+    # -- queries -----------------------------------------------------------------------------
+    @property
+    def mapped_pages(self) -> int:
+        return self.counts[S.IN_USE] + self.counts[S.RESERVED] + self.counts[S.RETIRED]
+
+    @property
+    def shrinking(self) -> bool:
+        """True while in-use or retired pages remain at or above the limit."""
+        return self._tail_live > 0
+
+    def headroom_pages(self) -> int:
+        """New pages the device can back now, keeping ``(1 - gpu_utilization)`` of it free."""
+        free, total = self.space.device.mem_info()
+        spare = free - int(total * (1.0 - self.gpu_utilization))
+        return max(0, spare // self.geometry.page_id_bytes)
+
+    def _peek_free(self) -> int | None:
+        heap = self._free_heap
+        while heap and (self.state[heap[0]] is not S.FREE or heap[0] >= self.limit_pages):
+            page = heapq.heappop(heap)
+            if self.state[page] is S.FREE:  # a free id past the limit leaves the pool
+                self._move(page, S.RECLAIMED, "shrink")
+        return heap[0] if heap else None
+
+    def new_pages_possible(self) -> int:
+        """Pages that could still be mapped now (0 while shrinking)."""
+        if self.failed or self.shrinking:
+            return 0
+        room = self.limit_pages - self.mapped_pages
+        return max(0, min(room, self.counts[S.FREE], self.headroom_pages()))
+
+    # -- alloc / free ------------------------------------------------------------------------
+    def alloc_page(self) -> int | None:
+        """A page for new blocks: a reserved one (no map) or a freshly mapped one; None on a miss."""
+        self.check_ok()
+        while self.reserved:
+            page = self.reserved.pop()
+            if page < self.limit_pages:
+                self._move(page, S.IN_USE, "reuse")
+                self._maybe_refill()
+                return page
+            self._unmap(page, S.RECLAIMED, "shrink")  # parked past a new limit: give it back
+        if self.shrinking or self.mapped_pages >= self.limit_pages or not self.headroom_pages():
+            return None
+        page = self._peek_free()
+        if page is None:
+            return None
+        if not self._map(page, S.IN_USE, "map"):
+            return None
+        self._maybe_refill()
+        return page
+
+    def free_page(self, page: int) -> None:
+        """The last block of ``page`` was freed."""
+        self.check_ok()
+        if self.defer_release:
+            self.retired[page] = self.epoch
+            self._move(page, S.RETIRED, f"retire@{self.epoch}")
+            return
+        self._park_or_unmap(page)
+
+    def _park_or_unmap(self, page: int) -> None:
+        if page >= self.limit_pages:
+            self._unmap(page, S.RECLAIMED, "shrink")
+        elif len(self.reserved) < self.max_reserved and not self.shrinking:
+            self.reserved.append(page)
+            self._move(page, S.RESERVED, "park")
+        else:
+            self._unmap(page, S.FREE, "unmap")
+
+    def _map(self, page: int, dst: PageState, cause: str) -> bool:
+        try:
+            self.space.map_page(page)
+        except MapQuarantinedError as err:
+            self._move(page, S.QUARANTINED, f"quarantine: {err}")
+            return False
+        except DeviceError as err:
+            self._note(page, f"map_failed: {err}")
+            return False
+        self._move(page, dst, cause)
+        return True
+
+    def _unmap(self, page: int, dst: PageState, cause: str) -> None:
+        try:
+            self.space.unmap_page(page)
+        except DeviceError as err:  # undone: the page is whole and still mapped
+            self._note(page, f"unmap_failed: {err}")
+            if self.state[page] is not S.RESERVED:
+                self._move(page, S.RESERVED, "unmap_failed")
+                self.reserved.append(page)
+            return
+        except Exception as err:  # StateConsistencyError: backing unknown
+            self._move(page, S.QUARANTINED, f"quarantine: {err}")
+            self.fail(f"page {page}: {err}")
+            raise
+        self._move(page, dst, cause)
+
+    # -- reserve pool (preallocation) --------------------------------------------------------
+    def _maybe_refill(self) -> None:
+        if len(self.reserved) < self.min_reserved:
+            (self.refill_hook or self.refill)()
+
+    def refill(self) -> int:
+        """Map free pages into the reserve up to ``min_reserved``; returns how many were mapped."""
+        if self.failed:
+            return 0
+        n = 0
+        while len(self.reserved) < self.min_reserved and self.new_pages_possible() > 0:
+            page = self._peek_free()
+            if page is None or not self._map(page, S.RESERVED, "prealloc"):
+                break
+            self.reserved.append(page)
+            n += 1
+        return n
+
+    def trim(self) -> int:
+        """Unmap every reserved page; returns how many."""
+        self.check_ok()
+        n = 0
+        while self.reserved:
+            page = self.reserved.pop()
+            self._unmap(page, S.FREE if page < self.limit_pages else S.RECLAIMED, "trim")
+            n += 1
+        return n
+
+    # -- async release (epochs) --------------------------------------------------------------
+    def capture_marker(self) -> int:
+        """Close the current epoch: pages retired so far may be released after a barrier."""
+        marker = self.epoch
+        self.epoch += 1
+        return marker
+
+    def release_retired_through(self, marker: int) -> int:
+        """Every worker has passed its barrier for ``marker``: release those retired pages."""
+        self.check_ok()
+        due = sorted(p for p, e in self.retired.items() if e <= marker)
+        for page in due:
+            del self.retired[page]
+            self._park_or_unmap(page)
+        return len(due)
+
+    def reuse_retired(self, page: int) -> None:
+        """A retired page handed out again before release: retirement is cancelled."""
+        del self.retired[page]
+        self._move(page, S.IN_USE, "unretire")
+
+    # -- limits ------------------------------------------------------------------------------
+    def set_limit_pages(self, target: int) -> bool:
+        """Move the limit to ``target`` page ids; True once the pool fits (converged)."""
+        self.check_ok()
+        old, self.limit_pages = self.limit_pages, target
+        self._tail_live = sum(1 for p in range(target, self.num_pages) if self.state[p] in _LIVE)
+        if target > old:
+            for page in range(old, target):
+                if self.state[page] is S.RECLAIMED:
+                    self._move(page, S.FREE, "grow")
+        elif target < old:
+            for page in range(target, old):
+                if self.state[page] is S.FREE:
+                    self._move(page, S.RECLAIMED, "shrink")
+            keep = []
+            for page in self.reserved:
+                if page >= target:
+                    self._unmap(page, S.RECLAIMED, "shrink")
+                else:
+                    keep.append(page)
+            self.reserved = keep
+        while self.mapped_pages > target and self.reserved:  # a smaller pool parks less
+            page = self.reserved.pop()
+            self._unmap(page, S.FREE, "shrink")
+        return not self.shrinking
+
+    def close(self) -> None:
+        """Unmap every mapped page (in-use ones too: the owner is going away)."""
+        for page in range(self.num_pages):
+            if self.state[page] in (S.IN_USE, S.RESERVED, S.RETIRED):
+                self._unmap(page, S.FREE, "close")
+        self.reserved.clear()
+        self.retired.clear()

@@ -1,0 +1,155 @@
+"""The pool's virtual KV range and how a page id is backed: layout, offsets, map/unmap with rollback.
+
+Byte layout (``base`` is the reservation's start; ``bb`` block bytes, ``L`` layers, ``B`` buffers,
+``P`` page size, ``NP`` number of pages):
+
+* CONTIGUOUS: block ``b`` of layer ``l`` buffer ``k`` lives at ``b*bb*L*B + (l*B + k)*bb``. Blocks
+  interleave every layer and buffer, so each layer's view has a uniform block stride ``bb*L*B`` and
+  page id ``p`` is the single compound range ``[p*P*L*B, (p+1)*P*L*B)``: one map.
+* PER_LAYER: layer ``l`` buffer ``k`` is the region ``(l*B + k)*NP*P``; block ``b`` lives at
+  ``region + b*bb``; page id ``p`` is ``L*B`` ranges of ``P`` bytes: ``L*B`` maps.
+
+A page is backed all-or-nothing: if any call fails, what this call created or mapped is undone in
+reverse; if the undo fails too, :class:`MapQuarantinedError` tells the caller to quarantine it.
+Unmapping is two-phase (prepare retains the physical handles, commit releases them, abort remaps
+them) so a coordinator can make it a transaction across workers.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from workbench.core.device import Device
+from workbench.core.geometry import KVGeometry, Layout
+from workbench.errors import DeviceError, MapQuarantinedError, StateConsistencyError
+
+
+class Target(NamedTuple):
+    va: int
+    size: int
+
+
+class ViewSpec(NamedTuple):
+    """Where one layer's buffer lives: byte offset of block 0 and the byte stride between blocks."""
+
+    offset: int
+    block_stride: int
+
+
+class KVSpace:
+    """One pool's virtual reservation on one device, and the physical handles behind its pages."""
+
+    def __init__(self, geometry: KVGeometry, device: Device):
+        geometry.check_granularity(device.granularity)
+        self.geometry = geometry
+        self.device = device
+        self.size = geometry.virtual_bytes
+        self.base = device.reserve(self.size)
+        self.handles: dict[int, list[int]] = {}  # page -> one handle per target (mapped)
+        self.retained: dict[int, list[int]] = {}  # page -> handles unmapped but not released
+
+    # -- layout ------------------------------------------------------------------------------
+    def targets(self, page: int) -> list[Target]:
+        g = self.geometry
+        if g.layout is Layout.CONTIGUOUS:
+            return [Target(self.base + page * g.page_id_bytes, g.page_id_bytes)]
+        region = g.num_pages * g.page_size
+        return [Target(self.base + i * region + page * g.page_size, g.page_size)
+                for i in range(g.num_layers * g.num_buffers)]
+
+    def view(self, layer: int, buffer: int) -> ViewSpec:
+        g = self.geometry
+        i = layer * g.num_buffers + buffer
+        if g.layout is Layout.CONTIGUOUS:
+            return ViewSpec(i * g.block_bytes, g.block_bytes * g.num_layers * g.num_buffers)
+        return ViewSpec(i * g.num_pages * g.page_size, g.block_bytes)
+
+    def block_address(self, layer: int, buffer: int, block: int) -> int:
+        v = self.view(layer, buffer)
+        return self.base + v.offset + block * v.block_stride
+
+    def is_mapped(self, page: int) -> bool:
+        return page in self.handles
+
+    # -- backing -----------------------------------------------------------------------------
+    def map_page(self, page: int) -> None:
+        """Back every target of ``page`` or none. Raises DeviceError (undone) or
+        MapQuarantinedError (undo failed: the page's backing is unknown)."""
+        if page in self.handles or page in self.retained:
+            raise StateConsistencyError(f"page {page} is already backed")
+        dev = self.device
+        created: list[int] = []
+        mapped: list[Target] = []
+        try:
+            for t in self.targets(page):
+                created.append(dev.create(t.size))
+                dev.map(t.va, t.size, created[-1])
+                mapped.append(t)
+                dev.set_access(t.va, t.size)
+        except DeviceError as err:
+            try:
+                for t in reversed(mapped):
+                    dev.unmap(t.va, t.size)
+                for h in reversed(created):
+                    dev.release(h)
+            except DeviceError as undo:
+                raise MapQuarantinedError(
+                    f"page {page}: {err}; rollback failed too ({undo})") from undo
+            raise
+        self.handles[page] = created
+
+    def prepare_unmap(self, page: int) -> None:
+        """Unmap ``page`` everywhere but keep its physical handles (phase one)."""
+        handles = self.handles.pop(page)
+        done: list[tuple[Target, int]] = []
+        try:
+            for t, h in zip(self.targets(page), handles):
+                self.device.unmap(t.va, t.size)
+                done.append((t, h))
+        except DeviceError:
+            try:  # put back what this call unmapped, so the page is whole again
+                for t, h in reversed(done):
+                    self.device.map(t.va, t.size, h)
+                    self.device.set_access(t.va, t.size)
+            except DeviceError as undo:
+                raise StateConsistencyError(
+                    f"page {page}: unmap failed and the remap failed too ({undo})") from undo
+            self.handles[page] = handles
+            raise
+        self.retained[page] = handles
+
+    def commit_unmap(self, page: int) -> None:
+        """Release the retained handles of ``page`` (phase two). Idempotent."""
+        handles = self.retained.pop(page, None)
+        if handles is None:
+            return
+        for i, h in enumerate(handles):
+            try:
+                self.device.release(h)
+            except DeviceError as err:
+                self.retained[page] = handles[i:]
+                raise StateConsistencyError(f"page {page}: release failed ({err})") from err
+
+    def abort_unmap(self, page: int) -> None:
+        """Remap ``page`` from its retained handles (undo phase one)."""
+        handles = self.retained.pop(page)
+        try:
+            for t, h in zip(self.targets(page), handles):
+                self.device.map(t.va, t.size, h)
+                self.device.set_access(t.va, t.size)
+        except DeviceError as err:
+            raise StateConsistencyError(f"page {page}: abort could not remap ({err})") from err
+        self.handles[page] = handles
+
+    def unmap_page(self, page: int) -> None:
+        """Prepare and commit in one step (a single target needs no transaction)."""
+        self.prepare_unmap(page)
+        self.commit_unmap(page)
+
+    def close(self) -> None:
+        """Unmap everything and give the reservation back."""
+        for page in list(self.handles):
+            self.unmap_page(page)
+        for page in list(self.retained):
+            self.commit_unmap(page)
+        self.device.unreserve(self.base, self.size)

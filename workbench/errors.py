@@ -1,0 +1,43 @@
+"""Typed errors. An allocation miss is never an error (it is ``None``); these are for the rest."""
+
+from __future__ import annotations
+
+
+class WorkbenchError(Exception):
+    """Base of every error the workbench raises on purpose."""
+
+
+class ConfigError(WorkbenchError, ValueError):
+    """Bad configuration or input. The message says what, why, and what to change."""
+
+    def __init__(self, what: str, why: str, fix: str):
+        self.what, self.why, self.fix = what, why, fix
+        super().__init__(f"{what}: {why}. Fix: {fix}")
+
+
+class DeviceError(WorkbenchError, RuntimeError):
+    """A device (driver) call failed. ``op`` names the call, ``code`` the driver's status."""
+
+    def __init__(self, op: str, message: str, code: int | str | None = None):
+        self.op, self.code = op, code
+        super().__init__(f"{op} failed: {message}" + (f" (code {code})" if code is not None else ""))
+
+
+class InjectedFault(DeviceError):
+    """A device failure injected on purpose by a fault schedule."""
+
+
+class StateConsistencyError(WorkbenchError, RuntimeError):
+    """The pool's state is inconsistent or unknown; the pool is failed and refuses further work."""
+
+
+class MapQuarantinedError(WorkbenchError, RuntimeError):
+    """A map failed and its rollback failed too; the page is quarantined (never issued again)."""
+
+
+class PoolFailedError(StateConsistencyError):
+    """An operation on a pool that has already failed."""
+
+
+class ControlError(WorkbenchError):
+    """A control-plane request (kvctl) that cannot be carried out; nothing was written."""

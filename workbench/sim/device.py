@@ -1,0 +1,161 @@
+"""A simulated GPU: one device's physical memory shared by every pool on it, with VMM latencies.
+
+Each call charges a latency from a preset to the device's busy time and the clock. The device keeps
+a real mapping table and refuses what a driver refuses (map over a mapping, unmap of nothing,
+release of an unknown handle), so a core bug shows up here as it would on the GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from workbench.core.device import MemInfo
+from workbench.errors import ConfigError, DeviceError
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+
+class VMMLatency(NamedTuple):
+    """Seconds per 2 MiB of each VMM call (map/unmap scale with the bytes they cover)."""
+
+    reserve: float
+    create: float
+    map: float
+    set_access: float
+    unmap: float
+    release: float
+
+
+@dataclass(frozen=True, slots=True)
+class DevicePreset:
+    name: str
+    capacity: int
+    granularity: int
+    latency: VMMLatency
+
+
+# h200: measured on this project's H200 (per 2 MiB page). a100: kvcached's bench_vmm.
+PRESETS = {
+    "h200": DevicePreset("h200", 141 * GiB, 2 * MiB,
+                         VMMLatency(5e-6, 20e-6, 6e-6, 53e-6, 31e-6, 22e-6)),
+    "a100": DevicePreset("a100", 80 * GiB, 2 * MiB,
+                         VMMLatency(5e-6, 193e-6, 1.5e-6, 36e-6, 26e-6, 22e-6)),
+    "h100": DevicePreset("h100", 80 * GiB, 2 * MiB,
+                         VMMLatency(5e-6, 20e-6, 6e-6, 53e-6, 31e-6, 22e-6)),
+}
+
+
+class SimDevice:
+    """One simulated GPU. Pass a SimPy ``env`` to tie its clock to simulated time; without one the
+    clock is the device's own busy time (handy for replay and unit tests)."""
+
+    def __init__(self, preset: str | DevicePreset = "h200", *, env=None,
+                 capacity: int | None = None, name: str | None = None):
+        if isinstance(preset, str):
+            if preset not in PRESETS:
+                raise ConfigError(f"device preset {preset!r}", "unknown",
+                                  f"use one of {', '.join(PRESETS)}")
+            preset = PRESETS[preset]
+        self.preset = preset
+        self.name = name or f"sim-{preset.name}"
+        self.granularity = preset.granularity
+        self.capacity = capacity if capacity is not None else preset.capacity
+        self.env = env
+        self._busy = 0.0
+        self._call_start = 0.0
+        self._next_va = 1 << 40
+        self._next_handle = 1
+        self.reservations: dict[int, int] = {}  # va -> size
+        self.allocations: dict[int, int] = {}  # handle -> size
+        self.mappings: dict[int, tuple[int, int]] = {}  # va -> (size, handle)
+        self.occupied: dict[str, int] = {}  # owner -> bytes held outside any pool (weights...)
+
+    # -- time --------------------------------------------------------------------------------
+    @property
+    def busy_s(self) -> float:
+        return self._busy
+
+    def now(self) -> float:
+        base = self.env.now if self.env is not None else 0.0
+        return base + self._busy - (self._call_start if self.env is not None else 0.0)
+
+    def mark(self) -> None:
+        """Start of a SimPy step: in-call costs from here on count on top of ``env.now``."""
+        self._call_start = self._busy
+
+    def _charge(self, op: str, size: int = 2 * MiB) -> None:
+        self._busy += getattr(self.preset.latency, op) * max(size, 2 * MiB) / (2 * MiB)
+
+    # -- memory outside the pools ------------------------------------------------------------
+    def occupy(self, owner: str, nbytes: int) -> None:
+        """Hold ``nbytes`` for ``owner`` (model weights, activations): lowers everyone's headroom."""
+        if nbytes < 0 or nbytes > self.mem_info().free + self.occupied.get(owner, 0):
+            raise ConfigError(f"occupy {nbytes} bytes for {owner}",
+                              f"only {self.mem_info().free} bytes are free",
+                              "use a bigger device or a smaller model")
+        self.occupied[owner] = nbytes
+
+    # -- Device ------------------------------------------------------------------------------
+    def mem_info(self) -> MemInfo:
+        used = sum(self.allocations.values()) + sum(self.occupied.values())
+        return MemInfo(self.capacity - used, self.capacity)
+
+    def reserve(self, size: int) -> int:
+        if size <= 0 or size % self.granularity:
+            raise DeviceError("reserve", f"size {size} is not a positive multiple of "
+                                         f"{self.granularity}")
+        self._charge("reserve")
+        va = self._next_va
+        self._next_va += size + self.granularity  # a guard gap between reservations
+        self.reservations[va] = size
+        return va
+
+    def unreserve(self, va: int, size: int) -> None:
+        if self.reservations.get(va) != size:
+            raise DeviceError("unreserve", f"no reservation of {size} bytes at {va:#x}")
+        if any(va <= m < va + size for m in self.mappings):
+            raise DeviceError("unreserve", "range still has mappings")
+        del self.reservations[va]
+
+    def create(self, size: int) -> int:
+        if size <= 0 or size % self.granularity:
+            raise DeviceError("create", f"size {size} is not a positive multiple of "
+                                        f"{self.granularity}")
+        if size > self.mem_info().free:
+            raise DeviceError("create", "out of memory", "CUDA_ERROR_OUT_OF_MEMORY")
+        self._charge("create", size)
+        h = self._next_handle
+        self._next_handle += 1
+        self.allocations[h] = size
+        return h
+
+    def map(self, va: int, size: int, handle: int) -> None:
+        if self.allocations.get(handle) != size:
+            raise DeviceError("map", f"handle {handle} is not a live {size}-byte allocation")
+        if not any(r <= va and va + size <= r + n for r, n in self.reservations.items()):
+            raise DeviceError("map", f"{va:#x}+{size} is outside every reservation")
+        if va in self.mappings:
+            raise DeviceError("map", f"{va:#x} is already mapped")
+        self._charge("map", size)
+        self.mappings[va] = (size, handle)
+
+    def set_access(self, va: int, size: int) -> None:
+        if self.mappings.get(va, (None,))[0] != size:
+            raise DeviceError("set_access", f"{va:#x}+{size} is not mapped")
+        self._charge("set_access", size)
+
+    def unmap(self, va: int, size: int) -> None:
+        if self.mappings.get(va, (None,))[0] != size:
+            raise DeviceError("unmap", f"{va:#x}+{size} is not mapped")
+        self._charge("unmap", size)
+        del self.mappings[va]
+
+    def release(self, handle: int) -> None:
+        if handle not in self.allocations:
+            raise DeviceError("release", f"unknown handle {handle}")
+        if any(h == handle for _, h in self.mappings.values()):
+            raise DeviceError("release", f"handle {handle} is still mapped")
+        self._charge("release")
+        del self.allocations[handle]
