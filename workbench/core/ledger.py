@@ -53,9 +53,15 @@ class PoolSnapshot:
 
 
 class KVCacheManager:
-    def __init__(self, geometry: KVGeometry, device: Device, *, name: str = "pool",
+    def __init__(self, geometry: KVGeometry, device: Device | None = None, *, name: str = "pool",
                  config: PoolConfig | None = None, events: EventLog | None = None,
-                 reserve_null_block: bool = True, defer_release: bool = False):
+                 reserve_null_block: bool = True, defer_release: bool = False,
+                 space: KVSpace | None = None):
+        """``space``: back pages through this object instead of a KVSpace on ``device`` (a
+        coordinator's FanOutSpace applies every page decision on several workers)."""
+        if space is None and device is None:
+            raise ConfigError("KVCacheManager()", "needs a device or a space",
+                              "pass a Device, or space=FanOutSpace(...)")
         self.config = config or PoolConfig(page_size=geometry.page_size)
         if self.config.page_size != geometry.page_size:
             raise ConfigError(f"page size {geometry.page_size} in the geometry",
@@ -68,14 +74,17 @@ class KVCacheManager:
                               "set contiguous_layout to match the geometry")
         self.name = name
         self.geometry = geometry
-        self.device = device
+        self.device = space.device if space is not None else device
         self.events = events if events is not None else EventLog()
-        self.space = KVSpace(geometry, device)
+        self.space = space if space is not None else KVSpace(geometry, device)
         self.pages = PageAllocator(
             self.space, pool=name, events=self.events,
             min_reserved=self.config.min_reserved_pages if self.config.prealloc else 0,
             max_reserved=self.config.max_reserved_pages, defer_release=defer_release,
             gpu_utilization=self.config.gpu_utilization)
+        bind = getattr(self.space, "bind_allocator", None)
+        if bind is not None:  # a coordinator's failure must fail this pool too
+            bind(self.pages)
         self.free_blocks: dict[int, list[int]] = {}  # in-use page -> its free blocks (a stack)
         self.num_free = 0  # free blocks on in-use pages below the limit
         self.allocated: set[int] = set()
