@@ -1,0 +1,64 @@
+"""``workbench serve``: the mini engine behind an OpenAI-compatible ``/v1/completions``."""
+
+from __future__ import annotations
+
+import time
+
+import typer
+
+from workbench.cli import app
+
+
+@app.command()
+def serve(
+    model: str = typer.Option("tiny", help="Model preset: tiny or llama3-8b (random weights)."),
+    device: str = typer.Option("auto", help="cuda, cpu, or auto (cuda when available)."),
+    kv: str = typer.Option("vmm", help="KV memory: vmm (workbench pool pages) or static."),
+    style: str = typer.Option("block", help="KV indexing: block (vLLM) or token (SGLang)."),
+    kv_memory: str = typer.Option("1GiB", help="KV pool capacity, e.g. 512MiB, 20G."),
+    block_size: int = typer.Option(0, help="Tokens per block; per SGLang page for token style. "
+                                     "0: 16 for block, 1 for token."),
+    max_num_seqs: int = typer.Option(64, help="Most sequences in one batch."),
+    max_batched_tokens: int = typer.Option(2048, help="Token budget per step."),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on."),
+    port: int = typer.Option(8000, help="Port (0 picks a free one)."),
+    verbose: bool = typer.Option(False, help="Log every HTTP request."),
+) -> None:
+    """Serve the mini engine over HTTP (OpenAI /v1/completions, SSE streaming).
+
+    Prompts are strings (one token per UTF-8 byte) or token-id lists; see workbench/mini/server.py.
+    """
+    try:
+        import torch
+    except ImportError:
+        typer.echo("torch is not installed: `pip install torch`.", err=True)
+        raise typer.Exit(2) from None
+    from workbench.config import parse_size
+    from workbench.errors import ConfigError
+    from workbench.mini.engine import Engine, EngineConfig
+    from workbench.mini.kv import KVSpec
+    from workbench.mini.model import get_config
+    from workbench.mini.server import shutdown_server, start_server
+
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        cfg = get_config(model)
+        spec = KVSpec(style=style, backend=kv, kv_bytes=parse_size(kv_memory),
+                      block_size=block_size or (16 if style == "block" else 1))
+        engine = Engine(cfg, spec, device, EngineConfig(max_num_seqs, max_batched_tokens))
+    except ConfigError as err:
+        typer.echo(str(err), err=True)
+        raise typer.Exit(2) from None
+    srv = start_server(engine, host, port, verbose=verbose)
+    g = engine.kv.geometry
+    typer.echo(f"serving {cfg.name} on {device} ({kv} KV, {style} style, {g.num_blocks} blocks "
+               f"of {g.block_size} tokens) at {srv.url}/v1/completions")
+    try:
+        while srv.loop.is_alive():
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        shutdown_server(srv)
+        engine.close()

@@ -1,0 +1,168 @@
+"""Where the mini engine's K/V lives: the workbench pool (ledger + virtual range) and torch views.
+
+One :class:`KVStore` = one :class:`~workbench.core.ledger.KVCacheManager` (which hands out block
+ids, or ``None`` on a miss) plus, per layer, K and V tensors of shape
+``[num_blocks, block_size, kv_heads, head_dim]`` laid over the pool's byte range exactly where
+:meth:`KVSpace.view` says each layer's blocks live. Backends differ only in what backs the bytes:
+
+=========  ==========================================================================
+``vmm``    the pool's own reservation on a real device (``workbench.gpu`` on CUDA, the host
+           VMM device on a CPU): pages are mapped and unmapped under the tensors.
+``static`` one plain ``torch.empty`` of the pool's full size on ``device`` (the control:
+           what an engine without elastic memory does); the ledger still decides block ids.
+=========  ==========================================================================
+
+Both use the same layout and the same view code, so a difference between them is the memory, not
+the indexing. Two indexing styles sit on top (seed 001 §3): ``block`` (vLLM: block tables over
+``block_size``-token blocks, contiguous layout) and ``token`` (SGLang: a token-slot table over a
+per-layer buffer ``[num_slots, kv_heads, head_dim]``; ``page_tokens`` slots per block, 1 by
+default).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from workbench.config import PoolConfig
+from workbench.core.geometry import KVGeometry, Layout
+from workbench.core.ledger import KVCacheManager
+from workbench.errors import ConfigError
+from workbench.mini.model import ModelConfig
+
+STYLES = ("block", "token")
+BACKENDS = ("vmm", "static")
+
+
+@dataclass(frozen=True, slots=True)
+class KVSpec:
+    """How to build a store: indexing style, memory backend, size."""
+
+    style: str = "block"
+    backend: str = "static"
+    kv_bytes: int = 64 << 20  # pool capacity (all layers, K and V)
+    block_size: int = 16  # tokens per block (``block``) or per SGLang page (``token``)
+    page_size: int = 2 << 20
+    min_reserved_pages: int = 0
+    max_reserved_pages: int = 4
+
+    def __post_init__(self) -> None:
+        if self.style not in STYLES:
+            raise ConfigError(f"style={self.style!r}", "unknown KV indexing style",
+                              f"use one of {', '.join(STYLES)}")
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"backend={self.backend!r}", "unknown KV memory backend",
+                              f"use one of {', '.join(BACKENDS)}")
+
+
+def geometry_for(cfg: ModelConfig, spec: KVSpec) -> KVGeometry:
+    bs = spec.block_size
+    layout = Layout.CONTIGUOUS if spec.style == "block" else Layout.PER_LAYER
+    block_all = bs * cfg.kv_token_bytes  # one block across every layer and buffer
+    num_blocks = spec.kv_bytes // block_all
+    if num_blocks < 2:
+        raise ConfigError(f"kv_bytes={spec.kv_bytes}", f"holds {num_blocks} blocks of {bs} tokens",
+                          f"give the pool at least {2 * block_all} bytes")
+    return KVGeometry(num_layers=cfg.num_layers, kv_heads=cfg.num_kv_heads,
+                      head_dim=cfg.head_dim, block_size=bs, num_blocks=num_blocks,
+                      page_size=spec.page_size, layout=layout)
+
+
+def _cuda_bytes(va: int, nbytes: int, device: torch.device) -> torch.Tensor:
+    """A flat uint8 CUDA tensor over ``[va, va+nbytes)`` that does not own the memory."""
+
+    class _Span:  # __cuda_array_interface__ v3: torch wraps the pointer, no copy
+        __cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (va, False),
+                                    "version": 3, "strides": None}
+
+    return torch.as_tensor(_Span(), device=device)
+
+
+class KVStore:
+    """The ledger and the per-layer K/V views of one engine instance."""
+
+    def __init__(self, cfg: ModelConfig, spec: KVSpec, device: str | torch.device = "cpu", *,
+                 pool_device=None, name: str = "mini"):
+        """``pool_device``: the workbench Device for ``vmm`` (built from ``device`` if None)."""
+        self.cfg, self.spec = cfg, spec
+        self.device = torch.device(device)
+        self.geometry = g = geometry_for(cfg, spec)
+        pc = PoolConfig(page_size=spec.page_size, contiguous_layout=g.layout is Layout.CONTIGUOUS,
+                        prealloc=spec.min_reserved_pages > 0,
+                        min_reserved_pages=spec.min_reserved_pages,
+                        max_reserved_pages=max(spec.max_reserved_pages, spec.min_reserved_pages))
+        if spec.backend == "vmm":
+            pool_device = pool_device or _vmm_device(self.device)
+        else:
+            from workbench.sim.device import SimDevice
+
+            # The ledger still runs; a simulated device only keeps its page bookkeeping.
+            pool_device = SimDevice("h200", capacity=1 << 50)
+        self.manager = KVCacheManager(g, pool_device, name=name, config=pc)
+        space = self.manager.space
+        if spec.backend == "vmm":
+            self._flat = _flat_over(pool_device, space.base, space.size, self.device)
+        else:
+            self._flat = torch.zeros(space.size, dtype=torch.uint8, device=self.device)
+        flat16 = self._flat.view(torch.bfloat16)
+        shape = (g.num_blocks, g.block_size, g.kv_heads, g.head_dim)
+        inner = (g.kv_heads * g.head_dim, g.head_dim, 1)
+        self.k: list[torch.Tensor] = []
+        self.v: list[torch.Tensor] = []
+        for layer in range(g.num_layers):
+            for buf, out in ((0, self.k), (1, self.v)):
+                vs = space.view(layer, buf)
+                out.append(torch.as_strided(flat16, shape, (vs.block_stride // 2, *inner),
+                                            vs.offset // 2))
+
+    # -- sizes ---------------------------------------------------------------------------------
+    @property
+    def block_size(self) -> int:
+        return self.geometry.block_size
+
+    @property
+    def entry_tokens(self) -> int:
+        """Tokens one table entry covers: a block (``block`` style) or one slot (``token``)."""
+        return self.geometry.block_size if self.spec.style == "block" else 1
+
+    def token_buffers(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """SGLang's ``[num_slots, kv_heads, head_dim]`` views (token style only)."""
+        if self.spec.style != "token":
+            raise ConfigError("token_buffers", "slot views need the per-layer layout",
+                              "build the store with style='token'")
+        g = self.geometry
+        n = g.num_blocks * g.block_size
+        return (self.k[layer].reshape(n, g.kv_heads, g.head_dim),
+                self.v[layer].reshape(n, g.kv_heads, g.head_dim))
+
+    def close(self) -> None:
+        self.k.clear()
+        self.v.clear()
+        self._flat = None
+        self.manager.close()
+
+
+def _vmm_device(device: torch.device):
+    if device.type == "cuda":
+        from workbench.backends import make_device
+
+        return make_device("gpu")
+    from workbench.host.device import HostDevice
+
+    return HostDevice()
+
+
+def _flat_over(pool_device, va: int, nbytes: int, device: torch.device) -> torch.Tensor:
+    inner = getattr(pool_device, "inner", pool_device)  # FaultyDevice wraps
+    if hasattr(inner, "tensor"):
+        try:
+            t = inner.tensor(va, nbytes, torch.uint8)
+            if t.device.type == device.type:
+                return t
+        except TypeError:
+            pass
+    if device.type != "cuda":
+        raise ConfigError(f"pool device {type(inner).__name__}", "gives no tensor views",
+                          "use the host or gpu backend for vmm KV")
+    return _cuda_bytes(va, nbytes, device)

@@ -1,0 +1,194 @@
+"""A Llama-architecture decoder (RMSNorm, RoPE, GQA, SwiGLU) with random weights from a seed.
+
+Nothing is downloaded: weights are drawn from a fixed-seed generator, so two engines built from the
+same config compute the same function, which is all the KV-cache experiments need (they measure
+memory and time, not text quality). The model is tokenizer-free: token ids in, logits out.
+
+The forward pass takes a *packed* batch (every scheduled token of every sequence in one row, as
+vLLM and SGLang do) plus an attention context (:mod:`workbench.mini.attention`) that knows where
+each token's K/V goes in the paged cache and which tokens each query may see.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+from torch import nn
+
+from workbench.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    name: str
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    rope_theta: float = 500_000.0
+    rms_eps: float = 1e-5
+    max_position: int = 8192
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.num_heads % self.num_kv_heads:
+            raise ConfigError(f"{self.num_heads} heads over {self.num_kv_heads} KV heads",
+                              "GQA needs whole query groups",
+                              "make num_heads a multiple of num_kv_heads")
+        if self.head_dim % 2:
+            raise ConfigError(f"head_dim={self.head_dim}", "RoPE rotates pairs",
+                              "use an even head_dim")
+
+    @property
+    def num_params(self) -> int:
+        h, i, v = self.hidden_size, self.intermediate_size, self.vocab_size
+        attn = h * self.head_dim * (self.num_heads * 2 + self.num_kv_heads * 2)
+        return self.num_layers * (attn + 3 * h * i + 2 * h) + 2 * v * h + h
+
+    @property
+    def kv_token_bytes(self) -> int:
+        """bf16 K and V bytes per token across every layer."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * 2
+
+
+# Llama-3.1-8B's shape (RoPE scaling for long context is left out: contexts here stay < 8k).
+PRESETS: dict[str, ModelConfig] = {
+    "llama3-8b": ModelConfig("llama3-8b", vocab_size=128_256, hidden_size=4096, num_layers=32,
+                             num_heads=32, num_kv_heads=8, head_dim=128,
+                             intermediate_size=14_336),
+    "tiny": ModelConfig("tiny", vocab_size=512, hidden_size=128, num_layers=2, num_heads=4,
+                        num_kv_heads=2, head_dim=32, intermediate_size=256, max_position=4096),
+}
+
+
+def get_config(name: str, **overrides) -> ModelConfig:
+    if name not in PRESETS:
+        raise ConfigError(f"model {name!r}", "is not a preset",
+                          f"use one of {', '.join(PRESETS)}")
+    return replace(PRESETS[name], **overrides)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalise in fp32 (as Llama does) so bf16 rounding does not compound over layers.
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (xf * self.weight.float()).to(x.dtype)
+
+
+class Rotary(nn.Module):
+    """Rotary position embedding, half-split convention (Llama's HF layout)."""
+
+    def __init__(self, head_dim: int, theta: float, max_position: int):
+        super().__init__()
+        inv = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+        ang = torch.arange(max_position, dtype=torch.float64)[:, None] * inv[None, :]
+        self.register_buffer("cos", ang.cos().float(), persistent=False)
+        self.register_buffer("sin", ang.sin().float(), persistent=False)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        # x: [T, heads, head_dim]
+        cos = self.cos[positions][:, None, :]
+        sin = self.sin[positions][:, None, :]
+        x1, x2 = x.float().chunk(2, dim=-1)
+        out = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+        return out.to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__()
+        self.layer = layer
+        self.nh, self.nkv, self.hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        self.qkv = nn.Linear(cfg.hidden_size, (self.nh + 2 * self.nkv) * self.hd, bias=False)
+        self.o = nn.Linear(self.nh * self.hd, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, rope: Rotary, ctx) -> torch.Tensor:
+        t = x.shape[0]
+        q, k, v = self.qkv(x).split([self.nh * self.hd, self.nkv * self.hd, self.nkv * self.hd],
+                                    dim=-1)
+        q = rope(q.view(t, self.nh, self.hd), positions)
+        k = rope(k.view(t, self.nkv, self.hd), positions)
+        v = v.view(t, self.nkv, self.hd)
+        out = ctx.attend(self.layer, q, k, v)  # writes k/v into the paged cache, then attends
+        return self.o(out.reshape(t, self.nh * self.hd))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.gate_up = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
+        self.down = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        return self.down(nn.functional.silu(gate) * up)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__()
+        self.attn_norm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
+        self.attn = Attention(cfg, layer)
+        self.mlp_norm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, positions, rope, ctx):
+        x = x + self.attn(self.attn_norm(x), positions, rope, ctx)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(Block(cfg, i) for i in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.rope = Rotary(cfg.head_dim, cfg.rope_theta, cfg.max_position)
+
+    @torch.inference_mode()
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, ctx,
+                logits_index: torch.Tensor | None = None) -> torch.Tensor:
+        """Packed tokens -> logits (fp32) of the rows in ``logits_index`` (all rows if None)."""
+        x = self.embed(input_ids)
+        for block in self.layers:
+            x = block(x, positions, self.rope, ctx)
+        if logits_index is not None:
+            x = x[logits_index]
+        return self.lm_head(self.norm(x)).float()
+
+
+@torch.inference_mode()
+def build_model(cfg: ModelConfig, device: str | torch.device = "cpu",
+                dtype: torch.dtype = torch.bfloat16) -> LlamaModel:
+    """The model with weights drawn from ``cfg.seed`` directly on ``device`` (no 16 GB host copy).
+
+    Scales keep activations O(1) through depth, so greedy decoding is not dominated by one token.
+    """
+    device = torch.device(device)
+    with torch.device("meta"):
+        model = LlamaModel(cfg)
+    model = model.to_empty(device=device)
+    gen = torch.Generator(device=device).manual_seed(cfg.seed)
+    for name, p in model.named_parameters():
+        if name.endswith("norm.weight"):
+            p.fill_(1.0)
+        elif name == "embed.weight":
+            p.normal_(0.0, 1.0, generator=gen)
+        else:
+            p.normal_(0.0, p.shape[1] ** -0.5, generator=gen)
+    model = model.to(dtype=dtype).eval()
+    # RoPE tables stay fp32 (after the cast): bf16 angles would be off by whole turns at 8k.
+    model.rope = Rotary(cfg.head_dim, cfg.rope_theta, cfg.max_position).to(device)
+    return model
