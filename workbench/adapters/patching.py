@@ -1,0 +1,79 @@
+"""Small, undoable monkeypatch helpers the engine patches are made of."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from workbench.adapters.registry import Undo
+
+MARK = "__workbench_patched__"
+
+
+def replace_class(module: ModuleType, name: str, new: type, scope: str) -> Undo:
+    """Put ``new`` in place of ``module.name`` there and in every loaded ``scope*`` module that
+    already imported the old one (``from m import X`` copies the reference)."""
+    old = getattr(module, name)
+    rebound: list[tuple[ModuleType, str]] = []
+    for modname, mod in list(sys.modules.items()):
+        if mod is None or not (modname == scope or modname.startswith(scope + ".")):
+            continue
+        for key, value in list(vars(mod).items()):
+            if value is old:
+                setattr(mod, key, new)
+                rebound.append((mod, key))
+    setattr(new, MARK, True)
+
+    def undo() -> None:
+        for mod, key in rebound:
+            setattr(mod, key, old)
+
+    return undo
+
+
+def wrap_method(cls: type, name: str, make: Callable[[Any], Any]) -> Undo:
+    """``cls.name = make(original)``; idempotent per class (a second wrap is refused)."""
+    orig = cls.__dict__[name]
+    if getattr(orig, MARK, False):
+        raise RuntimeError(f"{cls.__qualname__}.{name} is already patched")
+    new = make(orig)
+    setattr(new, MARK, True)
+    setattr(cls, name, new)
+
+    def undo() -> None:
+        setattr(cls, name, orig)
+
+    return undo
+
+
+def need_attrs(obj: Any, *names: str) -> str | None:
+    """A check: None if ``obj`` has every attribute, else which are missing."""
+    missing = [n for n in names if not hasattr(obj, n)]
+    return f"{getattr(obj, '__name__', obj)} lacks {', '.join(missing)}" if missing else None
+
+
+def need_params(func: Callable, *names: str) -> str | None:
+    import inspect
+
+    params = inspect.signature(func).parameters
+    missing = [n for n in names if n not in params]
+    return (f"{getattr(func, '__qualname__', func)} has no parameter {', '.join(missing)}"
+            if missing else None)
+
+
+def override_method(cls: type, name: str, make: Callable[[Any], Any]) -> Undo:
+    """Like :func:`wrap_method` but also for a method ``cls`` inherits (the override is added on
+    ``cls`` itself and removed again on undo)."""
+    own = name in cls.__dict__
+    if own:
+        return wrap_method(cls, name, make)
+    new = make(getattr(cls, name))
+    setattr(new, MARK, True)
+    setattr(cls, name, new)
+
+    def undo() -> None:
+        delattr(cls, name)
+
+    return undo

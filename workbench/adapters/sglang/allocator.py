@@ -1,0 +1,145 @@
+"""Elastic token-slot and paged allocators: SGLang's allocator API on the workbench ledger.
+
+A miss is ``None`` on every path (``alloc``, ``alloc_extend``, ``alloc_decode``), which is what
+SGLang's scheduler already handles (evict, retract, retry); nothing here raises on a miss. Frees
+keep SGLang's free-group batching. Ids are validated by the ledger, so a double free raises
+instead of silently duplicating a slot.
+"""
+
+from __future__ import annotations
+
+import torch
+from sglang.srt.mem_cache.allocator import paged as _paged
+from sglang.srt.mem_cache.allocator.base import BaseTokenToKVPoolAllocator
+from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
+from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+
+from workbench.errors import ConfigError
+
+
+def _ledger_of(kvcache):
+    ledger = getattr(kvcache, "ledger", None)
+    if ledger is None:
+        raise ConfigError(f"KV pool {type(kvcache).__name__}", "has no workbench ledger",
+                          "build the pool as ElasticMHATokenToKVPool (autopatch does)")
+    return ledger
+
+
+class _ElasticMixin:
+    ledger = None
+
+    def _reset(self) -> None:
+        held = sorted(self.ledger.allocated - {self.ledger.null_block})
+        self.ledger.free_reserved()
+        if held:
+            self.ledger.free(held)
+        self.free_pages = None  # there is no free list: get_all_free_pages() answers None
+        self.release_pages = None
+        self.free_group = None
+
+    def _ids(self, n: int) -> torch.Tensor | None:
+        ids = self.ledger.alloc(n)
+        return None if ids is None else torch.tensor(ids, dtype=torch.int64, device=self.device)
+
+    def merge_and_sort_free(self):
+        pass
+
+
+class ElasticTokenToKVPoolAllocator(_ElasticMixin, TokenToKVPoolAllocator):
+    """page_size = 1: one ledger block per token slot."""
+
+    def __init__(self, size, dtype, device, kvcache, need_sort):
+        BaseTokenToKVPoolAllocator.__init__(self, size, 1, dtype, device, kvcache, need_sort)
+        self.ledger = _ledger_of(kvcache)
+        self.clear()
+
+    def clear(self):
+        self._reset()
+
+    def available_size(self):
+        return min(self.ledger.available_size(), self.size)
+
+    def alloc(self, need_size: int):
+        return self._ids(need_size)
+
+    def free(self, free_index: torch.Tensor):
+        if free_index.numel() == 0:
+            return
+        if self.free_group is not None:
+            self.free_group.append(self._copy_for_free_group(free_index))
+            return
+        self.ledger.free(free_index.tolist())
+
+
+class ElasticPagedTokenToKVPoolAllocator(_ElasticMixin, PagedTokenToKVPoolAllocator):
+    """page_size > 1: one ledger block per SGLang page; slots = page * page_size + offset."""
+
+    def __init__(self, size, page_size, dtype, device, kvcache, need_sort):
+        BaseTokenToKVPoolAllocator.__init__(self, size, page_size, dtype, device, kvcache,
+                                            need_sort)
+        self.num_pages = size // page_size
+        self.debug_mode = False
+        self.use_triton_kernels = _paged.current_platform.capabilities.supports_triton
+        self.ledger = _ledger_of(kvcache)
+        self.clear()
+
+    def clear(self):
+        self._reset()
+        self.free_page_ids_group = []
+        self.staged_pages = []
+        self.num_staged_pages = 0
+
+    def available_size(self):
+        return min(self.ledger.available_size(), self.num_pages) * self.page_size
+
+    def get_all_free_pages(self):
+        return None
+
+    def _debug_check_no_duplicate_pages(self):
+        pass  # the ledger refuses duplicates itself
+
+    def alloc(self, need_size: int):
+        pages = self._ids(need_size // self.page_size)
+        if pages is None:
+            return None
+        return (pages[:, None] * self.page_size
+                + torch.arange(self.page_size, device=self.device)).reshape(-1)
+
+    def alloc_extend(self, prefix_lens, prefix_lens_cpu, seq_lens, seq_lens_cpu, last_loc,
+                     extend_num_tokens: int, num_new_pages: int | None = None):
+        if num_new_pages is None:
+            num_new_pages = _paged.get_num_new_pages(
+                seq_lens=seq_lens_cpu, page_size=self.page_size, prefix_lens=prefix_lens_cpu)
+        pages = self._ids(int(num_new_pages))
+        if pages is None:
+            return None
+        out = torch.empty((extend_num_tokens,), dtype=torch.int64, device=self.device)
+        if self.use_triton_kernels:  # the kernels read exactly the new pages, in order
+            bs = len(prefix_lens)
+            _paged.alloc_extend_kernel[(bs,)](prefix_lens, seq_lens, last_loc, pages, out,
+                                              _paged.next_power_of_2(bs), self.page_size)
+        else:
+            _paged.alloc_extend_naive(prefix_lens, seq_lens, last_loc, pages, out,
+                                      self.page_size, self.device)
+        return out
+
+    def alloc_decode(self, seq_lens, seq_lens_cpu, last_loc):
+        num_new_pages = int(_paged.get_num_new_pages(
+            seq_lens=seq_lens_cpu, page_size=self.page_size, decode=True))
+        pages = self._ids(num_new_pages)
+        if pages is None:
+            return None
+        bs = len(seq_lens)
+        out = torch.empty((bs,), dtype=torch.int64, device=self.device)
+        if self.use_triton_kernels:
+            _paged.alloc_decode_kernel[(bs,)](seq_lens, last_loc, pages, out,
+                                              _paged.next_power_of_2(bs), self.page_size)
+        else:
+            _paged.alloc_decode_naive(seq_lens, last_loc, pages, out, self.page_size,
+                                      num_new_pages)
+        return out
+
+    def _release_page_ids(self, *page_ids: torch.Tensor):
+        ids = torch.cat(page_ids).tolist() if len(page_ids) > 1 else page_ids[0].tolist()
+        if ids:
+            self.ledger.free(ids)

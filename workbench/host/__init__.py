@@ -1,0 +1,1 @@
+"""Host-memory backend: Linux virtual memory (mmap + memfd) behind the device interface."""
