@@ -13,10 +13,11 @@ app = typer.Typer(
 )
 
 # Each import adds its command(s) to ``app``; keep one line per command module.
-# from workbench.cli import kvctl as _kvctl  # noqa: E402,F401
-# from workbench.cli import kvtop as _kvtop  # noqa: E402,F401
+from workbench.cli import kvctl as _kvctl  # noqa: E402,F401
+from workbench.cli import kvtop as _kvtop  # noqa: E402,F401
 from workbench.cli import lab as _lab  # noqa: E402,F401
-# from workbench.cli import replay as _replay  # noqa: E402,F401
+from workbench.cli import replay as _replay  # noqa: E402,F401
+from workbench.cli import serve as _serve  # noqa: E402,F401
 
 
 def main() -> None:

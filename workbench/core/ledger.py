@@ -301,7 +301,7 @@ class KVCacheManager:
                                + (f": {r.reason}" if r.reason else "")))
 
     def _converge(self) -> None:
-        if not self.pages.shrinking:
+        if self.pages.enforce_limit():
             self._pending = None
             self._emit_limit(self._state(LimitOutcome.APPLIED, "converged"))
 
@@ -311,6 +311,8 @@ class KVCacheManager:
 
     def trim(self) -> int:
         n = self.pages.trim()
+        if self._pending is not None:
+            self._converge()
         self._publish()
         return n
 

@@ -18,10 +18,15 @@ from collections.abc import Callable
 
 from workbench.core.events import Event, EventLog, PageState
 from workbench.core.vspace import KVSpace
-from workbench.errors import DeviceError, MapQuarantinedError, PoolFailedError
+from workbench.errors import (
+    DeviceError,
+    MapQuarantinedError,
+    PoolFailedError,
+    StateConsistencyError,
+)
 
 S = PageState
-_LIVE = (S.IN_USE, S.RETIRED)
+_MAPPED = (S.IN_USE, S.RETIRED, S.RESERVED)
 
 
 class PageAllocator:
@@ -46,7 +51,7 @@ class PageAllocator:
         self.retired: dict[int, int] = {}  # page -> epoch
         self.epoch = 0
         self.limit_pages = self.num_pages
-        self._tail_live = 0  # in-use or retired pages at or above the limit
+        self._tail_mapped = 0  # mapped pages at or above the limit
         self.failed: str | None = None
         self.refill_hook: Callable[[], None] | None = None  # None = refill inline
 
@@ -57,7 +62,7 @@ class PageAllocator:
         self.counts[src] -= 1
         self.counts[dst] += 1
         if page >= self.limit_pages:
-            self._tail_live += (dst in _LIVE) - (src in _LIVE)
+            self._tail_mapped += (dst in _MAPPED) - (src in _MAPPED)
         if dst is S.FREE:
             heapq.heappush(self._free_heap, page)
         self.events.emit(Event(self.clock(), self.pool, page, src.value, dst.value, cause))
@@ -83,8 +88,8 @@ class PageAllocator:
 
     @property
     def shrinking(self) -> bool:
-        """True while in-use or retired pages remain at or above the limit."""
-        return self._tail_live > 0
+        """True while mapped pages remain at or above the limit (no new pages until they go)."""
+        return self._tail_mapped > 0
 
     def headroom_pages(self) -> int:
         """New pages the device can back now, keeping ``(1 - gpu_utilization)`` of it free."""
@@ -111,13 +116,12 @@ class PageAllocator:
     def alloc_page(self) -> int | None:
         """A page for new blocks: a reserved one (no map) or a freshly mapped one; None on a miss."""
         self.check_ok()
-        while self.reserved:
-            page = self.reserved.pop()
-            if page < self.limit_pages:
+        for i in range(len(self.reserved) - 1, -1, -1):
+            if self.reserved[i] < self.limit_pages:  # (one past a limit waits for a trim)
+                page = self.reserved.pop(i)
                 self._move(page, S.IN_USE, "reuse")
                 self._maybe_refill()
                 return page
-            self._unmap(page, S.RECLAIMED, "shrink")  # parked past a new limit: give it back
         if self.shrinking or self.mapped_pages >= self.limit_pages or not self.headroom_pages():
             return None
         page = self._peek_free()
@@ -160,18 +164,38 @@ class PageAllocator:
 
     def _unmap(self, page: int, dst: PageState, cause: str) -> None:
         try:
-            self.space.unmap_page(page)
+            self.space.prepare_unmap(page)
         except DeviceError as err:  # undone: the page is whole and still mapped
             self._note(page, f"unmap_failed: {err}")
             if self.state[page] is not S.RESERVED:
                 self._move(page, S.RESERVED, "unmap_failed")
+            if page not in self.reserved:  # a later trim or free retries it
                 self.reserved.append(page)
             return
-        except Exception as err:  # StateConsistencyError: backing unknown
+        except StateConsistencyError as err:  # the undo failed too: backing unknown
             self._move(page, S.QUARANTINED, f"quarantine: {err}")
             self.fail(f"page {page}: {err}")
             raise
+        try:
+            self.space.commit_unmap(page)
+        except StateConsistencyError as err:
+            # Unmapped, but its physical memory could not be released: keep the handle for
+            # retry_releases() and never issue the id again.
+            self._move(page, S.QUARANTINED, f"quarantine: {err}")
+            return
         self._move(page, dst, cause)
+
+    def retry_releases(self) -> int:
+        """Retry releasing the physical memory of quarantined, already-unmapped pages."""
+        done = 0
+        for page in [p for p in self.space.retained if self.state[p] is S.QUARANTINED]:
+            try:
+                self.space.commit_unmap(page)
+            except StateConsistencyError:
+                continue
+            done += 1
+            self._note(page, "released")
+        return done
 
     # -- reserve pool (preallocation) --------------------------------------------------------
     def _maybe_refill(self) -> None:
@@ -227,25 +251,22 @@ class PageAllocator:
         """Move the limit to ``target`` page ids; True once the pool fits (converged)."""
         self.check_ok()
         old, self.limit_pages = self.limit_pages, target
-        self._tail_live = sum(1 for p in range(target, self.num_pages) if self.state[p] in _LIVE)
+        self._tail_mapped = sum(1 for p in range(target, self.num_pages)
+                                if self.state[p] in _MAPPED)
         if target > old:
             for page in range(old, target):
                 if self.state[page] is S.RECLAIMED:
                     self._move(page, S.FREE, "grow")
-        elif target < old:
-            for page in range(target, old):
-                if self.state[page] is S.FREE:
-                    self._move(page, S.RECLAIMED, "shrink")
-            keep = []
-            for page in self.reserved:
-                if page >= target:
-                    self._unmap(page, S.RECLAIMED, "shrink")
-                else:
-                    keep.append(page)
-            self.reserved = keep
-        while self.mapped_pages > target and self.reserved:  # a smaller pool parks less
-            page = self.reserved.pop()
-            self._unmap(page, S.FREE, "shrink")
+        for page in range(target, old):
+            if self.state[page] is S.FREE:
+                self._move(page, S.RECLAIMED, "shrink")
+        return self.enforce_limit()
+
+    def enforce_limit(self) -> bool:
+        """Unmap reserved pages past the limit; True once no mapped page is left there."""
+        for page in [q for q in self.reserved if q >= self.limit_pages]:
+            self.reserved.remove(page)
+            self._unmap(page, S.RECLAIMED, "shrink")
         return not self.shrinking
 
     def close(self) -> None:

@@ -64,7 +64,6 @@ class SimDevice:
         self.capacity = capacity if capacity is not None else preset.capacity
         self.env = env
         self._busy = 0.0
-        self._call_start = 0.0
         self._next_va = 1 << 40
         self._next_handle = 1
         self.reservations: dict[int, int] = {}  # va -> size
@@ -78,12 +77,8 @@ class SimDevice:
         return self._busy
 
     def now(self) -> float:
-        base = self.env.now if self.env is not None else 0.0
-        return base + self._busy - (self._call_start if self.env is not None else 0.0)
-
-    def mark(self) -> None:
-        """Start of a SimPy step: in-call costs from here on count on top of ``env.now``."""
-        self._call_start = self._busy
+        """Simulated time: the SimPy clock when there is one, else the device's own busy time."""
+        return self.env.now if self.env is not None else self._busy
 
     def _charge(self, op: str, size: int = 2 * MiB) -> None:
         self._busy += getattr(self.preset.latency, op) * max(size, 2 * MiB) / (2 * MiB)

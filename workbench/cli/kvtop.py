@@ -1,0 +1,97 @@
+"""``workbench kvtop``: a live terminal view of every pool — bars for used/reserved/limit and a
+map of every page id coloured by its state."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import typer
+from rich.console import Console, Group
+from rich.live import Live
+from rich.panel import Panel
+from rich.text import Text
+
+from workbench.cli import app
+from workbench.config import format_size
+from workbench.core import control
+from workbench.errors import ConfigError, ControlError
+
+GLYPHS = {"free": ("·", "grey42"), "reserved": ("○", "yellow"), "in_use": ("█", "green"),
+          "retired": ("▒", "magenta"), "reclaimed": ("×", "grey23"), "quarantined": ("!", "red")}
+
+
+def _bar(parts: list[tuple[int, str]], total: int, width: int) -> Text:
+    t = Text()
+    used = 0
+    for n, style in parts:
+        k = int(width * n / total) if total else 0
+        t.append("█" * k, style=style)
+        used += k
+    t.append("░" * max(0, width - used), style="grey30")
+    return t
+
+
+def render_pool(i: control.SegmentInfo, width: int = 64) -> Panel:
+    head = Text(f"pid {i.owner_pid}{'' if i.alive else ' (gone)'}  "
+                f"used {format_size(i.used)}  reserved {format_size(i.reserved)}  "
+                f"limit {format_size(i.limit)} of {format_size(i.capacity)}  "
+                f"rev {i.revision} {i.outcome}")
+    bar = _bar([(i.used, "green"), (i.reserved, "yellow")], i.capacity, width)
+    limit_mark = Text(" " * min(width - 1, int(width * i.limit / max(i.capacity, 1))) + "▲ limit",
+                      style="cyan")
+    pages = Text()
+    for k, st in enumerate(i.page_states):
+        glyph, style = GLYPHS.get(st, ("?", "red"))
+        pages.append(glyph, style=style)
+        if (k + 1) % width == 0:
+            pages.append("\n")
+    return Panel(Group(head, bar, limit_mark, pages), title=i.name, title_align="left")
+
+
+def legend() -> Text:
+    t = Text("pages: ")
+    for st, (glyph, style) in GLYPHS.items():
+        t.append(f"{glyph} {st}  ", style=style)
+    return t
+
+
+def snapshot() -> list[control.SegmentInfo]:
+    out = []
+    for name in control.list_segments():
+        try:
+            info = control.read_segment(name)
+        except (ControlError, ConfigError):
+            continue
+        if info is not None:
+            out.append(info)
+    return out
+
+
+def frame(width: int) -> Group:
+    infos = snapshot()
+    panels = [render_pool(i, width) for i in infos] or [Text("no pools")]
+    return Group(legend(), *panels)
+
+
+@app.command()
+def kvtop(interval: float = typer.Option(0.5, help="Seconds between refreshes."),
+          once: bool = typer.Option(False, help="Draw one frame and exit."),
+          width: int = typer.Option(64, help="Page map width in pages."),
+          as_json: bool = typer.Option(False, "--json", help="Print one JSON snapshot.")) -> None:
+    """Live view of every pool on this machine: bars and a per-page state map."""
+    if as_json:
+        typer.echo(json.dumps([i.to_dict() for i in snapshot()]))
+        return
+    console = Console()
+    if once:
+        console.print(frame(width))
+        return
+    try:
+        with Live(frame(width), console=console, refresh_per_second=max(1, int(1 / interval))) \
+                as live:
+            while True:
+                time.sleep(interval)
+                live.update(frame(width))
+    except KeyboardInterrupt:
+        pass
