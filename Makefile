@@ -36,3 +36,6 @@ lint: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis artifacts
+
+# Optional targets kept in their own files (engine environments, GPU runs).
+-include mk/*.mk
