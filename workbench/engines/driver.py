@@ -1,0 +1,112 @@
+"""The SimPy driver: runs any :class:`Scheduler` against simulated time.
+
+One process per engine instance loops ``schedule -> step -> update``. A step costs
+
+* its host part (:class:`StepCost` ``cpu_s``) plus every VMM call the scheduler made while
+  planning and updating (the device charges them to ``busy_s``; kvcached maps inline on the
+  scheduler's path when the reserve is empty, and unmaps inline when a page empties);
+* its GPU part, while holding the shared ``gpu`` resource: co-located instances time-slice one GPU
+  at step granularity (a real GPU interleaves kernels of several contexts at a finer grain, with a
+  similar total throughput).
+
+The reserve pool is refilled by :class:`workbench.sim.prealloc.PreallocProcess` (kvcached's
+prealloc thread), so only a miss of the reserve puts map latency on the step. Arrivals wake an
+idle engine; an engine that has work but cannot schedule any (no KV) polls every ``idle_poll_s``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import simpy
+
+from workbench.core.events import PageState as S
+from workbench.core.ledger import KVCacheManager
+from workbench.engines.metrics import MemorySample
+from workbench.engines.request import Request
+from workbench.engines.scheduler import Scheduler
+from workbench.engines.steptime import StepTimeModel
+from workbench.sim.device import SimDevice
+from workbench.sim.prealloc import PreallocProcess
+
+
+class EngineDriver:
+    def __init__(self, env: simpy.Environment, scheduler: Scheduler, steptime: StepTimeModel,
+                 device: SimDevice, kv: KVCacheManager, *, gpu: simpy.Resource | None = None,
+                 idle_poll_s: float = 0.005, background_refill: bool = True):
+        self.env = env
+        self.sched = scheduler
+        self.steptime = steptime
+        self.device = device
+        self.kv = kv
+        self.gpu = gpu
+        self.idle_poll_s = idle_poll_s
+        self.name = scheduler.name
+        self._wake: simpy.Event = env.event()
+        self.prealloc: PreallocProcess | None = None
+        self.busy_s = 0.0  # simulated seconds this engine spent in steps
+        self.vmm_s = 0.0  # of which: VMM calls on the step path
+        self.steps = 0
+        env.process(self._loop())
+        if background_refill and kv.config.prealloc:
+            self.prealloc = PreallocProcess(env, kv)
+
+    # -- arrivals ----------------------------------------------------------------------------
+    def submit(self, requests: Iterable[Request]) -> None:
+        """Schedule ``requests`` to arrive at their ``arrival`` times (sorted or not)."""
+        self.env.process(self._arrivals(sorted(requests, key=lambda r: (r.arrival, r.rid))))
+
+    def _arrivals(self, reqs: list[Request]):
+        env = self.env
+        for r in reqs:
+            if r.arrival > env.now:
+                yield env.timeout(r.arrival - env.now)
+            self.sched.add_request(r)
+            if not self._wake.triggered:
+                self._wake.succeed()
+
+    # -- the step loop -----------------------------------------------------------------------
+    def _loop(self):
+        env, sched, dev, st = self.env, self.sched, self.device, self.steptime
+        carry = 0.0  # VMM time from the last update (unmaps on free)
+        while True:
+            if not sched.has_work():
+                self._wake = env.event()
+                yield self._wake
+            t0 = dev.busy_s
+            plan = sched.schedule()
+            vmm = dev.busy_s - t0 + carry
+            if not plan.items:
+                carry = vmm
+                yield env.timeout(self.idle_poll_s)
+                continue
+            now = env.now
+            for r, _ in plan.items:
+                if r.first_scheduled is not None and r.first_scheduled < 0:
+                    r.first_scheduled = now
+            cost = st.cost(plan.num_seqs, plan.new_tokens, plan.ctx_tokens, plan.attn_pairs)
+            yield env.timeout(cost.cpu_s + vmm)
+            if self.gpu is not None:
+                with self.gpu.request() as slot:
+                    yield slot
+                    yield env.timeout(cost.gpu_s)
+            else:
+                yield env.timeout(cost.gpu_s)
+            t1 = dev.busy_s
+            sched.update(plan, env.now)
+            carry = dev.busy_s - t1
+            self.vmm_s += vmm
+            self.busy_s += env.now - now
+            self.steps += 1
+
+
+def sample_memory(env: simpy.Environment, pools: dict[str, KVCacheManager], out: list,
+                  every_s: float = 0.5, until: float | None = None):
+    """A SimPy process appending one :class:`MemorySample` per pool every ``every_s``."""
+    while until is None or env.now <= until:
+        for name, kv in pools.items():
+            c = kv.pages.counts
+            out.append(MemorySample(env.now, name, kv.mapped_bytes,
+                                    c[S.RESERVED] * kv.geometry.page_id_bytes,
+                                    kv.used_blocks))
+        yield env.timeout(every_s)

@@ -1,0 +1,102 @@
+"""Roofline step-time model: how long one engine iteration takes on a GPU.
+
+A step runs a batch of sequences; sequence ``i`` computes ``q_i`` new tokens over a context of
+``c_i`` tokens (prefill chunk: q_i = chunk, decode: q_i = 1). The model charges
+
+* compute: ``2 * active_params * sum(q)`` (GEMMs) + ``4 * L * H * d * sum(q_i * c_i)`` (QK^T and
+  PV; a prefill chunk attends causally, so its own tokens count half);
+* memory: weights once per step + KV read ``sum(c_i) * kv_bytes_per_token`` + KV write
+  ``sum(q) * kv_bytes_per_token``;
+
+and takes ``max(flops / (peak_flops * flops_eff), bytes / (peak_bw * bw_eff))`` plus a fixed
+per-step overhead and a per-sequence overhead (scheduling, input prep, sampling, launches).
+
+Defaults and where they come from (all are fields, so they can be calibrated later):
+
+* peak dense BF16 FLOP/s and HBM bandwidth: NVIDIA data sheets (A100-80G SXM 312 TFLOP/s,
+  2.039 TB/s; H100 SXM 989 TFLOP/s, 3.35 TB/s; H200 989 TFLOP/s, 4.8 TB/s).
+* ``bw_eff = 0.80``: a decode GEMV streams weights at ~75-85% of peak on Ampere/Hopper (vendor
+  STREAM-like numbers; this project measured 4.27 of 4.8 TB/s = 0.89 on an H200 copy kernel).
+* ``flops_eff = 0.60``: large-token prefill GEMMs reach ~55-70% MFU in vLLM/SGLang profiles
+  (Vidur's profiled MLP tables are in that range); a guess until calibrated.
+* ``step_overhead_s = 2.5 ms`` and ``seq_overhead_s = 15 us``: vLLM V1 CPU-side scheduling, input
+  preparation, sampling and detokenisation per iteration (order of magnitude from the vLLM V1 blog's
+  "CPU overhead" discussion and Vidur's ``cpu_overhead`` profiles); a guess until calibrated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import NamedTuple
+
+from workbench.engines.models import ModelSpec, get_model
+from workbench.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class GPUSpec:
+    name: str
+    peak_flops: float  # dense BF16 FLOP/s
+    peak_bw: float  # HBM bytes/s
+    memory_bytes: int
+
+
+GPUS: dict[str, GPUSpec] = {
+    "a100": GPUSpec("a100-80g", 312e12, 2.039e12, 80 << 30),
+    "h100": GPUSpec("h100-sxm", 989e12, 3.35e12, 80 << 30),
+    "h200": GPUSpec("h200", 989e12, 4.8e12, 141 << 30),
+}
+
+
+class StepCost(NamedTuple):
+    gpu_s: float  # kernels: holds the GPU (co-located instances time-slice it)
+    cpu_s: float  # scheduling, input prep, sampling: host-side, overlaps other instances' kernels
+
+    @property
+    def total_s(self) -> float:
+        return self.gpu_s + self.cpu_s
+
+
+@dataclass(frozen=True, slots=True)
+class StepTimeModel:
+    model: ModelSpec
+    gpu: GPUSpec
+    flops_eff: float = 0.60
+    bw_eff: float = 0.80
+    step_overhead_s: float = 2.5e-3
+    seq_overhead_s: float = 15e-6
+
+    @classmethod
+    def preset(cls, model: str | ModelSpec, gpu: str = "a100", **overrides) -> StepTimeModel:
+        if gpu not in GPUS:
+            raise ConfigError(f"gpu {gpu!r}", "has no preset", f"use one of {', '.join(GPUS)}")
+        return replace(cls(get_model(model), GPUS[gpu]), **overrides)
+
+    def step_time(self, num_seqs: int, new_tokens: int, ctx_tokens: int,
+                  attn_pairs: float) -> float:
+        """Seconds for one step.
+
+        ``new_tokens`` = sum(q_i); ``ctx_tokens`` = sum(c_i) (KV read); ``attn_pairs`` =
+        sum(q_i * c_i) query-key pairs (use :func:`attn_pairs` to build it).
+        """
+        c = self.cost(num_seqs, new_tokens, ctx_tokens, attn_pairs)
+        return c.gpu_s + c.cpu_s
+
+    def cost(self, num_seqs: int, new_tokens: int, ctx_tokens: int,
+             attn_pairs: float) -> StepCost:
+        """The step split into its GPU part and its host part."""
+        if num_seqs == 0:
+            return StepCost(0.0, 0.0)
+        m = self.model
+        flops = 2.0 * m.active_params * new_tokens + \
+            4.0 * m.num_layers * m.q_heads * m.attn_head_dim * attn_pairs
+        kvb = m.kv_bytes_per_token
+        nbytes = m.weight_bytes + (ctx_tokens + new_tokens) * kvb
+        t = max(flops / (self.gpu.peak_flops * self.flops_eff),
+                nbytes / (self.gpu.peak_bw * self.bw_eff))
+        return StepCost(t, self.step_overhead_s + self.seq_overhead_s * num_seqs)
+
+
+def attn_pairs(q: int, ctx_before: int) -> float:
+    """Query-key pairs of ``q`` new tokens after ``ctx_before`` cached ones (causal)."""
+    return q * ctx_before + q * (q + 1) / 2

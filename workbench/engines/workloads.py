@@ -1,0 +1,151 @@
+"""Workloads (seed 000 §14.3, seed 003 §3, §6; kvcached §6.1). Every generator is seeded: the same
+arguments give the same requests (arrival times and token ids).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from workbench.engines.request import Request
+
+VOCAB = 128_000
+
+
+def _tokens(rng: np.random.Generator, n: int) -> list[int]:
+    return rng.integers(1, VOCAB, size=n).tolist()
+
+
+def poisson(rate: float, num_requests: int, *, prompt_len: int = 256, output_len: int = 256,
+            seed: int = 0, start: float = 0.0, group: str = "", rid0: int = 0) -> list[Request]:
+    """Open-loop Poisson arrivals at ``rate`` req/s with random prompts."""
+    rng = np.random.default_rng(seed)
+    gaps = rng.exponential(1.0 / rate, size=num_requests)
+    times = start + np.cumsum(gaps)
+    return [Request(rid0 + i, _tokens(rng, prompt_len), output_len, float(t), group)
+            for i, t in enumerate(times)]
+
+
+# -- kvcached's ramp-up-down trace -----------------------------------------------------------------
+def ramp_delay(peak: int) -> float:
+    """Start offset between consecutive models: PEAK/4 + 2*PEAK seconds."""
+    return peak / 4 + 2 * peak
+
+
+def ramp_arrivals(peak: int, model_index: int, num_models: int = 3) -> list[float]:
+    """Arrival times of model ``i``: 0 -> PEAK req/s over PEAK s (+1 req/s per second, evenly
+    spaced in each second), back down to 1 req/s over PEAK-1 s (PEAK^2 requests), then a
+    1 req/s tail of (num_models-1-i+1)*delay = (3-i)*delay requests; starts at i*delay."""
+    delay = ramp_delay(peak)
+    t0 = model_index * delay
+    rates = list(range(1, peak + 1)) + list(range(peak - 1, 0, -1))
+    out: list[float] = []
+    for sec, rate in enumerate(rates):
+        out.extend(t0 + sec + k / rate for k in range(rate))
+    tail_start = t0 + len(rates)
+    n_tail = int(round((num_models - model_index) * delay))
+    out.extend(tail_start + k for k in range(n_tail))
+    return out
+
+
+def ramp_trace(peak: int, model_index: int, *, num_models: int = 3, prompt_len: int = 256,
+               output_len: int = 256, seed: int = 0) -> list[Request]:
+    rng = np.random.default_rng([seed, peak, model_index])
+    return [Request(i, _tokens(rng, prompt_len), output_len, t, f"model{model_index}")
+            for i, t in enumerate(ramp_arrivals(peak, model_index, num_models))]
+
+
+# -- prefix groups A-D (seed 003 §6) ---------------------------------------------------------------
+class PrefixCase(NamedTuple):
+    group: str
+    request: Request
+    expected_hit_tokens: int  # against a cache warmed by the base document prompt
+
+
+def prefix_groups(*, doc_len: int = 1024, suffix_len: int = 64, per_group: int = 4,
+                  block_size: int = 16, early_pos: int = 5, late_back: int = 8,
+                  preamble_len: int = 32, output_len: int = 16, seed: int = 0,
+                  gap_s: float = 0.05) -> tuple[Request, list[PrefixCase]]:
+    """A warm-up request ``doc + q0`` and four groups of probes after it:
+
+    * **A** same document, different question: hits the whole document (block-aligned);
+    * **B** a token early in the document changed: every block after it changes identity;
+    * **C** a token near the end changed: reuse depth stops at that token's block;
+    * **D** the same document after a different preamble: a plain prefix cache reuses nothing.
+
+    ``expected_hit_tokens`` assumes block-aligned reuse of ``block_size`` and that the probe itself
+    keeps at least one token to compute.
+    """
+    rng = np.random.default_rng(seed)
+    doc = _tokens(rng, doc_len)
+    warm = Request(0, doc + _tokens(rng, suffix_len), output_len, 0.0, "warm")
+    aligned = lambda n: n - n % block_size  # noqa: E731
+    cases: list[PrefixCase] = []
+    rid, t = 1, gap_s
+    for g in "ABCD":
+        for _ in range(per_group):
+            q = _tokens(rng, suffix_len)
+            if g == "A":
+                prompt, hit = doc + q, aligned(doc_len)
+            elif g == "B":
+                d = list(doc)
+                d[early_pos] = (d[early_pos] + 1) % VOCAB or 1
+                prompt, hit = d + q, aligned(early_pos)
+            elif g == "C":
+                pos = doc_len - late_back
+                d = list(doc)
+                d[pos] = (d[pos] + 1) % VOCAB or 1
+                prompt, hit = d + q, aligned(pos)
+            else:
+                prompt, hit = _tokens(rng, preamble_len) + doc + q, 0
+            cases.append(PrefixCase(g, Request(rid, prompt, output_len, t, g), hit))
+            rid += 1
+            t += gap_s
+    return warm, cases
+
+
+# -- long/short mixes (seed 003 §3) ----------------------------------------------------------------
+MIX_CLASSES: dict[str, tuple[int, int]] = {
+    "short": (128, 128),  # launch, CPU, interactive latency
+    "long_in": (4096, 128),  # prefill, TTFT, cache value
+    "long_out": (128, 1024),  # decode, ITL, KV growth
+}
+
+
+def long_short_mix(rate: float, num_requests: int, *, weights: dict[str, float] | None = None,
+                   seed: int = 0) -> list[Request]:
+    """Poisson arrivals whose (input, output) lengths are drawn from :data:`MIX_CLASSES` in a
+    fixed ratio (default equal); the class name is the request's ``group``."""
+    weights = weights or {k: 1.0 for k in MIX_CLASSES}
+    names = sorted(weights)
+    p = np.array([weights[k] for k in names], dtype=float)
+    rng = np.random.default_rng(seed)
+    times = np.cumsum(rng.exponential(1.0 / rate, size=num_requests))
+    kinds = rng.choice(len(names), size=num_requests, p=p / p.sum())
+    out = []
+    for i, (t, k) in enumerate(zip(times, kinds, strict=False)):
+        inp, outp = MIX_CLASSES[names[k]]
+        out.append(Request(i, _tokens(rng, inp), outp, float(t), names[k]))
+    return out
+
+
+# -- prefix-heavy traffic (kvcached's bench_idle_footprint shape) ---------------------------------
+def prefix_heavy(num_requests: int, *, rate: float = 32.0, num_prefixes: int = 32,
+                 prefix_len: tuple[int, int] = (256, 1024), suffix_len: tuple[int, int] = (32, 128),
+                 output_len: tuple[int, int] = (16, 256), zipf_a: float = 1.2,
+                 seed: int = 0) -> list[Request]:
+    """Poisson arrivals; each prompt = one of ``num_prefixes`` shared prefixes (Zipf popularity)
+    + a unique suffix; outputs uniform in ``output_len`` (kvcached's bench used 16-256)."""
+    rng = np.random.default_rng(seed)
+    prefixes = [_tokens(rng, int(rng.integers(prefix_len[0], prefix_len[1] + 1)))
+                for _ in range(num_prefixes)]
+    w = 1.0 / np.arange(1, num_prefixes + 1) ** zipf_a
+    times = np.cumsum(rng.exponential(1.0 / rate, size=num_requests))
+    picks = rng.choice(num_prefixes, size=num_requests, p=w / w.sum())
+    out = []
+    for i, (t, k) in enumerate(zip(times, picks, strict=False)):
+        suffix = _tokens(rng, int(rng.integers(suffix_len[0], suffix_len[1] + 1)))
+        n_out = int(rng.integers(output_len[0], output_len[1] + 1))
+        out.append(Request(i, prefixes[k] + suffix, n_out, float(t), f"p{k}"))
+    return out
