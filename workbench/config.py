@@ -15,7 +15,7 @@ from workbench.errors import ConfigError
 ENV_PREFIX = "WORKBENCH_KV_"
 MiB = 1 << 20
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
@@ -89,7 +89,7 @@ class PoolConfig:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides) -> PoolConfig:
-        """Read ``WORKBENCH_KV_PAGE_SIZE`` (e.g. ``4MiB``), ``WORKBENCH_KV_CONTIGUOUS_LAYOUT``...."""
+        """Read ``WORKBENCH_KV_<FIELD>`` variables, e.g. ``WORKBENCH_KV_PAGE_SIZE=4MiB``."""
         env = os.environ if env is None else env
         values: dict[str, object] = {}
         for f in fields(cls):

@@ -20,7 +20,8 @@ class DeviceError(WorkbenchError, RuntimeError):
 
     def __init__(self, op: str, message: str, code: int | str | None = None):
         self.op, self.code = op, code
-        super().__init__(f"{op} failed: {message}" + (f" (code {code})" if code is not None else ""))
+        suffix = f" (code {code})" if code is not None else ""
+        super().__init__(f"{op} failed: {message}{suffix}")
 
 
 class InjectedFault(DeviceError):

@@ -35,8 +35,13 @@ from typing import Any, NamedTuple, Protocol
 from workbench.core.device import Device, MemInfo
 from workbench.core.events import Event, EventLog
 from workbench.core.geometry import KVGeometry
-from workbench.errors import (DeviceError, MapQuarantinedError, PoolFailedError,
-                              StateConsistencyError, WorkbenchError)
+from workbench.errors import (
+    DeviceError,
+    MapQuarantinedError,
+    PoolFailedError,
+    StateConsistencyError,
+    WorkbenchError,
+)
 
 Reply = dict[str, Any] | None  # None: no reply (lost, timed out, connection dropped)
 UNDELIVERED = "undelivered"  # a transport's status for a message it knows it never sent
@@ -275,7 +280,8 @@ class FanOutSpace:
                 return txid
             why = self._why(out) or "a target did not stay prepared"
             self._abort(page, txid, why)  # raises StateConsistencyError if the abort is unsure
-            if self._fatal(out):
+            # a lost prepare reply is resolved by the abort; a failed or gone worker is not
+            if any(r.get("error_type") in FATAL for r in out.failed.values()):
                 raise self._fail(f"prepare {txid} of page {page}: {why}")
             raise DeviceError("unmap", f"page {page}: prepare {txid} failed ({why}); aborted "
                                        "on every target, the page stays mapped")

@@ -1,4 +1,4 @@
-"""The device interface: what a backend supplies (physical memory, mappings, time). It decides nothing.
+"""The device interface: what a backend supplies (memory, mappings, time). It decides nothing.
 
 The calls mirror CUDA's virtual-memory API one for one, so the core above drives a simulated GPU,
 a real one (``cuMem*``) or Linux virtual memory (``mmap``/memfd) with the same code:

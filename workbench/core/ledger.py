@@ -85,6 +85,9 @@ class KVCacheManager:
         bind = getattr(self.space, "bind_allocator", None)
         if bind is not None:  # a coordinator's failure must fail this pool too
             bind(self.pages)
+        g = geometry  # hot-path constants, computed once
+        self._block_bytes, self._page_size = g.block_bytes, g.page_size
+        self._capacity = [g.blocks_per_page(p) for p in range(g.num_pages)]
         self.free_blocks: dict[int, list[int]] = {}  # in-use page -> its free blocks (a stack)
         self.num_free = 0  # free blocks on in-use pages below the limit
         self.allocated: set[int] = set()
@@ -121,7 +124,7 @@ class KVCacheManager:
         return len(self.allocated) - (1 if self.null_block is not None else 0)
 
     def _page_capacity(self, page: int) -> int:
-        return self.geometry.blocks_per_page(page)
+        return self._capacity[page]
 
     def available_size(self) -> int:
         """Blocks alloc() can hand out now without a miss (device headroom included)."""
@@ -190,7 +193,7 @@ class KVCacheManager:
         return best if best is not None else most
 
     def _rollback(self, out: list[int], taken: int) -> None:
-        """Undo a partial alloc: page blocks go back to their pages, reserved blocks to the front."""
+        """Undo a partial alloc: page blocks go back to their pages, held blocks to the front."""
         self.misses += 1
         fresh = out[taken:]
         if fresh:
@@ -200,7 +203,15 @@ class KVCacheManager:
     def free(self, ids: Iterable[int]) -> None:
         ids = list(ids)
         self.pages.check_ok()
-        seen: set[int] = set()
+        if len(set(ids)) != len(ids) or not self.allocated.issuperset(ids) \
+                or self.null_block in ids:
+            self._reject_free(ids)  # the slow path names the first bad id
+        self._free_ids(ids)
+        self.poll_control()
+        self._publish()
+
+    def _reject_free(self, ids: list) -> None:
+        seen: set = set()
         for b in ids:
             if not isinstance(b, int) or not 0 <= b < self.geometry.num_blocks:
                 raise ConfigError(f"free of block {b!r}",
@@ -212,26 +223,24 @@ class KVCacheManager:
                 raise ConfigError(f"free of block {b}", "it is not allocated (double free?)",
                                   "free each id once, after alloc returned it")
             seen.add(b)
-        self._free_ids(ids)
-        self.poll_control()
-        self._publish()
 
     def _free_ids(self, ids: list[int]) -> None:
-        g, limit = self.geometry, self.pages.limit_pages
-        emptied = []
+        bb, ps, cap, limit = self._block_bytes, self._page_size, self._capacity, \
+            self.pages.limit_pages
+        free_blocks, emptied = self.free_blocks, []
+        self.allocated.difference_update(ids)
         for b in ids:
-            self.allocated.discard(b)
-            page = g.block_page(b)
-            stack = self.free_blocks[page]
+            page = b * bb // ps
+            stack = free_blocks[page]
             stack.append(b)
             if page < limit:
                 self.num_free += 1
-            if len(stack) == self._page_capacity(page):
+            if len(stack) == cap[page]:
                 emptied.append(page)
         for page in emptied:
             if page < limit:
-                self.num_free -= len(self.free_blocks[page])
-            del self.free_blocks[page]
+                self.num_free -= len(free_blocks[page])
+            del free_blocks[page]
             self.pages.free_page(page)
         if self._pending is not None:
             self._converge()

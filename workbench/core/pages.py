@@ -114,7 +114,7 @@ class PageAllocator:
 
     # -- alloc / free ------------------------------------------------------------------------
     def alloc_page(self) -> int | None:
-        """A page for new blocks: a reserved one (no map) or a freshly mapped one; None on a miss."""
+        """A page for new blocks: a reserved one (no map) or a newly mapped one; None on a miss."""
         self.check_ok()
         for i in range(len(self.reserved) - 1, -1, -1):
             if self.reserved[i] < self.limit_pages:  # (one past a limit waits for a trim)

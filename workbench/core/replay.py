@@ -21,8 +21,8 @@ and lines starting with ``#`` are skipped)::
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 from collections.abc import Callable, Iterable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -85,7 +85,8 @@ def _pool_from(op: dict, device: Device, events: EventLog) -> KVCacheManager:
         dtype_bytes=op.get("dtype_bytes", 2))
     limit = op.get("memory_limit")
     cfg = PoolConfig(page_size=geo.page_size, contiguous_layout=layout is Layout.CONTIGUOUS,
-                     prealloc=op.get("prealloc", True), min_reserved_pages=op.get("min_reserved", 2),
+                     prealloc=op.get("prealloc", True),
+                     min_reserved_pages=op.get("min_reserved", 2),
                      max_reserved_pages=op.get("max_reserved", 4),
                      memory_limit=None if limit is None else parse_size(limit),
                      gpu_utilization=op.get("gpu_utilization", 1.0),

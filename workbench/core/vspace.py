@@ -1,4 +1,4 @@
-"""The pool's virtual KV range and how a page id is backed: layout, offsets, map/unmap with rollback.
+"""A pool's virtual KV range and how a page id is backed: layout, offsets, map/unmap, rollback.
 
 Byte layout (``base`` is the reservation's start; ``bb`` block bytes, ``L`` layers, ``B`` buffers,
 ``P`` page size, ``NP`` number of pages):
@@ -103,7 +103,7 @@ class KVSpace:
         handles = self.handles.pop(page)
         done: list[tuple[Target, int]] = []
         try:
-            for t, h in zip(self.targets(page), handles):
+            for t, h in zip(self.targets(page), handles, strict=True):
                 self.device.unmap(t.va, t.size)
                 done.append((t, h))
         except DeviceError:
@@ -134,7 +134,7 @@ class KVSpace:
         """Remap ``page`` from its retained handles (undo phase one)."""
         handles = self.retained.pop(page)
         try:
-            for t, h in zip(self.targets(page), handles):
+            for t, h in zip(self.targets(page), handles, strict=True):
                 self.device.map(t.va, t.size, h)
                 self.device.set_access(t.va, t.size)
         except DeviceError as err:

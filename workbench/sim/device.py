@@ -68,6 +68,7 @@ class SimDevice:
         self._next_handle = 1
         self.reservations: dict[int, int] = {}  # va -> size
         self.allocations: dict[int, int] = {}  # handle -> size
+        self._allocated = 0  # sum of allocations, kept so mem_info() is O(1)
         self.mappings: dict[int, tuple[int, int]] = {}  # va -> (size, handle)
         self.occupied: dict[str, int] = {}  # owner -> bytes held outside any pool (weights...)
 
@@ -85,7 +86,7 @@ class SimDevice:
 
     # -- memory outside the pools ------------------------------------------------------------
     def occupy(self, owner: str, nbytes: int) -> None:
-        """Hold ``nbytes`` for ``owner`` (model weights, activations): lowers everyone's headroom."""
+        """Hold ``nbytes`` for ``owner`` (weights, activations): lowers every pool's headroom."""
         if nbytes < 0 or nbytes > self.mem_info().free + self.occupied.get(owner, 0):
             raise ConfigError(f"occupy {nbytes} bytes for {owner}",
                               f"only {self.mem_info().free} bytes are free",
@@ -94,8 +95,8 @@ class SimDevice:
 
     # -- Device ------------------------------------------------------------------------------
     def mem_info(self) -> MemInfo:
-        used = sum(self.allocations.values()) + sum(self.occupied.values())
-        return MemInfo(self.capacity - used, self.capacity)
+        return MemInfo(self.capacity - self._allocated - sum(self.occupied.values()),
+                       self.capacity)
 
     def reserve(self, size: int) -> int:
         if size <= 0 or size % self.granularity:
@@ -124,6 +125,7 @@ class SimDevice:
         h = self._next_handle
         self._next_handle += 1
         self.allocations[h] = size
+        self._allocated += size
         return h
 
     def map(self, va: int, size: int, handle: int) -> None:
@@ -153,4 +155,4 @@ class SimDevice:
         if any(h == handle for _, h in self.mappings.values()):
             raise DeviceError("release", f"handle {handle} is still mapped")
         self._charge("release")
-        del self.allocations[handle]
+        self._allocated -= self.allocations.pop(handle)

@@ -81,7 +81,8 @@ class SimCluster:
             dev = FaultyDevice(SimDevice(preset, env=self.env, capacity=capacity,
                                          name=f"sim-gpu-{wid.pp}-{wid.tp}"),
                                (device_faults or {}).get(wid))
-            w = SimWorker(wid, WorkerState(geometry, dev, name=str(wid)), dev, simpy.Store(self.env))
+            state = WorkerState(geometry, dev, name=str(wid))
+            w = SimWorker(wid, state, dev, simpy.Store(self.env))
             self.workers[wid] = w
             self.env.process(self._serve(w))
 
@@ -120,16 +121,18 @@ class SimCluster:
 
     # -- message life ------------------------------------------------------------------------
     def _hit(self, kind: str, t: WorkerId, op: str | None) -> Fault | None:
-        for f in self.faults:
+        hit = None
+        for f in self.faults:  # every matching fault counts the message; the first due fires
             if f.kind != kind or f.fired or (f.op is not None and f.op != op) or (
                     f.worker is not None and f.worker != t):
                 continue
             f.seen += 1
-            if f.seen == f.nth:
+            if f.seen == f.nth and hit is None:
                 f.fired = True
-                self.injected.append((kind, op, str(t)))
-                return f
-        return None
+                hit = f
+        if hit is not None:
+            self.injected.append((kind, op, str(t)))
+        return hit
 
     def _deliver(self, t: WorkerId, msg: dict[str, Any], reply_to: Callable[[dict], None]):
         op = msg.get("op")

@@ -1,0 +1,172 @@
+"""The control plane across real processes: a pool owner, ``workbench kvctl`` and ``kvtop``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import uuid
+
+import pytest
+
+from workbench.core import control
+from workbench.errors import ConfigError
+
+OWNER = textwrap.dedent("""
+    import sys, time
+    from workbench.config import PoolConfig
+    from workbench.core.geometry import KVGeometry
+    from workbench.core.ledger import KVCacheManager
+    from workbench.sim.device import SimDevice
+    geo = KVGeometry(num_layers=2, kv_heads=8, head_dim=128, num_blocks=640)  # 10 x 8 MiB
+    kv = KVCacheManager(geo, SimDevice(), name=sys.argv[1],
+                        config=PoolConfig(ipc_name=sys.argv[1], min_reserved_pages=1,
+                                          max_reserved_pages=2))
+    held = [kv.alloc(63)] + [kv.alloc(64) for _ in range(4)]   # pages 0..4 in use
+    print("ready", flush=True)
+    while True:                      # an engine's step loop: alloc/free poll the segment
+        line = sys.stdin.readline().strip()
+        if line == "free":
+            while held:
+                kv.free(held.pop())
+            print("freed", flush=True)
+        elif line == "quit" or not line:
+            kv.close()
+            print("closed", flush=True)
+            break
+        else:
+            kv.poll_control()
+            print("polled", flush=True)
+""")
+
+
+def cli(*args: str, check: bool = False) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "workbench", *args], capture_output=True,
+                          text=True, timeout=60, check=check)
+
+
+@pytest.fixture
+def owner():
+    name = f"t_{uuid.uuid4().hex[:10]}"
+    p = subprocess.Popen([sys.executable, "-c", OWNER, name], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ready"
+
+    def say(cmd: str) -> str:
+        p.stdin.write(cmd + "\n")
+        p.stdin.flush()
+        return p.stdout.readline().strip()
+
+    yield name, p, say
+    if p.poll() is None:
+        say("quit")
+        p.wait(timeout=30)
+    control.segment_path(name).unlink(missing_ok=True)
+
+
+def test_segment_is_private_and_listed(owner):
+    name, p, _ = owner
+    path = control.segment_path(name)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    rows = json.loads(cli("kvctl", "list", "--json", check=True).stdout)
+    row = next(r for r in rows if r["name"] == name)
+    assert row["owner_pid"] == p.pid and row["alive"]
+    assert row["used"] == 5 * 8 << 20
+
+
+def test_limit_from_a_third_process_takes_effect_in_the_owner(owner):
+    name, _, say = owner
+    r = cli("kvctl", "limit", name, "24MiB", "--json", "--wait", "0")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["outcome"] == "pending"  # the owner has not polled yet
+    assert say("poll") == "polled"
+    info = control.read_segment(name)
+    assert info.ack_revision == info.req_revision == info.revision
+    assert info.limit == 24 << 20 and info.outcome == "deferred"  # 5 pages live, limit 3
+    assert say("free") == "freed"
+    info = control.read_segment(name)
+    assert info.outcome == "applied" and info.mapped <= 24 << 20
+    assert info.page_states[3:] == ["reclaimed"] * 7
+    # and a percentage, answered while the owner polls
+    r = cli("kvctl", "limit-percent", name, "50", "--json", "--wait", "0")
+    assert say("poll") == "polled"
+    assert control.read_segment(name).limit == 40 << 20
+
+
+@pytest.mark.parametrize("args, words", [
+    (("limit", "{name}", "8X"), "not a size"),
+    (("limit", "{name}", "--", "-1"), "negative"),
+    (("limit", "{name}", "-1"), "No such option"),
+    (("limit", "{name}", "1G"), "exceeds"),
+    (("limit", "{name}", "1MiB"), "below one page"),
+    (("limit", "nosuchpool", "8M"), "no pool named"),
+    (("limit", "../etc", "8M"), "path separators"),
+    (("limit-percent", "{name}", "150"), "between 0 and 100"),
+    (("delete", "{name}"), "live process"),
+])
+def test_bad_requests_fail_clearly_and_write_nothing(owner, args, words):
+    name, _, _ = owner
+    before = control.read_segment(name)
+    r = cli("kvctl", *(a.format(name=name) for a in args))
+    assert r.returncode == 2
+    assert words in r.stderr
+    after = control.read_segment(name)
+    assert (after.req_revision, after.req_limit, after.limit) == (
+        before.req_revision, before.req_limit, before.limit)
+
+
+def test_gc_removes_segments_of_killed_owners(owner):
+    name, p, _ = owner
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=30)
+    assert control.read_segment(name) is not None  # SIGKILL left it behind
+    assert not control.read_segment(name).alive
+    r = cli("kvctl", "gc", "--json", check=True)
+    assert name in json.loads(r.stdout)["segments"]
+    assert control.read_segment(name) is None
+
+
+def test_clean_close_removes_the_segment(owner):
+    name, _, say = owner
+    assert say("quit") == "closed"
+    assert control.read_segment(name) is None
+
+
+def test_kvtop_draws_pools(owner):
+    name, _, _ = owner
+    r = cli("kvtop", "--once", "--width", "32", check=True)
+    assert name in r.stdout and "█" in r.stdout
+    data = json.loads(cli("kvtop", "--json", check=True).stdout)
+    mine = next(d for d in data if d["name"] == name)
+    assert mine["page_states"][:5] == ["in_use"] * 5
+
+
+def test_watch_prints_samples(owner):
+    name, _, _ = owner
+    r = cli("kvctl", "watch", name, "--count", "2", "--interval", "0.05", "--json", check=True)
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    assert len(lines) == 2 and lines[0]["name"] == name
+
+
+def test_a_live_name_cannot_be_taken(owner):
+    name, _, _ = owner
+    from workbench.config import PoolConfig
+    from workbench.core.geometry import KVGeometry
+    from workbench.core.ledger import KVCacheManager
+    from workbench.sim.device import SimDevice
+
+    with pytest.raises(ConfigError, match="in use by live process"):
+        KVCacheManager(KVGeometry(num_layers=2, kv_heads=8, head_dim=128), SimDevice(),
+                       config=PoolConfig(ipc_name=name))
+
+
+def test_every_command_has_help():
+    for args in ([], ["kvctl"], ["kvctl", "list"], ["kvctl", "limit"], ["kvctl", "gc"],
+                 ["kvctl", "watch"], ["kvctl", "delete"], ["kvctl", "limit-percent"],
+                 ["kvtop"], ["replay"], ["lab"]):
+        r = cli(*args, "--help")
+        assert r.returncode == 0 and "Usage" in r.stdout, (args, r.stderr)
