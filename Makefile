@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.ready
 PYTEST_ARGS ?=
 
-.PHONY: lab test test-gpu test-engines setup browser-deps lint clean
+.PHONY: lab test test-gpu setup browser-deps lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +16,14 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# CPU torch for the tests of the mini engine and the host device's tensor views. 2.13.0 is the
+# CPU build that lies on this project's machines; elsewhere set TORCH_SPEC to what suits you.
+TORCH_SPEC ?= torch==2.13.0
+TORCH_STAMP := $(VENV)/.torch
+$(TORCH_STAMP): $(STAMP)
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
+	touch $(TORCH_STAMP)
+
 # Debian's chromium for the real-browser test (Playwright drives it; it downloads no browser).
 browser-deps:
 	@command -v chromium >/dev/null 2>&1 || { \
@@ -25,7 +33,7 @@ browser-deps:
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab --notebook-dir=chapters chapters/00_start_here.ipynb
 
-test: $(STAMP) browser-deps
+test: $(STAMP) $(TORCH_STAMP) browser-deps
 	$(PY) -m pytest -m "not gpu and not engine" $(PYTEST_ARGS)
 
 test-gpu: $(STAMP)
