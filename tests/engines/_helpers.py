@@ -32,3 +32,38 @@ def in_use_pages(kv: KVCacheManager) -> int:
 @pytest.fixture
 def kv():
     return make_kv()
+
+
+def run_single(kind: str, requests, *, num_blocks: int = 256, blocks_per_page: int = 4,
+               block_size: int = 16, caching: bool = True, max_cached_tokens: int = -1,
+               budget: int = 2048, max_num_seqs: int = 256, until: float = 1e5):
+    """One vLLM-like or SGLang-like instance on a small pool; runs ``requests`` to completion."""
+    import simpy
+
+    from workbench.engines.kvsetup import InstanceKV
+    from workbench.engines.sglang_like import SGLangLikeEngine, SGLangOptions
+    from workbench.engines.steptime import StepTimeModel
+    from workbench.engines.vllm_like import VLLMLikeEngine, VLLMOptions
+
+    env = simpy.Environment()
+    dev = SimDevice("h200", env=env, capacity=4 * GiB)
+    kv = make_kv(num_blocks, blocks_per_page=blocks_per_page, block_size=block_size,
+                 max_cached_tokens=max_cached_tokens, device=dev, name=kind)
+    ikv = InstanceKV(kv, "elastic", None)
+    st = StepTimeModel.preset("llama-3.1-8b", "h200")
+    if kind == "vllm":
+        eng = VLLMLikeEngine(env, kind, ikv, st, dev, options=VLLMOptions(
+            enable_prefix_caching=caching, max_num_batched_tokens=budget,
+            max_num_seqs=max_num_seqs))
+    else:
+        eng = SGLangLikeEngine(env, kind, ikv, st, dev, options=SGLangOptions(
+            enable_radix_cache=caching, max_num_seqs=max_num_seqs))
+    eng.driver.submit(requests)
+    total = len(requests)
+
+    def watch():
+        while len(eng.scheduler.finished) < total and env.now < until:
+            yield env.timeout(0.05)
+
+    env.run(until=env.process(watch()))
+    return eng

@@ -84,18 +84,18 @@ def prefix_groups(*, doc_len: int = 1024, suffix_len: int = 64, per_group: int =
     cases: list[PrefixCase] = []
     rid, t = 1, gap_s
     for g in "ABCD":
-        for _ in range(per_group):
+        for k in range(per_group):
             q = _tokens(rng, suffix_len)
             if g == "A":
                 prompt, hit = doc + q, aligned(doc_len)
             elif g == "B":
                 d = list(doc)
-                d[early_pos] = (d[early_pos] + 1) % VOCAB or 1
+                d[early_pos] = (d[early_pos] + 1 + k) % VOCAB or 1  # each probe its own edit
                 prompt, hit = d + q, aligned(early_pos)
             elif g == "C":
                 pos = doc_len - late_back
                 d = list(doc)
-                d[pos] = (d[pos] + 1) % VOCAB or 1
+                d[pos] = (d[pos] + 1 + k) % VOCAB or 1
                 prompt, hit = d + q, aligned(pos)
             else:
                 prompt, hit = _tokens(rng, preamble_len) + doc + q, 0

@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from workbench.cli import app
+from workbench.labs import colocation
+from workbench.labs.record import SCHEMA
+
+# seed 003 §12 (unified result table) and seed 000 §2 (version manifest)
+TABLE_FIELDS = {"experiment_id", "hypothesis", "environment", "model_io", "cache_state", "load",
+                "samples", "outcomes", "ttft", "tpot_itl", "e2e", "throughput", "slo_goodput",
+                "hits", "transfer_bytes", "phase_times", "kv", "correctness", "raw_data",
+                "verdict", "mechanism", "open_questions", "applicability", "manifest"}
+
+
+def test_colocation_point_record_and_markdown():
+    rec, md = colocation.run([12], workers=1)
+    d = json.loads(rec.to_json())
+    assert d["schema"] == SCHEMA and TABLE_FIELDS <= set(d)
+    assert set(d["manifest"]) == {"hardware", "software", "engine_config", "kvcached_config"}
+    assert d["manifest"]["kvcached_config"]["page_size"] == 2 << 20
+    (p,) = d["results"]["points"]
+    assert p["peak"] == 12 and p["kvcached"]["mean_static"] == 94
+    assert p["mean_ttft_ms"]["static"] > 0 and p["mean_speedup"] > 0
+    assert "| 12 |" in md and "Why ours differs" in md
+    assert d["results"]["timelines"]["12/elastic"]["vllm0"]["mapped_bytes"]
+
+
+def test_cli_labs_list_and_run(tmp_path):
+    runner = CliRunner()
+    out = runner.invoke(app, ["labs", "list"])
+    assert out.exit_code == 0 and "colocation" in out.output
+    target = tmp_path / "colo.json"
+    out = runner.invoke(app, ["labs", "run", "colocation", "--peaks", "12", "--json",
+                              str(target)])
+    assert out.exit_code == 0, out.output
+    assert json.loads(target.read_text())["results"]["points"][0]["peak"] == 12
+    assert target.with_suffix(".md").exists()
+    bad = runner.invoke(app, ["labs", "run", "colocation", "--backend", "gpu"])
+    assert bad.exit_code == 2
+    assert runner.invoke(app, ["labs", "run", "nope"]).exit_code == 2
+
+
+def test_idle_footprint_page_aware_beats_lru():
+    from workbench.labs.idle_footprint import measure
+
+    pa = measure("vllm", page_aware=True, num_requests=400)
+    lru = measure("vllm", page_aware=False, num_requests=400)
+    assert pa["cached_blocks"] <= 1000 and lru["cached_blocks"] <= 1000
+    assert pa["ratio_in_use"] <= 1.15 < lru["ratio_in_use"]
+    assert pa["prefix_hit_tokens"] > 0
