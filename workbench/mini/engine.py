@@ -1,9 +1,12 @@
 """The mini engine: model + paged KV store + scheduler, one iteration per :meth:`Engine.step`.
 
-Each step packs every scheduled token into one forward pass (decode rows first, then prefill
-chunks), writes their K/V into the slots the ledger handed out, samples one token for each sequence
-whose cached KV now covers all its tokens, and frees the blocks of finished sequences. Nothing here
-knows whether the bytes under the KV views are VMM pages or a plain allocation.
+Scheduling is the simulated vLLM-like engine's own code (``workbench.engines.vllm_sched``: one
+token budget, chunked prefill, recompute preemption on an allocation miss, over a ``BlockPool`` on
+the ledger), so the real engine and the simulator make the same decisions. Each step packs every
+scheduled token into one forward pass (decode rows first, then prefill chunks), writes their K/V
+into the slots the ledger handed out, samples one token for each sequence whose cached KV now
+covers all its tokens, and hands the tokens to the scheduler's ``update``. Nothing here knows
+whether the bytes under the KV views are VMM pages or a plain allocation.
 """
 
 from __future__ import annotations
@@ -14,11 +17,34 @@ from dataclasses import dataclass, field
 
 import torch
 
+from workbench.engines.block_pool import BlockPool
+from workbench.engines.request import ReqState, Request
+from workbench.engines.scheduler import StepPlan
+from workbench.engines.vllm_sched import VLLMKVManager, VLLMScheduler
 from workbench.errors import ConfigError
 from workbench.mini.attention import AttnContext, PrefillSeg, softmax_scale
 from workbench.mini.kv import KVSpec, KVStore
 from workbench.mini.model import ModelConfig, build_model
-from workbench.mini.sched import Scheduled, Scheduler, SchedulerConfig, Seq
+
+
+@dataclass(slots=True, eq=False)
+class Seq(Request):
+    """The scheduler's request record plus what a real engine needs: sampling, streaming."""
+
+    name: str = ""
+    temperature: float = 0.0
+    stop_ids: tuple[int, ...] = ()
+    finish_reason: str | None = None
+    on_token: Callable | None = None  # on_token(seq, token_id | None) from the engine thread
+    generator: torch.Generator | None = None
+
+    @property
+    def output(self) -> list[int]:
+        return self.tokens[self.prompt_len:]
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
 
 
 @dataclass
@@ -26,6 +52,7 @@ class EngineConfig:
     max_num_seqs: int = 64
     max_batched_tokens: int = 2048
     attn_impl: str = "auto"  # "triton" (CUDA), "torch", or "auto"
+    prefix_caching: bool = False  # vLLM's prefix cache (BlockPool); off as in the colocation bench
 
 
 @dataclass
@@ -57,9 +84,10 @@ class Engine:
         self.device = torch.device(device)
         self.model = model if model is not None else build_model(model_cfg, self.device)
         self.kv = KVStore(model_cfg, kv_spec, self.device, pool_device=pool_device, name=name)
-        self.scheduler = Scheduler(self.kv.manager, self.kv.block_size,
-                                   SchedulerConfig(self.cfg.max_num_seqs,
-                                                   self.cfg.max_batched_tokens))
+        self.pool = BlockPool(self.kv.manager, enable_caching=self.cfg.prefix_caching)
+        self.scheduler = VLLMScheduler(VLLMKVManager(self.pool), name=name,
+                                       max_num_seqs=self.cfg.max_num_seqs,
+                                       max_num_batched_tokens=self.cfg.max_batched_tokens)
         self.scale = softmax_scale(model_cfg.head_dim)
         self.stats = EngineStats()
         self.sync = sync  # time steps with a device sync (True) or let them queue
@@ -68,7 +96,7 @@ class Engine:
     # -- requests ------------------------------------------------------------------------------
     def add_request(self, prompt: Sequence[int], max_tokens: int, *, temperature: float = 0.0,
                     seed: int | None = None, stop_ids: Sequence[int] = (),
-                    rid: str | None = None,
+                    rid: str | None = None, arrival: float | None = None,
                     on_token: Callable[[Seq, int | None], None] | None = None) -> Seq:
         cfg = self.model_cfg
         prompt = [int(t) for t in prompt]
@@ -89,51 +117,68 @@ class Engine:
             raise ConfigError(f"prompt + max_tokens = {total} tokens",
                               f"exceeds the KV pool ({(g.num_blocks - 1) * g.block_size} tokens)",
                               "give the pool more memory or send a shorter request")
-        if rid is None:
-            rid = f"cmpl-{self._next_id}"
-            self._next_id += 1
-        seq = Seq(rid, prompt, max_tokens, temperature=temperature, seed=seed,
-                  stop_ids=tuple(stop_ids), arrival=time.perf_counter(), on_token=on_token)
+        num = self._next_id
+        self._next_id += 1
+        seq = Seq(num, prompt, max_tokens, arrival=time.perf_counter() if arrival is None
+                  else arrival, name=rid or f"cmpl-{num}", temperature=temperature,
+                  stop_ids=tuple(stop_ids), on_token=on_token)
         if temperature > 0:
             seq.generator = torch.Generator(device=self.device)
-            seq.generator.manual_seed(seed if seed is not None else hash(rid) & 0xFFFF_FFFF)
-        self.scheduler.add(seq)
+            seq.generator.manual_seed(seed if seed is not None else num)
+        self.scheduler.add_request(seq)
         return seq
 
     def has_work(self) -> bool:
         return self.scheduler.has_work()
 
+    @property
+    def num_preemptions(self) -> int:
+        return self.scheduler.stats.preemptions
+
+    def _finish(self, seq: Seq, reason: str) -> None:
+        """End ``seq`` outside the scheduler's own rule (a stop token, an abort)."""
+        sched = self.scheduler
+        if seq in sched.waiting:
+            sched.waiting.remove(seq)
+        if seq in sched.running:
+            sched.running.remove(seq)
+            sched.release(seq, finished=True)
+        seq.state = ReqState.FINISHED
+        seq.finish_reason = reason
+        seq.finish = time.perf_counter()
+
     def abort(self, seq: Seq, reason: str = "abort") -> None:
         if seq.finished:
             return
-        seq.finish_reason = reason
-        if seq in self.scheduler.waiting:
-            self.scheduler.waiting.remove(seq)
-        self.scheduler.finish(seq)
+        self._finish(seq, reason)
         if seq.on_token is not None:
             seq.on_token(seq, None)
 
     # -- one iteration ---------------------------------------------------------------------------
     def step(self) -> list[Seq]:
         """Run one iteration; returns the sequences that finished in it."""
-        before = self.scheduler.num_preemptions
-        plan = self.scheduler.schedule()
-        if not plan:
-            return []
         t0 = time.perf_counter()
-        plan.sort(key=lambda s: s.num_new != 1 or s.seq.num_computed == 0)  # decodes first
-        ids, pos, slots, ctx, sample_rows = self._prepare(plan)
+        before = self.num_preemptions
+        plan = self.scheduler.schedule()
+        if not plan.items:
+            return []
+        # decodes first (one row each, the paged kernel), then prefill chunks (SDPA)
+        order = sorted(range(len(plan.items)), key=lambda i: not self._is_decode(*plan.items[i]))
+        ids, pos, ctx, sample_rows = self._prepare([plan.items[i] for i in order])
         logits = self.model(ids, pos, ctx, sample_rows)
-        finished = self._sample(plan, logits)
+        finished = self._sample(plan, order, logits)
         if self.sync and self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         st = StepStats(num_decode=ctx.num_decode,
                        num_prefill_tokens=sum(p.q_len for p in ctx.prefills),
-                       context_tokens=sum(s.seq.num_computed for s in plan),
-                       seconds=time.perf_counter() - t0,
-                       preempted=self.scheduler.num_preemptions - before)
+                       context_tokens=plan.ctx_tokens, seconds=time.perf_counter() - t0,
+                       preempted=self.num_preemptions - before)
         self.stats.add(st)
         return finished
+
+    @staticmethod
+    def _is_decode(seq: Seq, n: int) -> bool:
+        return n == 1 and seq.num_computed > 0
 
     def _slot(self, seq: Seq, p: int) -> int:
         bs = self.kv.block_size
@@ -145,7 +190,7 @@ class Engine:
             return [self._slot(seq, p) for p in range(length)]
         return seq.blocks[: -(-length // self.kv.block_size)]
 
-    def _prepare(self, plan: list[Scheduled]):
+    def _prepare(self, items: list[tuple[Seq, int]]):
         dev = self.device
         ids: list[int] = []
         pos: list[int] = []
@@ -154,13 +199,13 @@ class Engine:
         decode_lens: list[int] = []
         prefills: list[PrefillSeg] = []
         sample_rows: list[int] = []
-        for s in plan:
-            seq, n, c = s.seq, s.num_new, s.seq.num_computed
+        for seq, n in items:
+            c = seq.num_computed
             row = len(ids)
             ids.extend(seq.tokens[c:c + n])
             pos.extend(range(c, c + n))
             wslots.extend(self._slot(seq, p) for p in range(c, c + n))
-            if n == 1 and c > 0:
+            if self._is_decode(seq, n):
                 decode_rows.append(self._table_row(seq, c + 1))
                 decode_lens.append(c + 1)
             else:
@@ -177,37 +222,40 @@ class Engine:
         ctx = AttnContext(self.kv.k, self.kv.v, torch.tensor(wslots, device=dev),
                           len(decode_rows), table, lens, self.kv.entry_tokens, prefills,
                           self.scale, self.cfg.attn_impl)
-        return (torch.tensor(ids, device=dev), torch.tensor(pos, device=dev), wslots, ctx,
+        return (torch.tensor(ids, device=dev), torch.tensor(pos, device=dev), ctx,
                 torch.tensor(sample_rows, device=dev, dtype=torch.long))
 
-    def _sample(self, plan: list[Scheduled], logits: torch.Tensor) -> list[Seq]:
+    def _sample(self, plan: StepPlan, order: list[int], logits: torch.Tensor) -> list[Seq]:
+        """One token for each item whose KV now covers all its tokens; the scheduler's
+        ``update`` appends it, stamps times and finishes requests at ``max_tokens``."""
         greedy = logits.argmax(-1).tolist()
-        now = time.perf_counter()
-        finished: list[Seq] = []
-        i = 0
-        for s in plan:
-            seq = s.seq
-            seq.num_computed += s.num_new
-            if seq.num_computed != seq.num_tokens:
+        token_ids = [0] * len(plan.items)
+        sampled: list[int] = []
+        row = 0
+        for i in order:  # logits rows follow the packed (decode-first) order
+            seq, n = plan.items[i]
+            if seq.num_computed + n != seq.num_tokens:
                 continue  # a prefill chunk with more to come
-            tok = greedy[i]
+            tok = greedy[row]
             if seq.temperature > 0:
-                probs = torch.softmax(logits[i] / seq.temperature, -1)
+                probs = torch.softmax(logits[row] / seq.temperature, -1)
                 tok = int(torch.multinomial(probs, 1, generator=seq.generator))
-            i += 1
-            seq.tokens.append(tok)
-            seq.output.append(tok)
-            seq.token_times.append(now)
-            if seq.first_token_time is None:
-                seq.first_token_time = now
-            if tok in seq.stop_ids:
-                seq.finish_reason = "stop"
-            elif len(seq.output) >= seq.max_tokens:
+            token_ids[i] = tok
+            sampled.append(i)
+            row += 1
+        now = time.perf_counter()
+        done = {id(s) for s in self.scheduler.update(plan, now, token_ids)}
+        self.scheduler.finished.clear()  # a server runs for days: keep no history here
+        finished: list[Seq] = []
+        for i in sorted(sampled):
+            seq, tok = plan.items[i][0], token_ids[i]
+            if id(seq) in done:
                 seq.finish_reason = "length"
+            elif tok in seq.stop_ids:
+                self._finish(seq, "stop")
             if seq.on_token is not None:
                 seq.on_token(seq, tok)
             if seq.finished:
-                self.scheduler.finish(seq)
                 finished.append(seq)
                 if seq.on_token is not None:
                     seq.on_token(seq, None)
@@ -226,7 +274,7 @@ class Engine:
             if idle > 3:  # nothing fits even an empty pool: give up rather than spin
                 for seq in list(self.scheduler.waiting):
                     self.abort(seq, "abort")
-        return [s.output for s in seqs]
+        return [list(s.output) for s in seqs]
 
     def close(self) -> None:
         self.kv.close()

@@ -69,16 +69,6 @@ def geometry_for(cfg: ModelConfig, spec: KVSpec) -> KVGeometry:
                       page_size=spec.page_size, layout=layout)
 
 
-def _cuda_bytes(va: int, nbytes: int, device: torch.device) -> torch.Tensor:
-    """A flat uint8 CUDA tensor over ``[va, va+nbytes)`` that does not own the memory."""
-
-    class _Span:  # __cuda_array_interface__ v3: torch wraps the pointer, no copy
-        __cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (va, False),
-                                    "version": 3, "strides": None}
-
-    return torch.as_tensor(_Span(), device=device)
-
-
 class KVStore:
     """The ledger and the per-layer K/V views of one engine instance."""
 
@@ -101,6 +91,17 @@ class KVStore:
             pool_device = SimDevice("h200", capacity=1 << 50)
         self.manager = KVCacheManager(g, pool_device, name=name, config=pc)
         space = self.manager.space
+        self.k: list[torch.Tensor] = []
+        self.v: list[torch.Tensor] = []
+        if spec.backend == "vmm" and self.device.type == "cuda":
+            from workbench.gpu.tensors import KVTensors  # the GPU backend's views, no copies
+
+            self._views = KVTensors(space, torch.bfloat16, self.device.index or 0)
+            self._flat = self._views.raw
+            for layer in range(g.num_layers):
+                self.k.append(self._views.block_tensor(layer, 0))
+                self.v.append(self._views.block_tensor(layer, 1))
+            return
         if spec.backend == "vmm":
             self._flat = _flat_over(pool_device, space.base, space.size, self.device)
         else:
@@ -108,8 +109,6 @@ class KVStore:
         flat16 = self._flat.view(torch.bfloat16)
         shape = (g.num_blocks, g.block_size, g.kv_heads, g.head_dim)
         inner = (g.kv_heads * g.head_dim, g.head_dim, 1)
-        self.k: list[torch.Tensor] = []
-        self.v: list[torch.Tensor] = []
         for layer in range(g.num_layers):
             for buf, out in ((0, self.k), (1, self.v)):
                 vs = space.view(layer, buf)
@@ -140,6 +139,7 @@ class KVStore:
         self.k.clear()
         self.v.clear()
         self._flat = None
+        self._views = None
         self.manager.close()
 
 
@@ -147,7 +147,9 @@ def _vmm_device(device: torch.device):
     if device.type == "cuda":
         from workbench.backends import make_device
 
-        return make_device("gpu")
+        # No zero page: the kernels never read a block they were not given (masked loads, the
+        # null block for padding), so a stray access should fault, not read zeros.
+        return make_device("gpu", device_index=device.index or 0, zero_page=False)
     from workbench.host.device import HostDevice
 
     return HostDevice()
@@ -155,14 +157,7 @@ def _vmm_device(device: torch.device):
 
 def _flat_over(pool_device, va: int, nbytes: int, device: torch.device) -> torch.Tensor:
     inner = getattr(pool_device, "inner", pool_device)  # FaultyDevice wraps
-    if hasattr(inner, "tensor"):
-        try:
-            t = inner.tensor(va, nbytes, torch.uint8)
-            if t.device.type == device.type:
-                return t
-        except TypeError:
-            pass
-    if device.type != "cuda":
+    if not hasattr(inner, "tensor"):
         raise ConfigError(f"pool device {type(inner).__name__}", "gives no tensor views",
-                          "use the host or gpu backend for vmm KV")
-    return _cuda_bytes(va, nbytes, device)
+                          "use the host device (CPU) or the gpu backend (CUDA) for vmm KV")
+    return inner.tensor(va, nbytes, torch.uint8)

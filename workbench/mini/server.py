@@ -26,8 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from workbench.errors import ConfigError
-from workbench.mini.engine import Engine
-from workbench.mini.sched import Seq
+from workbench.mini.engine import Engine, Seq
 
 
 def encode(text: str) -> list[int]:
@@ -102,7 +101,7 @@ class EngineLoop(threading.Thread):
                 self._drain(block=not self.engine.has_work())
                 if self.engine.has_work():
                     for seq in self.engine.step():
-                        self._live.pop(seq.rid, None)
+                        self._live.pop(seq.name, None)
                     if not self.engine.scheduler.running:
                         time.sleep(self.idle_wait_s)  # waiting for memory another pool holds
         except BaseException as err:  # surface engine crashes to every open request
