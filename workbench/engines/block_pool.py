@@ -101,19 +101,24 @@ class BlockPool:
         """n fresh blocks (ref 1) or None; evicts LRU cached blocks on a shortage (two tries)."""
         if n == 0:
             return []
-        if n > self.num_free_blocks():
-            return None
-        for _ in range(2):
-            short = n - self.kv.available_size()
-            if short > 0:
-                self.evict_lru(short)
-            ids = self.kv.alloc(n)
-            if ids is not None:
-                ref = self.ref
-                for b in ids:
-                    ref[b] = 1
-                return ids
-        return None
+        kv = self.kv
+        if not self.evictable:  # nothing to evict: the ledger alone decides (one check)
+            ids = kv.alloc(n)
+        else:
+            avail = kv.available_size()
+            if n > avail + len(self.evictable):
+                return None
+            if n > avail:
+                self.evict_lru(n - avail)
+            ids = kv.alloc(n)
+            if ids is None:  # a page could not be backed: evict more and try once more
+                self.evict_lru(n)
+                ids = kv.alloc(n)
+        if ids is not None:
+            ref = self.ref
+            for b in ids:
+                ref[b] = 1
+        return ids
 
     def cache_full_blocks(self, blocks: Sequence[int], hashes: Sequence[int], start: int,
                           end: int, group_id: int = 0) -> None:

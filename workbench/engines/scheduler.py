@@ -94,9 +94,11 @@ class Scheduler:
         self.stats.steps += 1
         for i, (req, n) in enumerate(plan.items):
             req.num_computed += n
-            if req.num_computed < req.num_tokens:
+            if req.num_computed < len(req.tokens):
                 continue  # a prefill chunk: no token yet
-            tok = token_ids[i] if token_ids is not None else req.fake_token()
+            # the simulator's stand-in for a sampled token: deterministic, request-specific
+            tok = token_ids[i] if token_ids is not None else \
+                (req.rid * 1_000_003 + req.output_len * 7919) % 128_000 + 1
             req.tokens.append(tok)
             req.output_len += 1
             req.token_times.append(now)

@@ -94,9 +94,17 @@ class VLLMScheduler(Scheduler):
         preempted: list[Request] = []
         running = self.running
         i = 0
+        bs = kvm.block_size
         while i < len(running) and budget > 0:
             req = running[i]
-            n = min(req.num_tokens - req.num_computed, budget)
+            n = len(req.tokens) - req.num_computed
+            if n > budget:
+                n = budget
+            if req.num_computed + n <= len(req.blocks) * bs:  # fits its blocks: no allocation
+                items.append((req, n))
+                budget -= n
+                i += 1
+                continue
             while not kvm.allocate_slots(req, n):
                 stats.misses += 1
                 victim = running.pop()
