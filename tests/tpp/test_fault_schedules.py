@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -101,3 +102,19 @@ def _run(tp, pp, faults, device_faults, ops, cfg):
 @given(schedules())
 def test_any_fault_schedule_keeps_pages_all_or_none(schedule):
     _run(*schedule)
+
+
+# One deterministic run per (step, op): every protocol step of every message kind, on rank 1.
+# The op script makes every message kind occur: a map, a map whose rollback sends unmap, a
+# prepare that fails (so abort), a trim (prepare+commit) and a release barrier.
+_SCRIPT = [("alloc", BPP), ("alloc", BPP), ("free", 0), ("trim", 0), ("release", 0),
+           ("alloc", 2 * BPP)]
+
+
+@pytest.mark.parametrize("op", PROTOCOL_OPS)
+@pytest.mark.parametrize("kind", FAULT_KINDS)
+def test_every_protocol_step(kind, op):
+    w1 = targets_for(2, 1)[1]
+    device_faults = {targets_for(2, 1)[0]: {"create": [3]}, w1: {"unmap": [2]}}
+    _run(2, 1, [Fault(kind, op=op, worker=w1)], device_faults, list(_SCRIPT),
+         {"defer_release": False, "max_reserved": 0})

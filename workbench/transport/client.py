@@ -12,6 +12,7 @@ and removes processes, sockets and directory on :meth:`~WorkerGroup.shutdown`.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import json
 import os
@@ -149,6 +150,8 @@ class WorkerGroup:
         self.dir = make_pool_dir(name)
         self.paths = {t: socket_path(self.dir, t) for t in targets_for(tp, pp)}
         self.procs: dict[WorkerId, subprocess.Popen] = {}
+        self.closed = False
+        atexit.register(self.shutdown)  # a normal exit cleans up too (SIGKILL needs gc_sockets)
         geo = {f.name: getattr(geometry, f.name) for f in dataclasses.fields(geometry)}
         geo["layout"] = geometry.layout.value
         skip = set(missing)
@@ -219,6 +222,10 @@ class WorkerGroup:
 
     def shutdown(self, timeout: float = 20.0) -> None:
         """Stop every worker (exit, then SIGTERM, then SIGKILL) and remove the socket dir."""
+        if self.closed:
+            return
+        self.closed = True
+        atexit.unregister(self.shutdown)
         transport = getattr(self, "transport", None)
         for t, proc in self.procs.items():
             if proc.poll() is None and transport is not None:
