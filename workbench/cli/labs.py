@@ -29,6 +29,21 @@ def _module(name: str):
     return importlib.import_module(LABS[name])
 
 
+def _steptime(text: str) -> str | dict[str, float]:
+    if "=" not in text:
+        return text
+    out: dict[str, float] = {}
+    for part in text.split(","):
+        key, _, value = part.partition("=")
+        try:
+            out[key.strip()] = float(value)
+        except ValueError:
+            err_console.print(f"error: --steptime {part!r} is not key=number; write e.g. "
+                              "bw_eff=0.55")
+            raise typer.Exit(2) from None
+    return out
+
+
 @labs.command("list")
 def list_labs() -> None:
     """List the labs."""
@@ -46,6 +61,9 @@ def run_lab(
         help="Comma-separated PEAK req/s values (colocation), e.g. 12,14,16.")] = None,
     quick: Annotated[bool, typer.Option(help="A smaller run for CI and a first look.")] = False,
     seed: Annotated[int, typer.Option(help="Workload seed (same seed, same result).")] = 0,
+    steptime: Annotated[str | None, typer.Option(
+        help="Step-time calibration: a name (roofline, kvcached-fit) or key=value pairs, "
+             "e.g. bw_eff=0.55,step_overhead_s=0.005.")] = None,
 ) -> None:
     """Run lab NAME and print its report."""
     mod = _module(name)
@@ -58,6 +76,8 @@ def run_lab(
             err_console.print(f"error: --peaks {peaks!r} is not a list of integers; "
                               "write e.g. 12,14,16")
             raise typer.Exit(2) from None
+    if steptime is not None:
+        kw["steptime"] = _steptime(steptime)
     kw = {k: v for k, v in kw.items() if k in params}
     t0 = time.perf_counter()
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
