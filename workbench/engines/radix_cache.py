@@ -222,8 +222,8 @@ class RadixCache:
         for node, j in self._page_aware_cuts(excess):
             if self.owner.get(node.value[j] if j < len(node.value) else -1) is node:
                 freed += self._evict_from(node, j)
-        if self.evictable_size > cap:  # whole pages were not enough: LRU leaves for the rest
-            freed += self.evict(self.evictable_size - cap)
+        if self.evictable_size > cap:  # whole pages were not enough: LRU leaf tails for the rest
+            freed += self._evict_tails(-(-(self.evictable_size - cap) // self.page))
         self.evicted_cap += freed
         return freed
 
@@ -261,6 +261,24 @@ class RadixCache:
             out.extend(first.items())
             got += removed
         return out
+
+    def _evict_tails(self, blocks: int) -> int:
+        """LRU, but block-exact: cut only as many tail blocks of the oldest leaves as needed."""
+        heap = [(n.last_access, n.nid, n) for n in self._nodes() if not n.children
+                and n.lock_ref == 0 and n is not self.root]
+        heapq.heapify(heap)
+        freed = 0
+        while heap and blocks > 0:
+            _, _, leaf = heapq.heappop(heap)
+            k = min(blocks, len(leaf.value))
+            whole, parent = k == len(leaf.value), leaf.parent
+            n = self._evict_from(leaf, len(leaf.value) - k)
+            freed += n
+            blocks -= n // self.page
+            if whole and parent is not self.root and not parent.children and \
+                    parent.lock_ref == 0:
+                heapq.heappush(heap, (parent.last_access, parent.nid, parent))
+        return freed
 
     def _evict_from(self, node: Node, j: int) -> int:
         """Drop ``node``'s blocks from index ``j`` on, and its whole subtree."""
