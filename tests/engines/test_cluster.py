@@ -101,3 +101,15 @@ def test_summary_and_goodput():
     strict = summarize(res.instances[0].requests, SLO(ttft_s=1e-6, tpot_s=1e-6))
     assert strict.goodput_req_per_s == 0 and s.goodput_req_per_s > 0
     assert res.sim_per_wall > 1
+
+
+def test_sglang_cluster_static_vs_elastic():
+    def run(mode):
+        cfg = ClusterConfig(mode=mode, engine="sglang")
+        wl = [poisson(400.0, 120, prompt_len=1024, output_len=256, seed=5), [], []]
+        return run_cluster(cfg, wl)
+
+    s, e = run("static"), run("elastic")
+    assert s.overall.finished == e.overall.finished == 120
+    assert s.overall.preemptions > 0 and e.overall.preemptions == 0  # retracts only when static
+    assert e.overall.ttft.mean < s.overall.ttft.mean

@@ -38,6 +38,11 @@ def test_cli_labs_list_and_run(tmp_path):
     assert out.exit_code == 0, out.output
     assert json.loads(target.read_text())["results"]["points"][0]["peak"] == 12
     assert target.with_suffix(".md").exists()
+    fit = runner.invoke(app, ["labs", "run", "colocation", "--peaks", "12", "--steptime",
+                              "kvcached-fit"])
+    assert fit.exit_code == 0 and "step_overhead_s=0.005" in fit.output
+    bad_fit = runner.invoke(app, ["labs", "run", "colocation", "--steptime", "bw_eff=x"])
+    assert bad_fit.exit_code == 2
     bad = runner.invoke(app, ["labs", "run", "colocation", "--backend", "gpu"])
     assert bad.exit_code == 2
     assert runner.invoke(app, ["labs", "run", "nope"]).exit_code == 2
