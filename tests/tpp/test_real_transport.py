@@ -187,3 +187,17 @@ def test_sigkill_survivors_stay_healthy_and_gc_cleans_up(socket_base):
     assert not b_dir.exists()
     with contextlib.suppress(FileNotFoundError):
         assert list(socket_base.iterdir()) == []
+
+
+def test_host_memory_workers():
+    """Workers backed by real host memory (memfd pages mapped into an mmap reservation)."""
+    with WorkerGroup(GEO, tp=2, name="host", backend="host") as g:
+        kv = pool(g)
+        ids = kv.alloc(2 * BPP)
+        assert mapped(g) == {W0: {0, 1, 2}, W1: {0, 1, 2}}
+        g.inject(W1, device={"create": 1})
+        assert kv.alloc(BPP) is None  # rank 0 rolled back a real mapping
+        kv.free(ids)
+        assert mapped(g) == {W0: {0}, W1: {0}}
+        kv.check_invariants()
+        kv.close()

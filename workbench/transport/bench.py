@@ -1,10 +1,11 @@
 """Round-trip cost of a page decision across real worker processes, per page id.
 
-``python -m workbench.transport.bench --tp 1 2`` starts TP worker processes (SimDevice memory on a
-CPU host; ``--backend gpu`` for CUDA VMM), then times ``map_page`` and ``unmap_page`` through the
-coordinator: one map is one round trip to every rank; an unmap is one round trip at TP=1
-(prepare carries the commit) and two at TP>1 (prepare, then commit). Figures are wall time in
-the coordinator, so they include the sockets, JSON, the worker's Python and its device calls.
+``python -m workbench.transport.bench --tp 1 2`` starts TP worker processes (SimDevice memory by
+default; ``--backend host`` for real memfd/mmap pages, ``--backend gpu`` for CUDA VMM), then
+times ``map_page`` and ``unmap_page`` through the coordinator: one map is one round trip to
+every rank; an unmap is one round trip at TP=1 (prepare carries the commit) and two at TP>1
+(prepare, then commit). Figures are wall time in the coordinator, so they include the sockets,
+JSON, the worker's Python and its device calls.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pages", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--backend", choices=["sim", "gpu"], default="sim")
+    ap.add_argument("--backend", choices=["sim", "host", "gpu"], default="sim")
     ap.add_argument("--gpus", type=int, nargs="*", default=None,
                     help="GPU index per rank (round robin); default: inherit")
     ap.add_argument("--json", action="store_true")

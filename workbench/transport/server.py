@@ -1,8 +1,9 @@
 """A worker OS process: one TP rank / PP stage listening on its Unix socket.
 
 Run as ``python -m workbench.transport.server '<json config>'`` (WorkerGroup does this). It owns a
-:class:`~workbench.core.worker.WorkerState` on its own device — a SimDevice on a CPU host, the
-CUDA device (``workbench.gpu.make_device``) with ``backend="gpu"`` — and serves frames serially
+:class:`~workbench.core.worker.WorkerState` on its own device — a SimDevice (``backend="sim"``),
+host memory (``"host"``: memfd pages in an mmap range) or the CUDA device
+(``workbench.gpu.make_device``, ``"gpu"``) — and serves frames serially
 from a single thread, so the state machine never runs concurrently with itself. It exits (and
 removes its socket) on ``exit``, on SIGTERM/SIGINT, or when its parent process goes away.
 
@@ -35,6 +36,10 @@ def make_device(cfg: dict[str, Any]):
         from workbench.gpu import make_device as gpu_device  # lazy: CPU hosts never import CUDA
 
         return gpu_device()
+    if cfg.get("backend") == "host":  # real memory: memfd pages mapped into an mmap range
+        from workbench.host.device import HostDevice
+
+        return HostDevice(capacity=cfg.get("capacity"), name=f"host-{cfg['name']}")
     from workbench.sim.device import SimDevice
 
     return SimDevice(cfg.get("preset", "h200"), capacity=cfg.get("capacity"),
