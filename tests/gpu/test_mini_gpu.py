@@ -54,7 +54,7 @@ def test_vmm_and_static_and_both_styles_agree_token_for_token(model):
 
 
 def test_preemption_under_a_small_vmm_pool(model):
-    # 64 blocks of 16 tokens per ... pool: the 12 prompts need more, so the scheduler preempts.
+    # 40 blocks of 16 tokens: the 12 prompts need far more, so the scheduler preempts.
     small = 40 * 16 * CFG.kv_token_bytes
     out, pre = _run(model, "block", "vmm", kv_bytes=small, n=48)
     assert all(len(o) == 48 for o in out) and pre > 0

@@ -95,8 +95,7 @@ def decode_run(model, cfg, backend: str, style: str, batch: int, prompt_len: int
                 "gen": gen, "decode_tok_s": toks / secs, "decode_step_ms_median":
                 1e3 * statistics.median(s.seconds for s in dec), "wall_s": wall,
                 "mapped_bytes": eng.kv.manager.mapped_bytes,
-                "steps": [[s.num_decode, s.num_prefill_tokens, s.context_tokens, s.seconds]
-                          for s in eng.stats.steps]}
+                "steps": [s.row() for s in eng.stats.steps]}
     finally:
         eng.close()
         if torch.cuda.is_available():
@@ -108,7 +107,7 @@ SWEEP = ((1, 512), (8, 512), (32, 512), (64, 512), (128, 512), (32, 2048), (48, 
 
 def step_sweep(model, cfg, kv_bytes: int, chunks=(128, 512, 1024, 2048, 4096), sweep=SWEEP
                ) -> list[list]:
-    """Raw (num_decode, prefill_tokens, context_tokens, seconds) of varied steps."""
+    """:meth:`StepStats.row` of varied steps (prefill-only chunks, decode batches)."""
     rows: list[list] = []
     eng = _engine(model, cfg, "vmm", "block", kv_bytes, max_num_seqs=256,
                   max_batched_tokens=8192)
@@ -118,15 +117,13 @@ def step_sweep(model, cfg, kv_bytes: int, chunks=(128, 512, 1024, 2048, 4096), s
             eng.stats.steps.clear()
             eng.scheduler.budget = chunk
             eng.generate([[(j * 5) % cfg.vocab_size for j in range(chunk)]] * 2, 1)
-            rows += [[s.num_decode, s.num_prefill_tokens, s.context_tokens, s.seconds]
-                     for s in eng.stats.steps]
+            rows += [s.row() for s in eng.stats.steps]
         eng.scheduler.budget = 8192
         for batch, ctx in sweep:
             eng.stats.steps.clear()
             eng.generate([[(i + j) % cfg.vocab_size for j in range(ctx)] for i in range(batch)],
                          16)
-            rows += [[s.num_decode, s.num_prefill_tokens, s.context_tokens, s.seconds]
-                     for s in eng.stats.steps]
+            rows += [s.row() for s in eng.stats.steps]
     finally:
         eng.close()
     return rows

@@ -57,11 +57,20 @@ class EngineConfig:
 
 @dataclass
 class StepStats:
+    """One step, in the step-time model's terms (``workbench.engines.steptime``)."""
+
     num_decode: int = 0
     num_prefill_tokens: int = 0
-    context_tokens: int = 0
-    seconds: float = 0.0
+    context_tokens: int = 0  # KV tokens read: sum of contexts before the step
+    seconds: float = 0.0  # wall time: host prep + kernels (synchronised) + sampling
     preempted: int = 0
+    num_seqs: int = 0
+    new_tokens: int = 0
+    attn_pairs: float = 0.0
+
+    def row(self) -> list:
+        return [self.num_seqs, self.new_tokens, self.context_tokens, self.attn_pairs,
+                self.seconds, self.num_decode, self.num_prefill_tokens]
 
 
 @dataclass
@@ -172,7 +181,8 @@ class Engine:
         st = StepStats(num_decode=ctx.num_decode,
                        num_prefill_tokens=sum(p.q_len for p in ctx.prefills),
                        context_tokens=plan.ctx_tokens, seconds=time.perf_counter() - t0,
-                       preempted=self.num_preemptions - before)
+                       preempted=self.num_preemptions - before, num_seqs=len(plan.items),
+                       new_tokens=plan.new_tokens, attn_pairs=plan.attn_pairs)
         self.stats.add(st)
         return finished
 

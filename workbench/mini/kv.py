@@ -46,6 +46,7 @@ class KVSpec:
     page_size: int = 2 << 20
     min_reserved_pages: int = 0
     max_reserved_pages: int = 4
+    gpu_utilization: float = 0.95  # elastic pools: share of the device's memory they may map
 
     def __post_init__(self) -> None:
         if self.style not in STYLES:
@@ -81,7 +82,8 @@ class KVStore:
         pc = PoolConfig(page_size=spec.page_size, contiguous_layout=g.layout is Layout.CONTIGUOUS,
                         prealloc=spec.min_reserved_pages > 0,
                         min_reserved_pages=spec.min_reserved_pages,
-                        max_reserved_pages=max(spec.max_reserved_pages, spec.min_reserved_pages))
+                        max_reserved_pages=max(spec.max_reserved_pages, spec.min_reserved_pages),
+                        gpu_utilization=spec.gpu_utilization)
         if spec.backend == "vmm":
             pool_device = pool_device or _vmm_device(self.device)
         else:
