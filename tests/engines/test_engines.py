@@ -68,6 +68,7 @@ def test_step_plan_budget_respected():
     sched.update(plan, 0.1)
     plan2 = sched.schedule()
     assert [n for _, n in plan2.items][:2] == [1, 60]  # a decode, then the chunk continues
+    assert plan.num_prefill_tokens == 100 and plan2.num_prefill_tokens == plan2.new_tokens - 1
 
 
 @pytest.mark.parametrize("kind,page", [("vllm", 16), ("sglang", 16), ("sglang", 1)])

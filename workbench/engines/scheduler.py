@@ -35,7 +35,8 @@ class StepPlan(NamedTuple):
 
     @property
     def num_prefill_tokens(self) -> int:
-        return sum(n for r, n in self.items if r.num_computed + n < r.num_tokens or n > 1)
+        """Tokens of prompt (or recompute) chunks; the rest of ``new_tokens`` are decodes."""
+        return sum(n for r, n in self.items if n > 1 or r.output_len == 0)
 
 
 def make_plan(items: list[tuple[Request, int]], kind: str, preempted: list[Request]) -> StepPlan:

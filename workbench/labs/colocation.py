@@ -18,7 +18,7 @@ from workbench.engines.cluster import ClusterConfig, run_cluster
 from workbench.engines.metrics import memory_by_instance
 from workbench.engines.models import get_model
 from workbench.engines.steptime import GPUS, StepTimeModel
-from workbench.engines.workloads import ramp_delay, ramp_trace
+from workbench.engines.workloads import ramp_arrivals, ramp_delay, ramp_trace
 from workbench.labs.record import LabRecord, Manifest
 
 DESCRIPTION = ("3 x Llama-3.1-8B on one A100-80G, staggered ramp peaks 12..20 req/s: static "
@@ -178,7 +178,8 @@ def _record(points: list[dict], out: dict, peaks: Sequence[int], seed: int, sim_
         cache_state="prefix caching off (as in the bench: --no-enable-prefix-caching)",
         load={"trace": "kvcached ramp: 0->PEAK->1 req/s then 1 req/s tail of (3-i)*delay",
               "delay_s": {str(p): ramp_delay(p) for p in peaks},
-              "requests_per_point": {str(p): 3 * p * p + 6 * round(ramp_delay(p)) for p in peaks},
+              "requests_per_point": {str(p): sum(len(ramp_arrivals(p, i)) for i in range(3))
+                                     for p in peaks},
               "actual_send_rate": "exact (open loop, simulated client)"},
         samples={"runs_per_point": 1, "order": "independent processes, deterministic seed",
                  "note": "one simulated run per point; the simulator is deterministic"},
