@@ -140,6 +140,12 @@ class Server:
             pass
         if not self.state.closed:
             self.state.close()
+        close = getattr(self.device.inner, "close", None)
+        if callable(close):  # a CUDA device gives its context's memory back explicitly
+            try:
+                close()
+            except Exception:  # noqa: BLE001 - exiting anyway; the driver frees the rest
+                pass
 
 
 def main(argv: list[str] | None = None) -> int:
