@@ -298,6 +298,10 @@ EXPLANATIONS = """## Why ours differs from kvcached's table
 * **Elastic at the highest PEAKs.** kvcached's elastic TTFT rises from PEAK 17 (p99 4.5-12 s): at
   those rates the GPU's compute is the bottleneck, not memory. Ours rises later for the same step-
   time reason as the knee.
+* **How bad static gets past the knee.** Ours stays below kvcached's static TTFT (about 3x lower
+  mean). A preempted request here costs only its recompute (a prefill of at most 512 tokens) and
+  queueing in the engine; API-server and client queueing and CPU contention between three engine
+  processes are not modelled.
 * **Static split size.** The bench's baseline configuration is not in the repository; we assume
   gpu_memory_utilization 0.31 with 2.2 GiB of activations/graphs, which makes the split hold ~62k
   tokens (consistent with its --max-model-len 62000).
