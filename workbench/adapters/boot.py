@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 
 from workbench.adapters import hook
 from workbench.adapters.registry import EnginePlan
@@ -36,12 +37,15 @@ def load_plan(engine: str) -> EnginePlan:
 
 
 def register(plan: EnginePlan) -> EnginePlan:
-    """Watch every target of ``plan``; the first one to load triggers the plan."""
+    """Watch ``plan``'s package: the first target to load arms the plan, and it applies as soon
+    as no module of the package is half-imported (importing the other targets earlier could
+    walk into an import cycle the engine itself is in the middle of)."""
     _plans[plan.engine] = plan
     f = hook.finder()
-    plan.loading = f.loading  # a plan waits while one of its targets is half-imported
-    for target in plan.targets:
-        f.on_load(target, lambda name, _m, p=plan: p.on_module_loaded(name))
+    f.on_package(plan.package, lambda name, _m, p=plan: p.on_module_loaded(name))
+    for target in plan.targets:  # already imported before the hook existed
+        if target in sys.modules:
+            plan.on_module_loaded(target)
     return plan
 
 

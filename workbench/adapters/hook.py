@@ -39,6 +39,7 @@ class _Loader(importlib.abc.Loader):
 class PatchFinder(importlib.abc.MetaPathFinder):
     def __init__(self):
         self.watch: dict[str, list[Callback]] = {}
+        self.prefixes: dict[str, list[Callback]] = {}  # package -> callbacks for every module
         self.loading: set[str] = set()
         self._resolving: set[str] = set()
 
@@ -49,12 +50,24 @@ class PatchFinder(importlib.abc.MetaPathFinder):
         if loaded is not None and module not in self.loading:
             callback(module, loaded)
 
+    def on_package(self, package: str, callback: Callback) -> None:
+        """Run ``callback(name, module)`` after every module of ``package`` executes."""
+        self.prefixes.setdefault(package, []).append(callback)
+
+    def _package_of(self, name: str) -> str | None:
+        top = name.partition(".")[0]
+        return top if top in self.prefixes else None
+
     def fire(self, name: str, module: ModuleType) -> None:
         for cb in list(self.watch.get(name, ())):
             cb(name, module)
+        pkg = self._package_of(name)
+        for cb in list(self.prefixes.get(pkg, ())) if pkg else ():
+            cb(name, module)
 
     def find_spec(self, fullname: str, path=None, target=None) -> ModuleSpec | None:
-        if fullname not in self.watch or fullname in self._resolving:
+        if fullname in self._resolving or (fullname not in self.watch
+                                           and self._package_of(fullname) is None):
             return None
         self._resolving.add(fullname)
         try:

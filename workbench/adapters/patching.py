@@ -77,3 +77,12 @@ def override_method(cls: type, name: str, make: Callable[[Any], Any]) -> Undo:
         delattr(cls, name)
 
     return undo
+
+
+def need_fields(cls: type, *names: str) -> str | None:
+    """A check for dataclass fields (fields without defaults are not class attributes)."""
+    import dataclasses
+
+    have = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+    missing = [n for n in names if n not in have]
+    return f"{cls.__name__} has no field {', '.join(missing)}" if missing else None

@@ -87,7 +87,7 @@ class EnginePlan:
     records: list[PatchRecord] = field(default_factory=list)
     error: AutopatchError | None = None
     version: str | None = None
-    loading: set[str] = field(default_factory=set)  # targets whose module body is running
+    armed: bool = False  # a target has loaded: apply at the next quiet moment
 
     @property
     def targets(self) -> list[str]:
@@ -128,13 +128,26 @@ class EnginePlan:
 
     # -- the hook's entry point --------------------------------------------------------------
     def on_module_loaded(self, name: str) -> None:
-        if self.state == "failed" and self.error is not None:
+        """Called after each module of the package executes (``name`` still initializing)."""
+        if self.state == "failed" and self.error is not None:  # keep failing loudly
             raise self.error
-        if self.state != "idle":
+        if name in self.targets:
+            self.armed = True
+        if not self.armed or self.state != "idle" or self._mid_import(exclude=name):
             return
-        if (self.loading & set(self.targets)) - {name}:
-            return  # a target is mid-import (imported this one): wait until it finishes
         self.apply_all()
+
+    def _mid_import(self, exclude: str) -> bool:
+        """True while any module of the package is still executing its body."""
+        prefix = self.package + "."
+        for mod_name, mod in list(sys.modules.items()):
+            if mod_name == exclude or not (mod_name == self.package
+                                           or mod_name.startswith(prefix)):
+                continue
+            spec = getattr(mod, "__spec__", None)
+            if spec is not None and getattr(spec, "_initializing", False):
+                return True
+        return False
 
     def apply_all(self) -> None:
         self.state = "importing"
@@ -196,4 +209,4 @@ class EnginePlan:
         for _, undo in reversed(getattr(self, "undos", [])):
             undo()
         self.undos = []
-        self.state, self.records, self.error = "idle", [], None
+        self.state, self.records, self.error, self.armed = "idle", [], None, False

