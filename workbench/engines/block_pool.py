@@ -26,8 +26,11 @@ NONE_HASH = 0x5EED  # the parent hash of a sequence's first block
 def hash_block(parent: int, tokens: Sequence[int], extra: object = None) -> int:
     """One link of the chain: a block's identity depends on every token before it.
 
-    Python's hash of a tuple of ints is stable across runs (no hash randomisation for ints).
+    Python's hash of a tuple of ints is stable across runs (no hash randomisation for ints);
+    ``extra`` (LoRA id, multimodal hash...) should be an int or a tuple of ints for the same reason.
     """
+    if extra is None:  # hash(None) is address-based before Python 3.12
+        return hash((parent, tuple(tokens)))
     return hash((parent, tuple(tokens), extra))
 
 
