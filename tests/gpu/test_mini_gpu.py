@@ -87,3 +87,27 @@ def test_triton_paged_decode_matches_reference(entry, bs, nh, nkv, hd):
         assert err < 1e-2, err
         assert not out.isnan().any()
         assert slots_of(table, lens, entry, max_len).max() < nb * bs
+
+
+def test_server_streams_from_vmm_kv_on_gpu(model):
+    from workbench.mini.client import Timed, complete, run_workload
+    from workbench.mini.server import shutdown_server, start_server
+
+    eng = Engine(CFG, KVSpec(style="block", backend="vmm", kv_bytes=64 << 20), "cuda",
+                 model=model)
+    srv = start_server(eng, "127.0.0.1", 0)  # the engine steps on the server's own thread
+    try:
+        one = complete(srv.url, PROMPTS[3], 16)
+        assert one.ok and one.completion_tokens == 16, one.error
+        res = run_workload(srv.url, [Timed(0.005 * i, PROMPTS[i % 12], 12) for i in range(24)])
+        assert all(r.ok and r.completion_tokens == 12 for r in res), [r.error for r in res]
+    finally:
+        shutdown_server(srv)
+        eng.close()
+    ref = Engine(CFG, KVSpec(kv_bytes=64 << 20), "cuda", model=model)
+    try:
+        from workbench.mini.server import decode
+
+        assert decode(ref.generate([PROMPTS[3]], 16)[0]) == one.text
+    finally:
+        ref.close()

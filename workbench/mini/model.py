@@ -80,9 +80,8 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # Normalise in fp32 (as Llama does) so bf16 rounding does not compound over layers.
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (xf * self.weight.float()).to(x.dtype)
+        w = self.weight.float()
+        return nn.functional.rms_norm(x.float(), w.shape, w, self.eps).to(x.dtype)
 
 
 class Rotary(nn.Module):
@@ -95,10 +94,13 @@ class Rotary(nn.Module):
         self.register_buffer("cos", ang.cos().float(), persistent=False)
         self.register_buffer("sin", ang.sin().float(), persistent=False)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        # x: [T, heads, head_dim]
-        cos = self.cos[positions][:, None, :]
-        sin = self.sin[positions][:, None, :]
+    def tables(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos/sin rows of ``positions``, ``[T, 1, head_dim/2]``: gathered once per forward."""
+        return self.cos[positions][:, None, :], self.sin[positions][:, None, :]
+
+    @staticmethod
+    def apply(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        # x: [T, heads, head_dim]; rotate in fp32, round once
         x1, x2 = x.float().chunk(2, dim=-1)
         out = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
         return out.to(x.dtype)
@@ -112,13 +114,13 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(cfg.hidden_size, (self.nh + 2 * self.nkv) * self.hd, bias=False)
         self.o = nn.Linear(self.nh * self.hd, cfg.hidden_size, bias=False)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, rope: Rotary, ctx) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], ctx
+                ) -> torch.Tensor:
         t = x.shape[0]
-        q, k, v = self.qkv(x).split([self.nh * self.hd, self.nkv * self.hd, self.nkv * self.hd],
-                                    dim=-1)
-        q = rope(q.view(t, self.nh, self.hd), positions)
-        k = rope(k.view(t, self.nkv, self.hd), positions)
-        v = v.view(t, self.nkv, self.hd)
+        qkv = self.qkv(x).view(t, self.nh + 2 * self.nkv, self.hd)
+        qk = Rotary.apply(qkv[:, :self.nh + self.nkv], *rope)  # q and k heads in one pass
+        q, k = qk[:, :self.nh], qk[:, self.nh:]
+        v = qkv[:, self.nh + self.nkv:]
         out = ctx.attend(self.layer, q, k, v)  # writes k/v into the paged cache, then attends
         return self.o(out.reshape(t, self.nh * self.hd))
 
@@ -142,8 +144,8 @@ class Block(nn.Module):
         self.mlp_norm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, positions, rope, ctx):
-        x = x + self.attn(self.attn_norm(x), positions, rope, ctx)
+    def forward(self, x, rope, ctx):
+        x = x + self.attn(self.attn_norm(x), rope, ctx)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -162,8 +164,9 @@ class LlamaModel(nn.Module):
                 logits_index: torch.Tensor | None = None) -> torch.Tensor:
         """Packed tokens -> logits (fp32) of the rows in ``logits_index`` (all rows if None)."""
         x = self.embed(input_ids)
+        rope = self.rope.tables(positions)
         for block in self.layers:
-            x = block(x, positions, self.rope, ctx)
+            x = block(x, rope, ctx)
         if logits_index is not None:
             x = x[logits_index]
         return self.lm_head(self.norm(x)).float()

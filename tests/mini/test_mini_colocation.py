@@ -1,0 +1,57 @@
+"""The GPU colocation lab's code path on a CPU (tiny model, host VMM device), and the step-time
+fit on synthetic steps."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+pytest.importorskip("torch")
+
+from workbench.engines.steptime import StepTimeModel  # noqa: E402
+from workbench.errors import DeviceError  # noqa: E402
+from workbench.mini.calibrate import fit_steptime  # noqa: E402
+from workbench.mini.colocation import BudgetDevice, ColoConfig, lab_record, markdown, run  # noqa: E402,E501
+from workbench.sim.device import SimDevice  # noqa: E402
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="host VMM device needs Linux")
+def test_colocation_runs_both_modes_on_cpu():
+    cfg = ColoConfig(model="tiny", device="cpu", budget_gib=0.05, peaks=(1,), time_scale=8,
+                     prompt_len=16, completion_len=32)
+    res = run(cfg)
+    (p,) = res["points"]
+    for mode in ("static", "elastic"):
+        o = res["runs"][f"1/{mode}"]["overall"]
+        assert o["finished"] == o["requests"] > 0
+    assert p["mean_speedup"] > 0 and "low_load_overhead" in res
+    assert res["runs"]["1/elastic"]["budget_peak_bytes"] <= int(0.05 * (1 << 30))
+    assert "| 1 (8) |" in markdown(res)
+    rec = lab_record(res)
+    assert rec.environment["backend"] == "gpu" and rec.ttft["static"]["1"]["n"] > 0
+
+
+def test_budget_device_refuses_past_the_budget():
+    dev = BudgetDevice(SimDevice("h200"), 4 << 20)
+    h = dev.create(2 << 20)
+    dev.create(2 << 20)
+    with pytest.raises(DeviceError):
+        dev.create(2 << 20)
+    assert dev.mem_info().free == 0
+    dev.release(h)
+    assert dev.mem_info().free == 2 << 20 and dev.peak == 4 << 20
+
+
+def test_fit_recovers_a_known_step_time_model():
+    truth = StepTimeModel.preset("llama-3.1-8b", "h200", flops_eff=0.45, bw_eff=0.7,
+                                 step_overhead_s=4e-3, seq_overhead_s=3e-5)
+    rows = []
+    for n, new, ctx in ((1, 512, 0), (1, 2048, 0), (1, 4096, 0), (8, 8, 4096), (64, 64, 32768),
+                        (128, 128, 76800), (32, 32, 65536)):
+        pairs = new * (new + 1) / 2 if n == 1 else ctx + n
+        rows.append([n, new, ctx, pairs, truth.step_time(n, new, ctx, pairs)])
+    fit = fit_steptime(rows)
+    assert fit["flops_eff"] == pytest.approx(0.45, abs=0.011)
+    assert fit["bw_eff"] == pytest.approx(0.7, abs=0.011)
+    assert fit["median_abs_rel_err"] < 0.02
