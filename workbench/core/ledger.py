@@ -126,6 +126,11 @@ class KVCacheManager:
     def _page_capacity(self, page: int) -> int:
         return self._capacity[page]
 
+    def page_occupancy(self, page: int) -> int:
+        """Allocated blocks on ``page`` (0 when no block of it is out): what pins it mapped."""
+        free = self.free_blocks.get(page)
+        return 0 if free is None else self._capacity[page] - len(free)
+
     def available_size(self) -> int:
         """Blocks alloc() can hand out now without a miss (device headroom included)."""
         p = self.pages

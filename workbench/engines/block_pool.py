@@ -175,8 +175,7 @@ class BlockPool:
 
     def occupancy(self, page: int) -> int:
         """Ledger-allocated blocks on ``page`` (cached ones count: they are still allocated)."""
-        free = self.kv.free_blocks.get(page)
-        return self.geometry.blocks_per_page(page) - (len(free) if free is not None else 0)
+        return self.kv.page_occupancy(page)
 
     def enforce_cap(self) -> int:
         cap = self.max_cached_blocks

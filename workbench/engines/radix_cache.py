@@ -299,8 +299,7 @@ class RadixCache:
         return freed
 
     def _occupancy(self, page: int) -> int:
-        free = self.kv.free_blocks.get(page)
-        return self.geometry.blocks_per_page(page) - (len(free) if free is not None else 0)
+        return self.kv.page_occupancy(page)
 
     def reset(self) -> int:
         return self.evict(self.evictable_size)
