@@ -197,6 +197,8 @@ class Engine:
     def _table_row(self, seq: Seq, length: int) -> list[int]:
         """vLLM: block ids; SGLang: one slot per position (``req_to_token``)."""
         if self.kv.entry_tokens == 1:
+            if self.kv.block_size == 1:  # SGLang's page size 1: block ids are the slots
+                return seq.blocks[:length]
             return [self._slot(seq, p) for p in range(length)]
         return seq.blocks[: -(-length // self.kv.block_size)]
 
