@@ -85,15 +85,18 @@ class BudgetDevice:
 class ColoConfig:
     model: str = "llama3-8b"
     instances: int = 3
-    budget_gib: float = 4.5  # KV bytes all instances hold together (static: split evenly)
+    budget_gib: float = 2.0  # KV bytes all instances hold together (static: split evenly)
     peaks: tuple[int, ...] = (2, 6, 12)
     time_scale: float = 4.0
     prompt_len: int = 256
     completion_len: int = 256  # before scaling
     max_num_seqs: int = 256
     max_batched_tokens: int = 2048
-    min_reserved_pages: int = 1  # elastic pools: kvcached's reserve, scaled to the budget
-    max_reserved_pages: int = 2
+    # Elastic pools' reserve: kvcached keeps 5..10 page ids (640 MiB..1.25 GiB for an 8B model);
+    # scaled to a 2 GiB budget that would park most of it, so none is kept mapped ahead and one
+    # freed page id is parked (the ledger refills inline: a reserve would not hide map latency).
+    min_reserved_pages: int = 0
+    max_reserved_pages: int = 1
     seed: int = 0
     modes: tuple[str, ...] = ("static", "elastic")
     device: str = "cuda"  # "cpu" runs the same code on the host VMM device (smoke tests)
@@ -396,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="colocation lab on a CUDA GPU (mini engines)")
     ap.add_argument("--out", type=Path, default=Path("artifacts/mini"))
     ap.add_argument("--peaks", default="2,6,12")
-    ap.add_argument("--budget-gib", type=float, default=4.5)
+    ap.add_argument("--budget-gib", type=float, default=2.0)
     ap.add_argument("--time-scale", type=float, default=4.0)
     ap.add_argument("--model", default="llama3-8b")
     ap.add_argument("--modes", default="static,elastic")
