@@ -1,0 +1,80 @@
+"""``workbench bench vmm``: grow/shrink cost against the raw driver, map cost per layout, and
+bandwidth over VMM-backed KV (logic in :mod:`workbench.gpu.bench`; needs a CUDA GPU)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from workbench.cli import app
+
+bench = typer.Typer(help="Benchmarks on a real GPU.", no_args_is_help=True)
+app.add_typer(bench, name="bench")
+
+
+@bench.command()
+def vmm(pages: int = typer.Option(40, help="Page ids grown and shrunk per subject."),
+        rounds: int = typer.Option(4, help="Interleaved rounds (subjects alternate each round)."),
+        bw_gib: int = typer.Option(4, help="GiB of KV for the bandwidth kernels."),
+        bandwidth: bool = typer.Option(True, help="Run the bandwidth kernels."),
+        out: str = typer.Option("", help="Also write the JSON record to this file."),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Grow/shrink vs raw cuMem* calls, map cost per layout, VMM vs plain bandwidth.
+
+    Per-page grow and shrink through the workbench against the bare driver calls (same run,
+    interleaved, medians); map cost per page id for a 32-layer model, contiguous vs per-layer;
+    sum and in-place add over VMM-backed vs plainly allocated KV of the same size.
+    """
+    try:
+        from workbench.gpu.bench import run_vmm
+    except ImportError as err:
+        typer.echo(f"error: the gpu backend cannot be loaded ({err}); install torch and "
+                   "cuda-python (pip install 'workbench[gpu]') on a CUDA host", err=True)
+        raise typer.Exit(2) from None
+    from workbench.errors import DeviceError
+
+    say = (lambda _m: None) if as_json else (lambda m: typer.echo(f"... {m}", err=True))
+    try:
+        res = run_vmm(pages, rounds, bw_gib, bandwidth, progress=say)
+    except DeviceError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    if out:
+        Path(out).write_text(json.dumps(res, indent=2))
+    if as_json:
+        typer.echo(json.dumps(res))
+        return
+    _print(res)
+
+
+def _print(res: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    c = Console()
+    c.print(f"{res['device']}  granularity {res['granularity'] >> 20} MiB  "
+            f"zero page: {res['zero_access']}")
+    t = Table("layout", "maps/page id", "subject", "grow µs", "shrink µs")
+    for lay in ("contiguous", "per_layer"):
+        r = res[lay]
+        for k in ("raw", "workbench_nozero", "raw_zero", "workbench_zero", "core_on_sim"):
+            t.add_row(lay, str(r["maps_per_page_id"]), k, f"{r[k]['grow_us']:.1f}",
+                      f"{r[k]['shrink_us']:.1f}")
+    c.print(t)
+    g = res["goals"]
+    c.print(f"worst workbench/raw ratio (no zero page): {g['grow_shrink_ratio_worst_nozero']:.3f}"
+            f"  (with zero page vs raw+zero swap: "
+            f"{g['grow_shrink_ratio_worst_zero_vs_raw_zero']:.3f}; goal <= 1.15)")
+    if "bandwidth" in res:
+        b = res["bandwidth"]
+        bt = Table("KV", "sum TB/s", "in-place add TB/s")
+        for k in ("plain", "vmm_contiguous", "vmm_per_layer"):
+            bt.add_row(k, f"{b[k]['sum_TBps']:.3f}", f"{b[k]['add_TBps']:.3f}")
+        c.print(bt)
+        c.print(f"worst VMM/plain bandwidth ratio: {g['bandwidth_ratio_worst']:.3f} (goal >= 0.98)")
+    r = res["reserve"]
+    c.print(f"reserve: {r['reserve_ms_per_gib_nozero']:.3f} ms/GiB without, "
+            f"{r['reserve_ms_per_gib_zero']:.3f} ms/GiB with the zero page; "
+            f"cuMemGetInfo {r['cuMemGetInfo_us']:.1f} µs")

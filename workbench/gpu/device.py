@@ -1,0 +1,328 @@
+"""A real GPU behind the device interface: CUDA virtual memory through ``cuda.bindings.driver``.
+
+Same call semantics and refusals as :class:`~workbench.sim.device.SimDevice` (map over a mapping,
+unmap of nothing, release of a mapped or unknown handle all raise DeviceError before the driver is
+touched), so the core behaves identically on both; every driver status becomes a DeviceError and
+nothing aborts.
+
+Unbacked ranges show the shared zero page (:mod:`workbench.gpu.zeropage`), mapped read-only where
+the driver allows it (``zero_access``), so reading an unbacked block gives zeros and writing one
+faults loudly instead of aliasing every other unbacked block (kvcached's zero page is writable).
+``zero_page=False`` leaves unbacked ranges unmapped (reads fault).
+
+The hot calls (create/map/set_access/unmap/release) are written out flat: a page id in the
+PER_LAYER layout of a 32-layer model is 192 of them, so each microsecond here shows in the bench.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from bisect import bisect_left, bisect_right, insort
+from time import perf_counter
+from typing import Any
+
+from workbench.core.device import MemInfo
+from workbench.errors import DeviceError
+from workbench.gpu.driver import call, driver, fail
+from workbench.gpu.zeropage import ZeroPage
+
+MiB = 1 << 20
+
+
+class CudaDevice:
+    """One CUDA device's physical memory as seen by this process (its primary context).
+
+    ``mem_info_ttl_s``: cuMemGetInfo costs ~7 µs and the core asks before every map, so a reading
+    is reused this long, corrected at once for what this object creates and releases (other
+    processes' changes show within the TTL). ``zero_max_exact``: the largest zero piece (and
+    zero handle) the zero page makes; see :mod:`workbench.gpu.zeropage`.
+    """
+
+    def __init__(self, device_index: int = 0, *, zero_page: bool = True,
+                 zero_max_exact: int = 256 * MiB, mem_info_ttl_s: float = 0.005,
+                 name: str | None = None):
+        cu = self._cu = driver()
+        call("cuInit", cu.cuInit, 0)
+        self.index = device_index
+        self._dev = call("cuDeviceGet", cu.cuDeviceGet, device_index)
+        attr = cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
+        if not call("cuDeviceGetAttribute", cu.cuDeviceGetAttribute, attr, self._dev):
+            raise DeviceError("init", f"device {device_index} does not support CUDA virtual "
+                                      "memory management")
+        self._ctx = call("cuDevicePrimaryCtxRetain", cu.cuDevicePrimaryCtxRetain, self._dev)
+        self._bound: set[int] = set()
+        self._bind()
+        raw = call("cuDeviceGetName", cu.cuDeviceGetName, 256, self._dev)
+        label = raw.split(b"\0", 1)[0].decode() if isinstance(raw, bytes) else str(raw)
+        self.name = name or f"cuda:{device_index} ({label})"
+
+        self._prop = cu.CUmemAllocationProp()
+        self._prop.type = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+        self._prop.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        self._prop.location.id = device_index
+        self.granularity = int(call(
+            "cuMemGetAllocationGranularity", cu.cuMemGetAllocationGranularity, self._prop,
+            cu.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_MINIMUM))
+        self._rw = [self._access(cu.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE)]
+        self._ro = [self._access(cu.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READ)]
+        self.zero: ZeroPage | None = (
+            ZeroPage(cu, self._prop, self.granularity, self._rw, self._ro, zero_max_exact)
+            if zero_page else None)
+
+        self._busy = 0.0
+        self._res: dict[int, int] = {}  # va -> size
+        self._res_starts: list[int] = []
+        self._alloc: dict[int, tuple[Any, int]] = {}  # handle id -> (driver handle, size)
+        self._maps: dict[int, tuple[int, int]] = {}  # va -> (size, handle id)
+        self._map_starts: list[int] = []
+        self._mapped_handles: dict[int, int] = {}  # handle id -> va
+        self.occupied: dict[str, list[int]] = {}  # owner -> handles held outside any pool
+        self.mem_info_ttl_s = mem_info_ttl_s
+        self._info: tuple[float, int, int] | None = None  # (time, free, total)
+        self._delta = 0  # bytes created minus released since that reading
+        self._zero_seen = 0  # zero-page bytes at that reading
+
+    def _access(self, flags: Any) -> Any:
+        cu = self._cu
+        d = cu.CUmemAccessDesc()
+        d.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        d.location.id = self.index
+        d.flags = flags
+        return d
+
+    def _bind(self) -> None:
+        """Make the primary context current on the calling thread (once per thread)."""
+        tid = threading.get_ident()
+        if tid not in self._bound:
+            call("cuCtxSetCurrent", self._cu.cuCtxSetCurrent, self._ctx)
+            self._bound.add(tid)
+
+    @property
+    def zero_page(self) -> bool:
+        return self.zero is not None
+
+    @property
+    def zero_access(self) -> str | None:
+        return self.zero.access if self.zero is not None else None
+
+    # -- time --------------------------------------------------------------------------------
+    @property
+    def busy_s(self) -> float:
+        return self._busy
+
+    def now(self) -> float:
+        return perf_counter()
+
+    # -- checks shared with the simulated device ---------------------------------------------
+    def _check_size(self, op: str, size: int) -> None:
+        if not isinstance(size, int) or size <= 0 or size % self.granularity:
+            raise DeviceError(op, f"size {size} is not a positive multiple of {self.granularity}")
+
+    def _inside_reservation(self, va: int, size: int) -> bool:
+        i = bisect_right(self._res_starts, va) - 1
+        if i < 0:
+            return False
+        r = self._res_starts[i]
+        return va + size <= r + self._res[r]
+
+    def _overlaps_mapping(self, va: int, size: int) -> bool:
+        starts = self._map_starts
+        i = bisect_right(starts, va)
+        if i and starts[i - 1] + self._maps[starts[i - 1]][0] > va:
+            return True
+        return i < len(starts) and starts[i] < va + size
+
+    # -- Device ------------------------------------------------------------------------------
+    def mem_info(self) -> MemInfo:
+        t0 = perf_counter()
+        zero = self.zero.held_bytes if self.zero is not None else 0
+        if self._info is None or t0 - self._info[0] >= self.mem_info_ttl_s:
+            self._bind()
+            free, total = call("cuMemGetInfo", self._cu.cuMemGetInfo)
+            self._info, self._delta, self._zero_seen = (t0, int(free), int(total)), 0, zero
+        _, free, total = self._info
+        self._busy += perf_counter() - t0
+        return MemInfo(max(0, free - self._delta - (zero - self._zero_seen)), total)
+
+    def reserve(self, size: int) -> int:
+        t0 = perf_counter()
+        try:
+            self._check_size("reserve", size)
+            self._bind()
+            cu = self._cu
+            va = int(call("reserve", cu.cuMemAddressReserve, size, self.granularity, 0, 0))
+            if self.zero is not None:
+                try:
+                    self.zero.fill(va, size, exact=False)
+                except DeviceError:
+                    cu.cuMemAddressFree(va, size)
+                    raise
+            self._res[va] = size
+            insort(self._res_starts, va)
+            return va
+        finally:
+            self._busy += perf_counter() - t0
+
+    def unreserve(self, va: int, size: int) -> None:
+        t0 = perf_counter()
+        try:
+            if self._res.get(va) != size:
+                raise DeviceError("unreserve", f"no reservation of {size} bytes at {va:#x}")
+            i = bisect_left(self._map_starts, va)
+            if i < len(self._map_starts) and self._map_starts[i] < va + size:
+                raise DeviceError("unreserve", "range still has mappings")
+            self._bind()
+            if self.zero is not None:
+                self.zero.release_range(va, size)
+            call("unreserve", self._cu.cuMemAddressFree, va, size)
+            del self._res[va]
+            self._res_starts.remove(va)
+        finally:
+            self._busy += perf_counter() - t0
+
+    def create(self, size: int) -> int:
+        t0 = perf_counter()
+        if not isinstance(size, int) or size <= 0 or size % self.granularity:
+            raise DeviceError("create", f"size {size} is not a positive multiple of "
+                                        f"{self.granularity}")
+        if threading.get_ident() not in self._bound:
+            self._bind()
+        err, h = self._cu.cuMemCreate(size, self._prop, 0)
+        if err:
+            self._busy += perf_counter() - t0
+            raise fail("create", err)
+        hid = int(h)
+        self._alloc[hid] = (h, size)
+        self._delta += size
+        self._busy += perf_counter() - t0
+        return hid
+
+    def map(self, va: int, size: int, handle: int) -> None:
+        t0 = perf_counter()
+        entry = self._alloc.get(handle)
+        if entry is None or entry[1] != size:
+            raise DeviceError("map", f"handle {handle} is not a live {size}-byte allocation")
+        if not self._inside_reservation(va, size):
+            raise DeviceError("map", f"{va:#x}+{size} is outside every reservation")
+        if self._overlaps_mapping(va, size):
+            raise DeviceError("map", f"{va:#x} is already mapped")
+        if threading.get_ident() not in self._bound:
+            self._bind()
+        zero = self.zero
+        try:
+            if zero is not None:
+                zero.clear(va, size)
+            err = self._cu.cuMemMap(va, size, 0, entry[0], 0)[0]
+            if err:
+                if zero is not None:
+                    self._rezero(va, size)
+                raise fail("map", err)
+        finally:
+            self._busy += perf_counter() - t0
+        self._maps[va] = (size, handle)
+        insort(self._map_starts, va)
+        self._mapped_handles[handle] = va
+
+    def set_access(self, va: int, size: int) -> None:
+        t0 = perf_counter()
+        m = self._maps.get(va)
+        if m is None or m[0] != size:
+            raise DeviceError("set_access", f"{va:#x}+{size} is not mapped")
+        if threading.get_ident() not in self._bound:
+            self._bind()
+        err = self._cu.cuMemSetAccess(va, size, self._rw, 1)[0]
+        self._busy += perf_counter() - t0
+        if err:
+            raise fail("set_access", err)
+
+    def unmap(self, va: int, size: int) -> None:
+        t0 = perf_counter()
+        entry = self._maps.get(va)
+        if entry is None or entry[0] != size:
+            raise DeviceError("unmap", f"{va:#x}+{size} is not mapped")
+        if threading.get_ident() not in self._bound:
+            self._bind()
+        err = self._cu.cuMemUnmap(va, size)[0]
+        if err:
+            self._busy += perf_counter() - t0
+            raise fail("unmap", err)
+        del self._maps[va]
+        del self._map_starts[bisect_left(self._map_starts, va)]
+        del self._mapped_handles[entry[1]]
+        if self.zero is not None:
+            self._rezero(va, size)
+        self._busy += perf_counter() - t0
+
+    def _rezero(self, va: int, size: int) -> None:
+        """Put the zero page back; a failure leaves a hole (reads fault) but loses nothing."""
+        try:
+            self.zero.fill(va, size)  # type: ignore[union-attr]
+        except DeviceError:
+            pass
+
+    def release(self, handle: int) -> None:
+        t0 = perf_counter()
+        entry = self._alloc.get(handle)
+        if entry is None:
+            raise DeviceError("release", f"unknown handle {handle}")
+        if handle in self._mapped_handles:
+            raise DeviceError("release", f"handle {handle} is still mapped")
+        if threading.get_ident() not in self._bound:
+            self._bind()
+        err = self._cu.cuMemRelease(entry[0])[0]
+        if err:
+            self._busy += perf_counter() - t0
+            raise fail("release", err)
+        del self._alloc[handle]
+        self._delta -= entry[1]
+        self._busy += perf_counter() - t0
+
+    # -- extras (tests, benchmarks, labs) ----------------------------------------------------
+    def occupy(self, owner: str, nbytes: int) -> None:
+        """Hold ``nbytes`` (rounded up to the granularity) for ``owner`` outside every pool."""
+        for hid in self.occupied.pop(owner, []):
+            self.release(hid)
+        g = self.granularity
+        held: list[int] = []
+        try:
+            for _ in range(-(-nbytes // g)):
+                held.append(self.create(g))
+        except DeviceError:
+            for hid in held:
+                self.release(hid)
+            raise
+        self.occupied[owner] = held
+
+    def read(self, va: int, nbytes: int) -> bytes:
+        """Copy ``nbytes`` at device address ``va`` to the host (synchronous)."""
+        self._bind()
+        buf = bytearray(nbytes)
+        ptr = ctypes.addressof((ctypes.c_char * nbytes).from_buffer(buf))
+        call("cuMemcpyDtoH", self._cu.cuMemcpyDtoH, ptr, va, nbytes)
+        return bytes(buf)
+
+    def synchronize(self) -> None:
+        self._bind()
+        call("cuCtxSynchronize", self._cu.cuCtxSynchronize)
+
+    @property
+    def mapped_bytes(self) -> int:
+        return sum(s for s, _ in self._maps.values())
+
+    def close(self) -> None:
+        """Give back everything this object holds: mappings, handles, reservations, zero page."""
+        self._bind()
+        for va, (size, _) in list(self._maps.items()):
+            self.unmap(va, size)
+        for hid in list(self._alloc):
+            self.release(hid)
+        self.occupied.clear()
+        for va, size in list(self._res.items()):
+            self.unreserve(va, size)
+        if self.zero is not None:
+            self.zero.close()
+
+    def __repr__(self) -> str:
+        return (f"CudaDevice({self.name!r}, granularity={self.granularity}, "
+                f"zero_access={self.zero_access})")
