@@ -153,3 +153,18 @@ def test_injected_fault_names_the_call():
         dev.map(0, 0, 0)
     with pytest.raises(ConfigError):
         dev.fail("mmap", 1)
+
+
+@pytest.mark.parametrize("layout", list(Layout))
+def test_close_after_quarantine_gives_everything_back(layout):
+    kv, dev = make(layout)
+    ids = kv.alloc(100)
+    dev.fail_next("map", 2 if layout is Layout.PER_LAYER else 1)
+    dev.fail_next("unmap", 1 if layout is Layout.PER_LAYER else 1)
+    dev.fail_next("release", 1)  # the contiguous undo fails at release instead
+    assert kv.alloc(100) is None
+    assert kv.pages.counts[S.QUARANTINED] == 1
+    kv.free(ids)
+    kv.close()
+    inner = dev.inner
+    assert not inner.mappings and not inner.allocations and not inner.reservations

@@ -93,6 +93,7 @@ class KVCacheManager:
         self.allocated: set[int] = set()
         self.reserved_blocks: list[int] = []
         self.misses = 0
+        self.closed = False
         self.limit_bytes = self.capacity_bytes
         self.revision = 0
         self._pending: LimitResult | None = None
@@ -149,7 +150,7 @@ class KVCacheManager:
         self.pages.check_ok()
         if n == 0:
             return []
-        if n > self.available_size():
+        if n > self.num_free + len(self.reserved_blocks) and n > self.available_size():
             self.misses += 1
             return None
         out = self.reserved_blocks[:n]
@@ -234,12 +235,20 @@ class KVCacheManager:
             self.pages.limit_pages
         free_blocks, emptied = self.free_blocks, []
         self.allocated.difference_update(ids)
-        for b in ids:
-            page = b * bb // ps
+        if not ids:
+            return
+        pages = [b * bb // ps for b in ids]
+        if pages.count(pages[0]) == len(pages):  # the common case: one page, no per-block loop
+            groups = {pages[0]: ids}
+        else:
+            groups: dict[int, list[int]] = {}
+            for b, page in zip(ids, pages, strict=True):
+                groups.setdefault(page, []).append(b)
+        for page, blocks in groups.items():
             stack = free_blocks[page]
-            stack.append(b)
+            stack.extend(blocks)
             if page < limit:
-                self.num_free += 1
+                self.num_free += len(blocks)
             if len(stack) == cap[page]:
                 emptied.append(page)
         for page in emptied:
@@ -394,9 +403,18 @@ class KVCacheManager:
                 p.state[q] is not PageState.RESERVED for q in p.reserved):
             raise StateConsistencyError(f"reserve list {p.reserved} is inconsistent")
 
-    def close(self) -> None:
-        self.pages.close()
-        self.space.close()
+    def close(self) -> list[str]:
+        """Give every page and the reservation back (best effort on a failed pool); returns what
+        could not be undone."""
+        if self.closed:
+            return []
+        self.closed = True
+        try:
+            self.pages.close()
+        except StateConsistencyError:
+            pass  # the space below cleans up what the page allocator could not
+        problems = self.space.close() or []
         if self.control is not None:
             self.control.close()
             self.control = None
+        return problems

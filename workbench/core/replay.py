@@ -155,4 +155,13 @@ def replay(ops: Iterable[dict], make_device: Callable[..., Device],
                 raise
             res = {"error": type(err).__name__, "message": str(err)}
         results.append(OpResult(line, kind, name, res))
-    return ReplayResult(events, results, {n: p.snapshot() for n, p in pools.items()})
+    snaps = {n: p.snapshot() for n, p in pools.items()}
+    # give the memory back (a GPU holds it until the process ends otherwise), off the record
+    events.keep = False
+    for pool in pools.values():
+        try:
+            pool.close()
+        except WorkbenchError:
+            pass
+    events.keep = True
+    return ReplayResult(events, results, snaps)

@@ -47,6 +47,9 @@ class KVSpace:
         self.base = device.reserve(self.size)
         self.handles: dict[int, list[int]] = {}  # page -> one handle per target (mapped)
         self.retained: dict[int, list[int]] = {}  # page -> handles unmapped but not released
+        # page -> (targets maybe still mapped, handles maybe still live) after a failed undo;
+        # close() cleans them up best effort
+        self.stranded: dict[int, tuple[list[Target], list[int]]] = {}
 
     # -- layout ------------------------------------------------------------------------------
     def targets(self, page: int) -> list[Target]:
@@ -88,11 +91,14 @@ class KVSpace:
                 dev.set_access(t.va, t.size)
         except DeviceError as err:
             try:
-                for t in reversed(mapped):
-                    dev.unmap(t.va, t.size)
-                for h in reversed(created):
-                    dev.release(h)
+                while mapped:
+                    dev.unmap(mapped[-1].va, mapped[-1].size)
+                    mapped.pop()
+                while created:
+                    dev.release(created[-1])
+                    created.pop()
             except DeviceError as undo:
+                self.stranded[page] = (mapped, created)
                 raise MapQuarantinedError(
                     f"page {page}: {err}; rollback failed too ({undo})") from undo
             raise
@@ -112,6 +118,7 @@ class KVSpace:
                     self.device.map(t.va, t.size, h)
                     self.device.set_access(t.va, t.size)
             except DeviceError as undo:
+                self.stranded[page] = (self.targets(page), handles)
                 raise StateConsistencyError(
                     f"page {page}: unmap failed and the remap failed too ({undo})") from undo
             self.handles[page] = handles
@@ -146,10 +153,34 @@ class KVSpace:
         self.prepare_unmap(page)
         self.commit_unmap(page)
 
-    def close(self) -> None:
-        """Unmap everything and give the reservation back."""
-        for page in list(self.handles):
-            self.unmap_page(page)
-        for page in list(self.retained):
-            self.commit_unmap(page)
-        self.device.unreserve(self.base, self.size)
+    def close(self) -> list[str]:
+        """Unmap everything and give the reservation back, best effort: a failing call is noted
+        and the rest goes on. Returns what could not be undone (empty when all went well)."""
+        problems: list[str] = []
+        if self.base is None:
+            return problems
+        dev = self.device
+        for page in sorted(self.handles):
+            for t in self.targets(page):
+                _try(problems, dev.unmap, t.va, t.size)
+            self.retained[page] = self.handles.pop(page)
+        for page, (targets, handles) in self.stranded.items():
+            for t in targets:  # some of these may already be unmapped: that is no problem
+                _try(problems, dev.unmap, t.va, t.size, quiet=True)
+            self.retained.setdefault(page, []).extend(handles)
+        self.stranded.clear()
+        for handles in self.retained.values():
+            for h in handles:
+                _try(problems, dev.release, h)
+        self.retained.clear()
+        dev.unreserve(self.base, self.size)
+        self.base = None
+        return problems
+
+
+def _try(problems: list[str], fn, *args, quiet: bool = False) -> None:
+    try:
+        fn(*args)
+    except DeviceError as err:
+        if not quiet:
+            problems.append(str(err))
