@@ -1,0 +1,363 @@
+"""Small, seeded runs that chapters record and plot (the logic lives here, not in cells).
+
+* :func:`one_request` — a pool and one request's blocks (chapter 01).
+* :func:`churn` — requests arrive, grow and leave on one pool; an optional limit mid-run
+  (chapter 02).
+* :func:`colocation` — three pools on one device, load taking turns, an optional limit on one
+  (chapter 04).
+
+A "request" here is just a list of block ids that grows by ``grow`` tokens per step: enough to
+drive the ledger's alloc/free exactly as an engine would, without an engine.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from workbench.backends import make_device
+from workbench.config import PoolConfig
+from workbench.core.geometry import KVGeometry
+from workbench.core.ledger import KVCacheManager
+from workbench.viz.trace import Recording
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+# A small MHA model: 4 layers x 32 KV heads x 128 dims, bf16 -> 128 KiB blocks, 16 per 2 MiB page
+# (256 tokens a page), so a handful of requests fills and empties pages visibly.
+SMALL = dict(num_layers=4, kv_heads=32, head_dim=128, block_size=16)
+
+
+def small_geometry(num_pages: int = 48, **kw) -> KVGeometry:
+    spec = {**SMALL, **kw}
+    g = KVGeometry(**spec)
+    per_page = g.page_size // g.block_bytes
+    return KVGeometry(**{**spec, "num_blocks": num_pages * per_page})
+
+
+@dataclass(slots=True)
+class Req:
+    rid: int
+    tokens: int
+    target: int
+    blocks: list[int] = field(default_factory=list)
+
+
+def _grow(kv: KVCacheManager, r: Req, new_tokens: int) -> bool:
+    """Give ``r`` blocks for ``new_tokens`` more tokens; False on a miss (nothing changes)."""
+    bs = kv.geometry.block_size
+    need = -(-(r.tokens + new_tokens) // bs) - len(r.blocks)
+    if need > 0:
+        ids = kv.alloc(need)
+        if ids is None:
+            return False
+        r.blocks += ids
+    r.tokens += new_tokens
+    return True
+
+
+@dataclass
+class ChurnResult:
+    rec: Recording
+    misses: dict[str, int]  # admissions refused + requests preempted for lack of memory
+    finished: dict[str, int]
+    limit_results: list = field(default_factory=list)
+
+
+def one_request(num_tokens: int = 100, *, block_size: int = 16, others: int = 2, seed: int = 0,
+                backend: str = "sim", **device_kw) -> tuple[KVCacheManager, list[int], Recording]:
+    """A pool where ``others`` requests came first, then ours: returns the pool, our block table
+    and the recording (so its blocks land on pages shared with other requests)."""
+    rng = random.Random(seed)
+    rec = Recording()
+    geo = small_geometry(num_pages=24, block_size=block_size)
+    kv = KVCacheManager(geo, make_device(backend, **device_kw), name="pool",
+                        config=PoolConfig(min_reserved_pages=1, max_reserved_pages=2),
+                        events=rec.log)
+    rec.add_pool(kv)
+    rec.mark("start")
+    held = []
+    for i in range(others):
+        ids = kv.alloc(rng.randint(3, 12))
+        held.append(ids)
+        rec.mark(f"request {i} admitted")
+    # Interleave: free one earlier request so ours reuses its scattered blocks.
+    if held:
+        kv.free(held.pop(0))
+        rec.mark("request 0 finished")
+    ours = kv.alloc(-(-num_tokens // block_size))
+    if ours is None:
+        raise ValueError(f"{num_tokens} tokens do not fit in this small pool; use fewer tokens")
+    rec.mark("our request admitted")
+    return kv, ours, rec
+
+
+def churn(*, steps: int = 40, load: int = 6, limit_pages: int | None = None,
+          limit_at: int | None = None, num_pages: int = 32, seed: int = 0,
+          backend: str = "sim", defer_release: bool = False, **device_kw) -> ChurnResult:
+    """One pool; each step admits requests up to ``load``, grows every running request by 64
+    tokens and finishes those that reached their length. At step ``limit_at`` the pool's limit is
+    set to ``limit_pages`` page ids."""
+    rng = random.Random(seed)
+    rec = Recording()
+    geo = small_geometry(num_pages=num_pages)
+    kv = KVCacheManager(geo, make_device(backend, **device_kw), name="pool",
+                        config=PoolConfig(min_reserved_pages=2, max_reserved_pages=4),
+                        events=rec.log, defer_release=defer_release)
+    rec.add_pool(kv)
+    rec.mark("start: null block + 2 reserved pages")
+    res = ChurnResult(rec, {"pool": 0}, {"pool": 0})
+    running: list[Req] = []
+    nid = 0
+    for step in range(steps):
+        if limit_at is not None and step == limit_at and limit_pages is not None:
+            r = kv.set_limit(limit_pages * geo.page_id_bytes)
+            res.limit_results.append(r)
+            rec.mark(f"step {step}: limit {limit_pages} pages → {r.outcome.value}")
+        admitted = done = 0
+        while len(running) < load:
+            r = Req(nid, 0, rng.randint(300, 1200))
+            if not _grow(kv, r, rng.randint(100, 500)):
+                res.misses["pool"] += 1
+                break
+            running.append(r)
+            nid += 1
+            admitted += 1
+        for r in list(running):
+            if r.tokens >= r.target:
+                kv.free(r.blocks)
+                running.remove(r)
+                done += 1
+            elif not _grow(kv, r, 64):  # no room to grow: preempt (recompute later)
+                kv.free(r.blocks)
+                running.remove(r)
+                res.misses["pool"] += 1
+        if defer_release and step % 3 == 2:  # the async barrier passes every third step
+            kv.release_retired_through(kv.capture_marker())
+        res.finished["pool"] += done
+        rec.mark(f"step {step}: +{admitted} −{done} running {len(running)}")
+    return res
+
+
+def colocation(*, steps: int = 48, phase: int = 8, busy: int = 6, idle: int = 1,
+               limit_pool: str | None = None, limit_gib: float | None = None,
+               limit_at: int = 0, device_gib: float = 2.5, seed: int = 0,
+               backend: str = "sim", **device_kw) -> ChurnResult:
+    """Three pools on one device of ``device_gib``; the busy pool changes every ``phase`` steps
+    (``busy`` requests for it, ``idle`` for the others). ``limit_pool`` gets ``limit_gib`` at
+    step ``limit_at``."""
+    rng = random.Random(seed)
+    rec = Recording()
+    kw = dict(device_kw)
+    if backend == "sim":
+        kw.setdefault("capacity", int(device_gib * GiB))
+    dev = make_device(backend, **kw)
+    names = ["a", "b", "c"]
+    pools: dict[str, KVCacheManager] = {}
+    for n in names:  # each pool could take 2/3 of the device: together they oversubscribe it
+        geo = small_geometry(num_pages=int(device_gib * GiB * 2 / 3) // (16 * MiB))
+        pools[n] = KVCacheManager(geo, dev, name=n, events=rec.log,
+                                  config=PoolConfig(min_reserved_pages=1, max_reserved_pages=3))
+        rec.add_pool(pools[n])
+    rec.mark("start: three pools reserved, nothing mapped but null blocks")
+    res = ChurnResult(rec, dict.fromkeys(names, 0), dict.fromkeys(names, 0))
+    running: dict[str, list[Req]] = {n: [] for n in names}
+    nid = 0
+    for step in range(steps):
+        hot = names[(step // phase) % len(names)]
+        if limit_pool and limit_gib is not None and step == limit_at:
+            kv = pools[limit_pool]
+            r = kv.set_limit(int(limit_gib * GiB) // kv.geometry.page_id_bytes
+                             * kv.geometry.page_id_bytes)
+            res.limit_results.append(r)
+            rec.mark(f"step {step}: limit {limit_pool}={limit_gib} GiB → {r.outcome.value}")
+        for n in names:
+            kv, run = pools[n], running[n]
+            want = busy if n == hot else idle
+            while len(run) < want:
+                r = Req(nid, 0, rng.randint(600, 2000))
+                if not _grow(kv, r, rng.randint(200, 800)):
+                    res.misses[n] += 1
+                    break
+                run.append(r)
+                nid += 1
+            for r in list(run):
+                if r.tokens >= r.target:
+                    kv.free(r.blocks)
+                    run.remove(r)
+                    res.finished[n] += 1
+                elif not _grow(kv, r, 128):  # no room to grow: preempt
+                    kv.free(r.blocks)
+                    run.remove(r)
+                    res.misses[n] += 1
+        rec.mark(f"step {step}: busy={hot} " + " ".join(f"{n}:{len(running[n])}" for n in names))
+    return res
+
+
+@dataclass
+class TxResult:
+    messages: list
+    participants: list[str]
+    outcome: str  # what the pool did with the page, in words
+    events: list
+
+
+def tp_transaction(*, tp: int = 2, fault: str | None = None, fault_worker: int = 1,
+                   seed: int = 0) -> TxResult:
+    """A page mapped on ``tp`` simulated workers, then freed: the coordinator maps it
+    everywhere, and the free runs prepare → commit on every worker. ``fault`` (a
+    :class:`~workbench.sim.workers.Fault` kind, e.g. "drop_reply") hits worker
+    ``fault_worker``'s prepare, to show the abort or failure path."""
+    from workbench.core.coordinator import FanOutSpace, WorkerId, targets_for
+    from workbench.sim.workers import Fault, SimCluster
+    from workbench.viz.sequence import RecordingTransport
+
+    geo = KVGeometry(num_layers=2, kv_heads=2, head_dim=64, block_size=16, num_blocks=1024)
+    faults = [Fault(fault, op="prepare", worker=WorkerId(0, fault_worker))] if fault else []
+    cluster = SimCluster(geo, tp, 1, faults=faults)
+    rt = RecordingTransport(cluster)
+    fan = FanOutSpace(geo, rt, targets_for(tp, 1), timeout=0.01)
+    kv = KVCacheManager(geo, space=fan, events=Recording().log,
+                        config=PoolConfig(prealloc=False, min_reserved_pages=0,
+                                          max_reserved_pages=0))
+    rt.messages.clear()  # keep the page we follow, not the null block's setup
+    per_page = geo.page_size // geo.block_bytes
+    ids = kv.alloc(per_page + 1)  # spills onto page 1
+    assert ids is not None
+    page1 = [b for b in ids if geo.block_page(b) == 1]
+    try:
+        kv.free(page1)
+        outcome = f"page 1 state after the free: {kv.pages.state[1].value}"
+    except Exception as err:  # noqa: BLE001 - the chapter shows the typed error
+        outcome = f"{type(err).__name__}: {err}"
+    names = ["coordinator"] + [str(t) for t in targets_for(tp, 1)]
+    return TxResult(rt.messages, names, outcome, list(kv.events))
+
+
+@dataclass
+class PrefixResult:
+    rec: Recording
+    ownership: list[list[tuple[int, int, int]]]  # per step, per page: (held, cached, free)
+    hits: int
+    queries: int
+    misses: dict[str, int]
+    finished: dict[str, int]
+    mapped_live_bytes: list[tuple[int, int]] = field(default_factory=list)  # per step
+
+    @property
+    def pool(self):
+        return self.rec.managers["pool"]
+
+
+def _ownership(bp, kv: KVCacheManager) -> list[tuple[int, int, int]]:
+    """Per page: blocks held by requests (ref > 0, the null block too), cached blocks nobody
+    holds (ref 0, in the LRU), free blocks."""
+    g = kv.geometry
+    out = []
+    for p in range(g.num_pages):
+        blocks = g.page_blocks(p)
+        cached = sum(1 for b in blocks if b in bp.evictable)
+        occ = kv.page_occupancy(p)
+        out.append((occ - cached, cached, len(blocks) - occ))
+    return out
+
+
+def prefix_sharing(*, steps: int = 30, arrivals: int = 2, max_cached_tokens: int = -1,
+                   page_aware: bool = True, shared: float = 0.6, num_pages: int = 16,
+                   seed: int = 0, backend: str = "sim", reset_at: int | None = None,
+                   **device_kw) -> PrefixResult:
+    """vLLM-style prefix caching on the elastic ledger (``workbench.engines.block_pool``).
+
+    Each step ``arrivals`` requests come in; a fraction ``shared`` of them start with one of two
+    system prompts (20 and 10 blocks), the rest are unique. A request lives 1–3 steps; when it
+    ends its full blocks stay cached (ref 0) unless the cap (``max_cached_tokens``, -1 = none)
+    evicts them — page-aware or LRU. ``reset_at`` empties the prefix cache at that step."""
+    from workbench.engines.block_pool import BlockPool, hash_chain
+
+    rng = random.Random(seed)
+    rec = Recording()
+    geo = small_geometry(num_pages=num_pages)
+    kv = KVCacheManager(geo, make_device(backend, **device_kw), name="pool", events=rec.log,
+                        config=PoolConfig(min_reserved_pages=0, max_reserved_pages=1))
+    rec.add_pool(kv)
+    bp = BlockPool(kv, max_cached_tokens=max_cached_tokens, page_aware=page_aware)
+    bs = geo.block_size
+    prompts = [[rng.randrange(1, 50_000) for _ in range(n * bs)] for n in (20, 10)]
+    res = PrefixResult(rec, [], 0, 0, {"pool": 0}, {"pool": 0})
+
+    def mark(label: str) -> None:
+        rec.mark(label)
+        res.ownership.append(_ownership(bp, kv))
+        held = sum(h for h, _, _ in res.ownership[-1]) * geo.block_bytes * geo.num_layers \
+            * geo.num_buffers
+        res.mapped_live_bytes.append((kv.mapped_bytes, held))
+
+    mark("start")
+    running: list[tuple[int, list[int]]] = []  # (finish step, blocks)
+    for step in range(steps):
+        if reset_at is not None and step == reset_at:
+            n = bp.reset_prefix_cache()
+            mark(f"step {step}: reset prefix cache ({n} blocks evicted)")
+        for end, blocks in [r for r in running if r[0] == step]:
+            bp.free_blocks(reversed(blocks))  # tail first: the prefix stays longest
+            running.remove((end, blocks))
+            res.finished["pool"] += 1
+        for _ in range(arrivals):
+            head = prompts[rng.randrange(2)] if rng.random() < shared else []
+            tokens = head + [rng.randrange(1, 50_000) for _ in range(rng.randint(40, 300))]
+            hashes = hash_chain(tokens, bs)
+            hit: list[int] = []
+            for h in hashes:
+                got = bp.get_cached_block(h)
+                if got is None:
+                    break
+                hit.append(got[0])
+            res.queries += 1
+            res.hits += len(hit)
+            bp.touch(hit)
+            new = bp.get_new_blocks(-(-len(tokens) // bs) - len(hit))
+            if new is None:
+                bp.free_blocks(reversed(hit))
+                res.misses["pool"] += 1
+                continue
+            blocks = hit + new
+            bp.cache_full_blocks(blocks, hashes, len(hit), len(hashes))
+            running.append((step + rng.randint(1, 3), blocks))
+        mark(f"step {step}: {len(running)} running, {len(bp.evictable)} cached blocks")
+    return res
+
+
+def radix_demo(prompts: list[str] | None = None, *, page: int = 4,
+               backend: str = "sim") -> list[str]:
+    """SGLang-style: insert a few requests into a RadixCache on the ledger and report what each
+    new request would reuse (``workbench.engines.radix_cache``). Tokens are words here."""
+    from workbench.engines.radix_cache import RadixCache
+
+    prompts = prompts or [
+        "you are a helpful assistant . answer briefly . what is a page ?",
+        "you are a helpful assistant . answer briefly . what is a block ?",
+        "you are a helpful assistant . think step by step . why ?",
+        "translate to french : good morning",
+    ]
+    vocab: dict[str, int] = {}
+    geo = small_geometry(num_pages=4, block_size=page)
+    kv = KVCacheManager(geo, make_device(backend), name="sglang",
+                        config=PoolConfig(min_reserved_pages=0, max_reserved_pages=1))
+    rc = RadixCache(kv)
+    lines = []
+    for text in prompts:
+        toks = [vocab.setdefault(w, len(vocab) + 1) for w in text.split()]
+        hit, node = rc.match_prefix(toks)
+        rc.inc_lock_ref(node)  # the running request pins the matched path
+        aligned = len(toks) - len(toks) % page
+        new = rc.alloc((aligned - len(hit) * page) // page) or []
+        rc.insert(toks[:aligned], hit + new)
+        rc.dec_lock_ref(node)
+        pages = sorted({geo.block_page(b) for b in hit + new})
+        lines.append(f"{len(hit) * page:>3} of {len(toks):>2} tokens reused · KV pages "
+                     f"(SGLang pages = ledger blocks) {hit + new} on VMM page(s) {pages} · "
+                     f"{text!r}")
+    lines.append(f"tree holds {rc.cached_tokens} tokens; evictable {rc.evictable_size}, "
+                 f"locked {rc.protected_size}")
+    return lines

@@ -1,0 +1,128 @@
+"""The VMM page state machine (seed 001 §8) with one chosen page highlighted.
+
+Nodes are the places a page id can be; edges the transitions the core emits (their ``cause``
+names). The prepare/commit/abort nodes are the two-phase unmap a coordinator runs across workers.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from workbench.core.events import Event
+from workbench.viz.style import FONT, STATE_COLORS
+
+# node -> (x, y, label, fill)
+NODES: dict[str, tuple[float, float, str, str]] = {
+    "vrange": (0.0, 4.05, "virtual range<br>reserved", "#ffffff"),
+    "free": (0.0, 3.0, "FREE<br>zero page only", STATE_COLORS["free"]),
+    "in_use": (0.0, 1.8, "IN_USE<br>physical page mapped", STATE_COLORS["in_use"]),
+    "reserved": (2.6, 1.8, "RESERVED<br>mapped, no live block", STATE_COLORS["reserved"]),
+    "retired": (-2.6, 1.8, "RETIRED<br>wait for release barrier", STATE_COLORS["retired"]),
+    "prepared": (0.0, 0.6, "UNMAP PREPARED<br>handles retained", "#fff3bf"),
+    "released": (-1.6, -0.6, "handle released<br>(back to FREE)", "#f1f3f5"),
+    "restored": (1.6, -0.6, "mapping restored<br>(abort)", "#d0ebff"),
+    "reclaimed": (-2.6, 3.0, "RECLAIMED<br>outside the limit", STATE_COLORS["reclaimed"]),
+    "quarantined": (2.6, 3.0, "QUARANTINED<br>never issued again", STATE_COLORS["quarantined"]),
+}
+# (src, dst, label)
+EDGES: list[tuple[str, str, str]] = [
+    ("vrange", "free", "initialize"),
+    ("free", "in_use", "map (alloc needs backing)"),
+    ("free", "reserved", "prealloc"),
+    ("in_use", "reserved", "park (reserve budget)"),
+    ("reserved", "in_use", "reuse"),
+    ("in_use", "retired", "retire (async)"),
+    ("retired", "in_use", "unretire"),
+    ("in_use", "prepared", "last block freed"),
+    ("retired", "prepared", "barrier passed"),
+    ("reserved", "prepared", "trim / shrink"),
+    ("prepared", "released", "commit"),
+    ("prepared", "restored", "abort"),
+    ("free", "reclaimed", "shrink"),
+    ("reclaimed", "free", "grow"),
+    ("free", "quarantined", "rollback failed"),
+]
+
+
+def node_of(state: str) -> str:
+    return state if state in NODES else "free"
+
+
+def edge_of(e: Event | None) -> tuple[str, str] | None:
+    """The diagram edge(s) a core event walked: an unmap passes through "prepared"."""
+    if e is None or e.src == e.dst:
+        return None
+    if e.dst in ("free", "reclaimed") and e.src in ("in_use", "reserved", "retired"):
+        return (e.src, "prepared")  # the core unmaps in one step: prepare then commit
+    return (e.src, e.dst)
+
+
+def state_machine(state: str | None = None, last: Event | None = None,
+                  title: str = "VMM page state machine") -> go.Figure:
+    """The diagram; ``state`` highlights where the chosen page is, ``last`` its last move."""
+    fig = go.Figure()
+    _draw(fig, state, last, title)
+    return fig
+
+
+W, H = 0.62, 0.30  # half width and half height of a node box, in data units
+
+
+def _border(x0: float, y0: float, x1: float, y1: float) -> tuple[float, float]:
+    """Where the segment from box centre (x0, y0) towards (x1, y1) leaves the box."""
+    dx, dy = x1 - x0, y1 - y0
+    t = min(W / abs(dx) if dx else 1e9, H / abs(dy) if dy else 1e9)
+    return x0 + dx * t, y0 + dy * t
+
+
+def _draw(fig, state: str | None, last: Event | None, title: str) -> None:
+    here = node_of(state) if state else None
+    hot = edge_of(last)
+    annotations, shapes = [], []
+    for src, dst, label in EDGES:
+        x0, y0, *_ = NODES[src]
+        x1, y1, *_ = NODES[dst]
+        on = hot == (src, dst)
+        off = 0.0
+        if (dst, src) in {(a, b) for a, b, _ in EDGES}:  # a two-way pair: draw side by side
+            off = 0.08 if src < dst else -0.08
+        vertical = abs(x1 - x0) < 1e-9
+        ox, oy = (off, 0.0) if vertical else (0.0, off)
+        sx, sy = _border(x0, y0, x1, y1)
+        tx, ty = _border(x1, y1, x0, y0)
+        annotations.append(dict(
+            x=tx + ox, y=ty + oy, ax=sx + ox, ay=sy + oy, xref="x", yref="y", axref="x",
+            ayref="y", text="", showarrow=True, arrowhead=2, arrowsize=1.1,
+            arrowwidth=3.5 if on else 1.3, arrowcolor="#d9480f" if on else "#868e96"))
+        lx, ly = (sx + tx) / 2 + ox * 2.5, (sy + ty) / 2 + oy * 2.5
+        annotations.append(dict(x=lx, y=ly, xref="x", yref="y", text=label, showarrow=False,
+                                font=dict(size=10, color="#d9480f" if on else "#495057"),
+                                bgcolor="rgba(255,255,255,0.8)"))
+    for name, (x, y, text, fill) in NODES.items():
+        me = name == here
+        shapes.append(dict(type="rect", x0=x - W, x1=x + W, y0=y - H, y1=y + H, fillcolor=fill,
+                           line=dict(color="#d9480f" if me else "#495057", width=5 if me else 1),
+                           layer="below"))
+        annotations.append(dict(x=x, y=y, xref="x", yref="y", text=text, showarrow=False,
+                                font=dict(size=11, color="#212529")))
+    # An invisible trace carries hover text and keeps the axes in place.
+    names = list(NODES)
+    fig.add_trace(go.Scatter(x=[NODES[n][0] for n in names], y=[NODES[n][1] for n in names],
+                             mode="markers", marker=dict(size=40, opacity=0),
+                             hovertext=[NODES[n][2].replace("<br>", " ") for n in names],
+                             hoverinfo="text", showlegend=False, name="states"))
+    sub = f" — chosen page is {state.upper()}" if state else ""
+    if last is not None and last.src != last.dst:
+        sub += f" (last: {last.src}→{last.dst}, {last.cause})"
+    fig.update_layout(title=dict(text=title + sub, font=dict(size=14)), font=FONT, height=560,
+                      annotations=annotations, shapes=shapes,
+                      margin=dict(l=10, r=10, t=50, b=10), plot_bgcolor="white",
+                      xaxis=dict(visible=False, range=[-3.4, 3.4]),
+                      yaxis=dict(visible=False, range=[-1.0, 4.4]))
+
+
+def update_state_machine(fig, state: str | None, last: Event | None,
+                         title: str = "VMM page state machine") -> None:
+    with fig.batch_update():
+        fig.data = []
+        _draw(fig, state, last, title)
