@@ -85,3 +85,15 @@ def test_replay_cli(tmp_path):
     r = subprocess.run([sys.executable, "-m", "workbench", "replay", str(EXAMPLE), "--backend",
                         "tpu"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "unknown" in r.stderr
+
+
+def test_bench_alloc_cli():
+    r = subprocess.run([sys.executable, "-m", "workbench", "bench", "alloc", "--sizes", "1,16",
+                        "--seconds", "0.05", "--repeats", "1", "--json"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert set(data) == {"1", "16"} and all(v["allocs_per_s"] > 0 for v in data.values())
+    r = subprocess.run([sys.executable, "-m", "workbench", "bench", "alloc", "--sizes", "x"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "comma-separated" in r.stderr

@@ -10,8 +10,32 @@ import typer
 
 from workbench.cli import app
 
-bench = typer.Typer(help="Benchmarks on a real GPU.", no_args_is_help=True)
+bench = typer.Typer(help="Benchmarks: the allocator itself, and VMM on a real GPU.",
+                    no_args_is_help=True)
 app.add_typer(bench, name="bench")
+
+
+@bench.command()
+def alloc(sizes: str = typer.Option("1,16,256,1024", help="Request sizes in blocks."),
+          seconds: float = typer.Option(0.5, help="Seconds per measurement."),
+          repeats: int = typer.Option(5, help="Measurements per size (the median is shown)."),
+          as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Allocator throughput on the simulated backend: alloc+free pairs per second by size."""
+    from workbench.sim.bench import alloc_throughput
+
+    try:
+        ns = tuple(int(x) for x in sizes.split(","))
+    except ValueError:
+        typer.echo(f"error: --sizes {sizes!r} is not a comma-separated list of integers",
+                   err=True)
+        raise typer.Exit(2) from None
+    res = alloc_throughput(ns, seconds=seconds, repeats=repeats)
+    if as_json:
+        typer.echo(json.dumps(res))
+        return
+    for n, r in res.items():
+        typer.echo(f"{n:>5} blocks: {r['allocs_per_s']:>9,.0f} allocs/s  "
+                   f"{r['blocks_per_s']:>11,.0f} blocks/s  {r['us_per_alloc_free']:.1f} us")
 
 
 @bench.command()
