@@ -106,6 +106,22 @@ def _accept_kernel_dialog(page) -> None:
     page.click(".jp-Dialog .jp-mod-accept")
 
 
+def _run_all(page, attempts: int = 3) -> None:
+    """Run > Run All Cells from the menu bar, as a learner would; again if no cell started
+    (a click that lands before the kernel is connected is lost)."""
+    for _ in range(attempts):
+        page.click("#jp-MainMenu .lm-MenuBar-itemLabel:text-is('Run')", timeout=10_000)
+        page.click(".lm-Menu-itemLabel:text-is('Run All Cells')", timeout=10_000)
+        try:
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('.jp-InputArea-prompt')]"
+                ".some(p => /\\[[0-9*]+\\]/.test(p.textContent))", timeout=20_000)
+            return
+        except Exception:  # noqa: BLE001 - nothing ran: try the menu again
+            page.keyboard.press("Escape")
+    raise AssertionError("Run All Cells never started a cell")
+
+
 def _first_question() -> tuple[str, str]:
     q = json.loads((CHAPTERS / "quizzes" / f"{CHAPTER}.json").read_text())["questions"][0]
     right = next(c for c in q["choices"] if c["correct"])
@@ -130,8 +146,7 @@ def test_chapter02_in_chromium(lab):
             _accept_kernel_dialog(page)
             page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']",
                                    timeout=90_000)
-            page.click("#jp-MainMenu .lm-MenuBar-itemLabel:text-is('Run')", timeout=10_000)
-            page.click(".lm-Menu-itemLabel:text-is('Run All Cells')", timeout=10_000)
+            _run_all(page)
 
             # The page map: a plotly figure inside the explorer, with its title and cells drawn.
             page.wait_for_selector(".wb-explorer .js-plotly-plot .main-svg", timeout=120_000)
