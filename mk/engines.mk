@@ -13,6 +13,11 @@ SGL_LITE_DEPS := numpy orjson psutil pybase64 requests packaging pillow starlett
 	tqdm IPython aiohttp transformers==5.19.0 tokenizers==0.23.2 dill apache-tvm-ffi==0.1.11 \
 	sentencepiece==0.2.1 compressed-tensors==0.18.0 gguf
 
+# vLLM's own unit tests (tests/v1/core) come from the 0.32.0 sdist on PyPI; the wheel has none.
+VLLM_SDIST_URL := https://files.pythonhosted.org/packages/d5/df/5471312c76e335eaa2b8333e87ea39f0d37bfe24f10a582620e34ff12e33/vllm-0.32.0.tar.gz
+VLLM_SDIST_SHA := d2c957d5eee3d0985012151315ddc62cbe0cd368fc96a5fc3510438d9dddf2ad
+VLLM_SRC      := $(ENGINES_DIR)/src/vllm-0.32.0
+
 .PHONY: engines engine-sglang engine-vllm test-engines test-engine-sglang test-engine-vllm clean-engines
 
 $(SGL_VENV)/.ready: mk/engines.mk
@@ -35,15 +40,26 @@ $(VLLM_VENV)/.ready: mk/engines.mk
 	$(VLLM_VENV)/bin/python -m workbench.adapters.pth install
 	touch $@
 
+$(VLLM_SRC)/.ready:
+	mkdir -p $(ENGINES_DIR)/src
+	curl -sSfL -o $(ENGINES_DIR)/src/vllm-0.32.0.tar.gz $(VLLM_SDIST_URL)
+	echo "$(VLLM_SDIST_SHA)  $(ENGINES_DIR)/src/vllm-0.32.0.tar.gz" | sha256sum -c -
+	tar xzf $(ENGINES_DIR)/src/vllm-0.32.0.tar.gz -C $(ENGINES_DIR)/src \
+		vllm-0.32.0/tests vllm-0.32.0/pyproject.toml
+	rm $(ENGINES_DIR)/src/vllm-0.32.0.tar.gz
+	touch $@
+
 engine-sglang: $(SGL_VENV)/.ready
-engine-vllm: $(VLLM_VENV)/.ready
+engine-vllm: $(VLLM_VENV)/.ready $(VLLM_SRC)/.ready
 engines: engine-sglang engine-vllm
 
 test-engine-sglang: engine-sglang
 	$(SGL_VENV)/bin/python -m pytest -m engine tests/engines_real/sglang $(PYTEST_ARGS)
+	WORKBENCH_KV_AUTOPATCH=1 $(SGL_VENV)/bin/workbench doctor --check
 
 test-engine-vllm: engine-vllm
 	VLLM_TARGET_DEVICE=cpu $(VLLM_VENV)/bin/python -m pytest -m engine tests/engines_real/vllm $(PYTEST_ARGS)
+	WORKBENCH_KV_AUTOPATCH=1 VLLM_TARGET_DEVICE=cpu $(VLLM_VENV)/bin/workbench doctor --check
 
 test-engines: test-engine-sglang test-engine-vllm
 

@@ -57,7 +57,8 @@ class ElasticTokenToKVPoolAllocator(_ElasticMixin, TokenToKVPoolAllocator):
         self._reset()
 
     def available_size(self):
-        return min(self.ledger.available_size(), self.size)
+        # the ledger's page-count estimate can exceed what is left of the pool: cap by both
+        return min(self.ledger.available_size(), self.size - self.ledger.used_blocks)
 
     def alloc(self, need_size: int):
         return self._ids(need_size)
@@ -90,7 +91,8 @@ class ElasticPagedTokenToKVPoolAllocator(_ElasticMixin, PagedTokenToKVPoolAlloca
         self.num_staged_pages = 0
 
     def available_size(self):
-        return min(self.ledger.available_size(), self.num_pages) * self.page_size
+        left = self.num_pages - self.ledger.used_blocks
+        return min(self.ledger.available_size(), left) * self.page_size
 
     def get_all_free_pages(self):
         return None

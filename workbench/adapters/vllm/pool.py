@@ -21,9 +21,12 @@ from workbench.errors import ConfigError
 
 
 class ElasticBlockPool(BlockPool):
+    created = 0  # instances built in this process (tests check the substitution happened)
+
     def __init__(self, num_gpu_blocks: int, enable_caching: bool, hash_block_size: int,
                  *args, **kwargs):
         super().__init__(num_gpu_blocks, enable_caching, hash_block_size, *args, **kwargs)
+        ElasticBlockPool.created += 1
         self.backing = registry.backing_for(num_gpu_blocks)
         if self.backing is None:
             if "vllm.v1.engine.core" in sys.modules and registry.require_worker():
@@ -47,11 +50,28 @@ class ElasticBlockPool(BlockPool):
             node = node.next_free_block
         return out
 
+    def _prefer_mapped(self) -> None:
+        """Under a limit only: free blocks on unmapped pages go behind the rest (keeping their
+        order), so the blocks vLLM takes next are ones memory already backs. Without this a
+        head of unbackable blocks could stall admission while cached blocks sit on mapped pages."""
+        q, b = self.free_block_queue, self.backing
+        page = b.geometry.block_page
+        movers, node = [], q.fake_free_list_head.next_free_block
+        while node is not None and node is not q.fake_free_list_tail:
+            p = page(node.block_id)
+            if p not in b.page_refs and p not in b.parked:
+                movers.append(node)
+            node = node.next_free_block
+        for blk in movers:
+            q.remove(blk)
+        q.append_n(movers)
+
     def get_num_free_blocks(self) -> int:
         n = super().get_num_free_blocks()
         b = self.backing
         if b.unlimited():
             return n
+        self._prefer_mapped()
         # Walk vLLM's order and stop where the pages it would need run out.
         room, pages, count = b.room_pages(), set(), 0
         g = b.geometry

@@ -1,0 +1,133 @@
+"""SGLang 0.5.23 mem_cache classes on CPU tensors, stock or elastic (WORKBENCH_KV_AUTOPATCH=1).
+
+Prints one ``RESULT {json}`` line; the test compares the stock run with the elastic run and checks
+the elastic-only facts (misses, residency, cache bound). Run as a script, in the SGLang venv.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from array import array
+
+t0 = time.time()
+import torch  # noqa: E402
+from sglang.srt.mem_cache.allocator import (  # noqa: E402
+    PagedTokenToKVPoolAllocator,
+    TokenToKVPoolAllocator,
+)
+from sglang.srt.mem_cache.base_prefix_cache import (  # noqa: E402
+    EvictParams,
+    InsertParams,
+    MatchPrefixParams,
+)
+from sglang.srt.mem_cache.cache_init_params import CacheInitParams  # noqa: E402
+from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool  # noqa: E402
+from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey  # noqa: E402
+
+from workbench.adapters import boot  # noqa: E402
+from workbench.host.device import rss_shmem  # noqa: E402
+
+IMPORT_S = time.time() - t0
+DEV = "cpu"
+# 8 heads x 128 dims x fp16 = 2 KiB per token per layer: a 2 MiB page holds 1024 slots
+HEADS, DIM, LAYERS, SIZE = 8, 128, 2, 8192
+
+
+def pool_and_alloc(page_size: int):
+    kv = MHATokenToKVPool(size=SIZE, page_size=page_size, dtype=torch.float16, head_num=HEADS,
+                          head_dim=DIM, layer_num=LAYERS, device=DEV, enable_memory_saver=False,
+                          enable_alt_stream=False)
+    if page_size == 1:
+        alloc = TokenToKVPoolAllocator(size=SIZE, dtype=torch.float16, device=DEV, kvcache=kv,
+                                       need_sort=False)
+    else:
+        alloc = PagedTokenToKVPoolAllocator(size=SIZE, page_size=page_size, dtype=torch.float16,
+                                            device=DEV, kvcache=kv, need_sort=False)
+    return kv, alloc
+
+
+def radix_flow(page_size: int) -> dict:
+    """The stock flow of the feasibility demo: insert A, match B's prefix, insert B, lock, evict."""
+    kv, alloc = pool_and_alloc(page_size)
+    out = {"class": type(alloc).__name__, "pool": type(kv).__name__,
+           "k_shape": list(kv.k_buffer[0].shape), "available0": alloc.available_size()}
+    req_pool = ReqToTokenPool(size=4, max_context_len=256, device=DEV, enable_memory_saver=False)
+    cache = RadixCache(CacheInitParams(disable=False, req_to_token_pool=req_pool,
+                                       token_to_kv_pool_allocator=alloc, page_size=page_size))
+    shared = list(range(100, 132))
+    seq_a, seq_b = shared + list(range(1, 17)), shared + [9] * 8
+    kv_a = alloc.alloc(len(seq_a))
+    kv.k_buffer[1][kv_a] = 1.5  # write K of layer 1 through the engine's own buffer
+    out["readback"] = float(kv.get_key_buffer(1)[kv_a].float().mean())
+    out["insert_a"] = cache.insert(InsertParams(key=RadixKey(array("q", seq_a)), value=kv_a)
+                                   ).prefix_len
+    m = cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", seq_b))))
+    hit = m.device_prefix_len
+    out["hit_b"] = hit
+    kv_b_new = alloc.alloc(len(seq_b) - hit)
+    out["insert_b"] = cache.insert(InsertParams(key=RadixKey(array("q", seq_b)),
+                                                value=torch.cat([kv_a[:hit], kv_b_new]))
+                                   ).prefix_len
+    out["tree_tokens"] = cache.total_size()
+    node = cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", seq_b)))).last_device_node
+    cache.inc_lock_ref(node)
+    out["evictable_locked"] = cache.evictable_size()
+    out["evicted"] = cache.evict(EvictParams(num_tokens=1000)).num_tokens_evicted
+    out["available_after"] = alloc.available_size()
+    cache.dec_lock_ref(node)
+    # the finish hook SGLang calls after a request's row is released (bound applies here)
+    cache.on_release(None, checkpointed=True)
+    out["evictable_after_release"] = cache.evictable_size()
+    return out
+
+
+def elastic_facts() -> dict:
+    facts: dict = {}
+    for page_size in (1, 16):
+        kv, alloc = pool_and_alloc(page_size)
+        led = kv.ledger
+        base = rss_shmem()
+        f = {"mapped0": led.mapped_bytes}
+        ids = alloc.alloc(4096)  # 4096 slots of 2 KiB x 2 layers x K,V: 4 more pages
+        f["rss_up_mib"] = (rss_shmem() - base) >> 20
+        f["mapped_up"] = led.mapped_bytes
+        alloc.free(ids)
+        f["rss_down_mib"] = (rss_shmem() - base) >> 20
+        f["mapped_down"] = led.mapped_bytes
+        # shrink the pool to 2 page ids: every allocation path misses with None, none raises
+        led.set_limit(2 * led.geometry.page_id_bytes)
+        f["available_limited"] = alloc.available_size()
+        f["alloc_miss"] = alloc.alloc(SIZE // 2) is None
+        if page_size > 1:
+            bs = 4
+            prefix = torch.zeros(bs, dtype=torch.int64)
+            seq = torch.full((bs,), 1024, dtype=torch.int64)
+            last = torch.full((bs,), -1, dtype=torch.int64)
+            f["alloc_extend_miss"] = alloc.alloc_extend(prefix, prefix, seq, seq, last,
+                                                        int(seq.sum())) is None
+            got = alloc.alloc_extend(prefix[:1], prefix[:1], seq[:1] // 64, seq[:1] // 64,
+                                     last[:1], 16)
+            f["alloc_extend_small"] = None if got is None else int(got.numel())
+            dec_seq = torch.full((2,), 17, dtype=torch.int64)  # each decode opens a new page
+            dec_last = got[-1:].repeat(2) if got is not None else last[:2]
+            led.set_limit(led.mapped_bytes)  # nothing new may map
+            held = alloc.alloc(alloc.available_size())  # take what is left on mapped pages
+            f["alloc_decode_miss"] = alloc.alloc_decode(dec_seq, dec_seq, dec_last) is None
+            if held is not None:
+                alloc.free(held)
+        facts[f"page_size_{page_size}"] = f
+    return facts
+
+
+def main() -> None:
+    result = {"import_s": round(IMPORT_S, 1), "patches": boot.status(),
+              "flows": {str(ps): radix_flow(ps) for ps in (1, 16)}}
+    if any(r["status"] == "applied" for r in result["patches"]):
+        result["elastic"] = elastic_facts()
+    print("RESULT " + json.dumps(result))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

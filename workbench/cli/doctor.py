@@ -1,0 +1,201 @@
+"""``workbench doctor``: the version manifest of seed 000 §2 and each engine's patch status.
+
+What it prints is what a run needs to be reproduced: hardware, Python, torch and CUDA, engine
+versions (and commits when the install records one), the workbench's own version and commit, the
+``WORKBENCH_KV_*`` configuration, whether the autopatch ``.pth`` is installed, and per engine
+which patches its installed version gets. ``--check`` also imports each engine's patch targets
+here and applies the plan, so a version the patches cannot handle fails now, not at serve time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+from dataclasses import asdict
+from importlib import metadata
+from pathlib import Path
+
+import typer
+
+from workbench.cli import app
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+def _mem_total() -> int | None:
+    try:
+        from workbench.host.device import meminfo
+
+        return meminfo()["MemTotal"]
+    except (OSError, KeyError):
+        return None
+
+
+def _torch() -> dict:
+    try:
+        import torch
+    except ImportError:
+        return {"installed": False}
+    out = {"installed": True, "version": torch.__version__, "cuda": torch.version.cuda,
+           "hip": getattr(torch.version, "hip", None), "cuda_available": False, "gpus": []}
+    try:
+        if torch.cuda.is_available():
+            out["cuda_available"] = True
+            out["gpus"] = [{"name": torch.cuda.get_device_name(i),
+                            "memory": torch.cuda.get_device_properties(i).total_memory}
+                           for i in range(torch.cuda.device_count())]
+    except Exception as err:  # noqa: BLE001 - a broken driver is a finding, not a crash
+        out["cuda_error"] = repr(err)
+    return out
+
+
+def _dist_commit(dist: str) -> str | None:
+    """The VCS commit pip recorded for a source install (direct_url.json), if any."""
+    try:
+        raw = metadata.distribution(dist).read_text("direct_url.json")
+    except metadata.PackageNotFoundError:
+        return None
+    if not raw:
+        return None
+    info = json.loads(raw)
+    return (info.get("vcs_info") or {}).get("commit_id")
+
+
+def _workbench() -> dict:
+    import workbench
+
+    root = Path(workbench.__file__).resolve().parents[1]
+    commit = None
+    if (root / ".git").exists():
+        try:
+            commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"],
+                                    capture_output=True, text=True, timeout=5).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            commit = None
+    return {"version": workbench.__version__, "commit": commit or None, "path": str(root)}
+
+
+def _config() -> dict:
+    from workbench.adapters import boot, pth
+    from workbench.config import ENV_PREFIX, PoolConfig
+
+    env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIX)}
+    try:
+        cfg = asdict(PoolConfig.from_env())
+        err = None
+    except Exception as e:  # noqa: BLE001 - shown, not raised: doctor reports bad config
+        cfg, err = None, str(e)
+    return {"env": env, "pool_config": cfg, "config_error": err,
+            "autopatch_enabled": boot.enabled(), "pth": str(pth.path()),
+            "pth_installed": pth.installed()}
+
+
+def _engines(check: bool) -> dict:
+    from workbench.adapters import boot
+    from workbench.adapters.registry import AutopatchError
+    from workbench.adapters.versions import dist_version
+
+    out: dict[str, dict] = {}
+    for engine, (_, dists) in boot.ENGINES.items():
+        found = dist_version(*dists)
+        if found is None:
+            out[engine] = {"installed": False}
+            continue
+        dist, version = found
+        plan = boot.load_plan(engine)
+        chosen, problems, skipped = plan.select(version)
+        patches = [{"patch": p.name, "module": p.module, "versions": p.versions,
+                    "status": "would apply", "doc": p.doc} for p in chosen]
+        patches += [{"patch": n, "module": "", "versions": "", "status": "refused",
+                     "doc": f"{why}. Fix: {fix}"} for n, why, fix in problems]
+        patches += [r.as_dict() for r in skipped]
+        entry = {"installed": True, "distribution": dist, "version": version,
+                 "commit": _dist_commit(dist), "patches": patches}
+        if check:
+            live = boot.plans().get(engine) or plan
+            try:
+                if live.state == "idle":
+                    live.apply_all()
+                entry["check"] = {"state": live.state,
+                                  "records": [r.as_dict() for r in live.records]}
+            except AutopatchError as err:
+                entry["check"] = {"state": "failed", "error": str(err)}
+        out[engine] = entry
+    return out
+
+
+def manifest(check: bool = False) -> dict:
+    return {
+        "hardware": {"machine": platform.machine(), "cpu": _cpu_model(),
+                     "cores": os.cpu_count(), "memory": _mem_total()},
+        "os": platform.platform(),
+        "python": {"version": platform.python_version(), "executable": sys.executable},
+        "torch": _torch(),
+        "workbench": _workbench(),
+        "config": _config(),
+        "engines": _engines(check),
+    }
+
+
+def _print(m: dict) -> None:
+    from workbench.config import format_size
+
+    hw, t = m["hardware"], m["torch"]
+    echo = typer.echo
+    echo(f"hardware   {hw['cpu']} x{hw['cores']} ({hw['machine']}), "
+         f"{format_size(hw['memory']) if hw['memory'] else '?'} RAM")
+    echo(f"os         {m['os']}")
+    echo(f"python     {m['python']['version']} ({m['python']['executable']})")
+    if t["installed"]:
+        gpus = ", ".join(g["name"] for g in t["gpus"]) or "no GPU visible"
+        echo(f"torch      {t['version']} cuda={t['cuda']} hip={t['hip']}: {gpus}")
+    else:
+        echo("torch      not installed")
+    wb = m["workbench"]
+    echo(f"workbench  {wb['version']} commit={wb['commit'] or '?'}")
+    c = m["config"]
+    echo(f"config     autopatch={'on' if c['autopatch_enabled'] else 'off'} "
+         f".pth={'installed' if c['pth_installed'] else 'missing'} ({c['pth']})")
+    if c["config_error"]:
+        echo(f"           BAD CONFIG: {c['config_error']}")
+    else:
+        echo("           " + " ".join(f"{k}={v}" for k, v in c["pool_config"].items()))
+    for k, v in c["env"].items():
+        echo(f"           {k}={v}")
+    for engine, e in m["engines"].items():
+        if not e["installed"]:
+            echo(f"{engine:<10} not installed")
+            continue
+        echo(f"{engine:<10} {e['distribution']} {e['version']} commit={e['commit'] or '?'}")
+        for p in e["patches"]:
+            echo(f"           {p['status']:<14} {p['patch']:<26} {p['versions']:<20} {p['doc']}")
+        if "check" in e:
+            chk = e["check"]
+            echo(f"           check: {chk['state']}" + (f"\n{chk['error']}" if "error" in chk
+                                                          else ""))
+
+
+@app.command()
+def doctor(as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
+           check: bool = typer.Option(False, "--check",
+                                      help="Import each engine's patch targets and apply the "
+                                           "plan here (slow: imports the engines).")) -> None:
+    """Version manifest (hardware, Python, torch/CUDA, engines, config) and patch status."""
+    m = manifest(check=check)
+    if as_json:
+        typer.echo(json.dumps(m, indent=2, default=str))
+    else:
+        _print(m)
+    failed = any(e.get("check", {}).get("state") == "failed" for e in m["engines"].values())
+    raise typer.Exit(1 if failed else 0)
