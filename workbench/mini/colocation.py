@@ -404,11 +404,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="llama3-8b")
     ap.add_argument("--modes", default="static,elastic")
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--min-reserved", type=int, default=0)
+    ap.add_argument("--max-reserved", type=int, default=1)
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     cfg = ColoConfig(model=args.model, budget_gib=args.budget_gib, time_scale=args.time_scale,
                      peaks=tuple(int(p) for p in args.peaks.split(",")),
-                     modes=tuple(args.modes.split(",")), device=args.device)
+                     modes=tuple(args.modes.split(",")), device=args.device,
+                     min_reserved_pages=args.min_reserved, max_reserved_pages=args.max_reserved)
     res = run(cfg, args.out, log=lambda m: print(m, flush=True))
     md = markdown(res)
     (args.out / "colocation.md").write_text(md)
