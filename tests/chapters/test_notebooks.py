@@ -58,6 +58,7 @@ def test_chapter_static_mode_renders_html(no_score_file):
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     html = [o["data"]["text/html"] for o in outputs if "text/html" in o.get("data", {})]
     assert any("plotly" in h for h in html)
+    assert sum(len(h) for h in html) < 8_000_000  # plotly.js (~4.6 MB) is embedded only once
     assert not any("application/vnd.jupyter.widget-view+json" in o.get("data", {})
                    for o in outputs)
     quiz_text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 _forced: bool | None = None
+STATIC_RENDERER = "plotly_mimetype+notebook"
 
 
 def set_live(flag: bool | None) -> None:
@@ -37,7 +38,8 @@ def use_static_renderer() -> None:
     """Emit both the plotly mime bundle (JupyterLab) and self-contained HTML (nbconvert)."""
     import plotly.io as pio
 
-    pio.renderers.default = "plotly_mimetype+notebook"
+    if pio.renderers.default != STATIC_RENDERER:  # setting it injects plotly.js (~4.6 MB) again
+        pio.renderers.default = STATIC_RENDERER
 
 
 def figure(fig, live: bool | None = None):
