@@ -180,6 +180,11 @@ def test_explorer_live_controls_drive_the_figures():
     n_events = len(ex.rec.events)
     ctl["load"].value = 12  # re-runs the scenario
     assert len(ex.rec.events) != n_events and ex.step == len(ex.rec.steps) - 1
+    from types import SimpleNamespace
+
+    row, col = 1, 2  # a click on the second row of the page map (pages 24..) picks page 26
+    ex._clicked(ex.fig_map.data[0], SimpleNamespace(xs=[col], ys=[row]), None)
+    assert ex.page == 26 and "page 26" in ex.fig_machine.layout.title.text
     ex.color_tb.value = "owner"
     assert {t.name for t in ex.fig_map.data[1:]} == {"unmapped", "pool"}
 

@@ -126,9 +126,10 @@ class Explorer:
         return f"<b>{s}</b><br><small>{self.summary_fn(self.result)}</small>"
 
     def _clicked(self, trace, points, _state) -> None:
-        if not points.point_inds:
+        """A click on a page-map cell picks that page for the state machine."""
+        if not points.xs or not points.ys:
             return
-        row, col = points.point_inds[0]
+        col, row = int(points.xs[0]), int(points.ys[0])
         text = trace.text[row][col] if trace.text else ""
         if " · page " in text:
             pool, rest = text.split(" · page ")
