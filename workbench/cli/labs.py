@@ -54,7 +54,8 @@ def list_labs() -> None:
 @labs.command("run")
 def run_lab(
     name: Annotated[str, typer.Argument(help="Lab name (see `workbench labs list`).")],
-    backend: Annotated[str, typer.Option(help="Backend: sim (these labs are simulated).")] = "sim",
+    backend: Annotated[str, typer.Option(
+        help="Backend: sim, or gpu (colocation on a CUDA host, with the mini engine).")] = "sim",
     json_out: Annotated[Path | None, typer.Option(
         "--json", help="Write the JSON record here (the Markdown report beside it, .md).")] = None,
     peaks: Annotated[str | None, typer.Option(

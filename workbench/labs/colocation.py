@@ -74,6 +74,18 @@ def _ms(x: float) -> float:
     return round(x * 1e3, 1)
 
 
+def _require_cuda() -> None:
+    from workbench.errors import ConfigError
+
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is None or not torch.cuda.is_available():
+        raise ConfigError("backend 'gpu'", "no CUDA GPU (with torch) is visible here",
+                          "run on a CUDA host, or use --backend sim")
+
+
 def run(peaks: Sequence[int] = PEAKS, *, seed: int = 0, workers: int | None = None,
         progress: Callable[[int, int, str], None] | None = None, backend: str = "sim",
         quick: bool = False, steptime: dict | str | None = None) -> tuple[LabRecord, str]:
@@ -87,12 +99,17 @@ def run(peaks: Sequence[int] = PEAKS, *, seed: int = 0, workers: int | None = No
             raise ConfigError(f"steptime {steptime!r}", "is not a known calibration",
                               f"use one of {', '.join(CALIBRATIONS)} or key=value pairs")
         steptime = CALIBRATIONS[steptime]
+    if backend == "gpu":  # three mini engines on one real GPU (workbench.mini)
+        _require_cuda()
+        from workbench.mini.colocation import run_lab
+
+        return run_lab(None if peaks is PEAKS else peaks, seed=seed, quick=quick,
+                       progress=progress)
     if backend != "sim":
         from workbench.errors import ConfigError
 
-        raise ConfigError(f"backend {backend!r}", "the colocation lab runs on the simulator only "
-                          "(three real 8B engines need a GPU host and the engine adapters)",
-                          "use --backend sim")
+        raise ConfigError(f"backend {backend!r}", "the colocation lab runs on sim or gpu",
+                          "use --backend sim, or --backend gpu on a CUDA host")
     if quick:
         peaks = [p for p in peaks if p in QUICK_PEAKS] or list(QUICK_PEAKS)
     jobs = [(p, m) for p in peaks for m in ("static", "elastic")]
