@@ -31,7 +31,7 @@ browser-deps:
 	  else echo "chromium missing: the browser test will be skipped (sudo apt-get install chromium)"; fi; }
 
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab --notebook-dir=chapters chapters/00_start_here.ipynb
+	$(VENV)/bin/workbench lab
 
 test: $(STAMP) $(TORCH_STAMP) browser-deps
 	$(PY) -m pytest -m "not gpu and not engine" $(PYTEST_ARGS)
