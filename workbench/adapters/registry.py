@@ -88,6 +88,7 @@ class EnginePlan:
     error: AutopatchError | None = None
     version: str | None = None
     armed: bool = False  # a target has loaded: apply at the next quiet moment
+    undos: list[tuple[Patch, Undo]] = field(default_factory=list)
 
     @property
     def targets(self) -> list[str]:
@@ -206,7 +207,7 @@ class EnginePlan:
 
     def revert(self) -> None:
         """Undo every applied patch (tests; an engine is never reverted while running)."""
-        for _, undo in reversed(getattr(self, "undos", [])):
+        for _, undo in reversed(self.undos):
             undo()
         self.undos = []
         self.state, self.records, self.error, self.armed = "idle", [], None, False

@@ -55,12 +55,10 @@ def main(model_dir: str, max_tokens: int) -> None:
              "cached_prompt_tokens": sum(o.num_cached_tokens or 0 for o in outs)}
         if backing is not None:
             r.update(mapped_pages=backing.mapped_pages, held_blocks=len(backing.held),
-                     maps=backing.maps, unmaps=backing.unmaps)
+                     maps=backing.maps, unmaps=backing.unmaps,
+                     shortfalls=sum(p.shortfalls for p in registry.pools))
         report["rounds"].append(r)
     report["token_ids"] = outs_all
-    if backing is not None:
-        report["peak_events"] = len(backing.events.events) if hasattr(backing.events, "events") \
-            else None
     print("RESULT " + json.dumps(report))
 
 

@@ -88,6 +88,15 @@ def test_pages_map_and_unmap_as_requests_come_and_go(model, native):
     assert r["rounds"][1]["maps"] > r["rounds"][0]["maps"]  # round two mapped its pages again
 
 
+def test_engine_under_a_memory_limit_waits_instead_of_crashing(model, native):
+    # 4 MiB = one page id (2 MiB x 2 layers): 31 blocks for 8 requests that want ~40
+    r = _run("generate.py", model, MAX_TOKENS, WORKBENCH_KV_AUTOPATCH="1",
+             WORKBENCH_KV_MEMORY_LIMIT="4MiB")
+    assert r["token_ids"] == native["token_ids"]
+    assert all(rnd["mapped_pages"] == 1 for rnd in r["rounds"])
+    assert r["rounds"][-1]["shortfalls"] > 0  # memory, not vLLM's queue, held requests back
+
+
 def test_memory_limit_miss_is_vllms_none():
     stock = _run("kv_manager_limit.py", timeout=300)
     limited = _run("kv_manager_limit.py", timeout=300, WORKBENCH_KV_AUTOPATCH="1",

@@ -40,6 +40,8 @@ class ElasticBlockPool(BlockPool):
         self._allocating = False
         self._cached_free: OrderedDict[int, None] = OrderedDict()  # LRU of cached, ref 0
         self.max_cached_blocks = registry.max_cached_blocks(hash_block_size)
+        self.shortfalls = 0  # times memory, not vLLM's free queue, capped the free count
+        registry.pools.append(self)
 
     # -- what vLLM will hand out next --------------------------------------------------------
     def _peek(self, n: int) -> list[int]:
@@ -82,6 +84,7 @@ class ElasticBlockPool(BlockPool):
                     break
                 pages.add(p)
             count += 1
+        self.shortfalls += count < n
         return count
 
     def get_new_blocks(self, num_blocks: int):

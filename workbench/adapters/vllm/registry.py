@@ -16,6 +16,7 @@ from workbench.core.geometry import KVGeometry, Layout
 from workbench.core.vspace import KVSpace
 
 backings: list[tuple[int, BlockBacking]] = []
+pools: list = []  # ElasticBlockPools built in this process (reports, tests)
 _sim = None
 
 
