@@ -48,10 +48,11 @@ def _run(script: str, *args: str, timeout: int = 600, **extra: str) -> dict:
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory) -> str:
-    sys.path.insert(0, str(HERE.parent))
-    from tinyllama import build
-
-    return str(build(tmp_path_factory.mktemp("tiny") / "tiny-llama"))
+    # loaded by path: putting tests/engines_real on sys.path would shadow the real ``vllm``
+    spec = importlib.util.spec_from_file_location("tinyllama", HERE.parent / "tinyllama.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return str(mod.build(tmp_path_factory.mktemp("tiny") / "tiny-llama"))
 
 
 @pytest.fixture(scope="module")
