@@ -29,3 +29,13 @@ def test_doctor_text_and_bad_config(monkeypatch):
     assert res.exit_code == 0, res.output
     assert "python" in res.output and "BAD CONFIG" in res.output
     assert "WORKBENCH_KV_PAGE_SIZE=3KiB" in res.output
+
+
+def test_doctor_warns_when_switch_is_on_but_pth_is_missing(monkeypatch):
+    from workbench.adapters import pth
+
+    monkeypatch.setenv("WORKBENCH_KV_AUTOPATCH", "1")
+    monkeypatch.setattr(pth, "installed", lambda: False)
+    res = CliRunner().invoke(app, ["doctor"])
+    assert res.exit_code == 0, res.output
+    assert "autopatch=on" in res.output and "UNPATCHED" in res.output

@@ -167,6 +167,9 @@ def _print(m: dict) -> None:
     c = m["config"]
     echo(f"config     autopatch={'on' if c['autopatch_enabled'] else 'off'} "
          f".pth={'installed' if c['pth_installed'] else 'missing'} ({c['pth']})")
+    if c["autopatch_enabled"] and not c["pth_installed"]:
+        echo("           WARNING: autopatch is on but the .pth is missing here: engines started "
+             "by this interpreter run UNPATCHED (python -m workbench.adapters.pth install)")
     if c["config_error"]:
         echo(f"           BAD CONFIG: {c['config_error']}")
     else:
