@@ -7,8 +7,9 @@ PYTEST_ARGS ?=
 
 .PHONY: lab test test-gpu setup browser-deps lint clean
 
+# --system-site-packages: on a GPU host the venv sees the host's CUDA torch and cuda-python.
 $(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+	$(PYTHON) -m venv --system-site-packages $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
 	$(PY) -m ipykernel install --sys-prefix --name workbench --display-name "Python (workbench)" >/dev/null
@@ -36,8 +37,12 @@ lab: $(STAMP)
 test: $(STAMP) $(TORCH_STAMP) browser-deps
 	$(PY) -m pytest -m "not gpu and not engine" $(PYTEST_ARGS)
 
-test-gpu: $(STAMP)
-	$(PY) -m pytest -m gpu $(PYTEST_ARGS)
+# Uses the venv when there is one, else the host's python (a bare GPU box without network).
+test-gpu:
+	@py=$(PY); [ -x "$$py" ] || py=$(PYTHON); \
+	$$py -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else \
+	  'make test-gpu: no CUDA GPU is visible to this python')" && \
+	$$py -m pytest -m gpu $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check workbench tests

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+pytest.importorskip("nbformat", reason="the notebook stack is not installed (make setup)")
+
 from .nbrun import CHAPTERS, ROOT
 
 CHROMIUM = Path("/usr/bin/chromium")

@@ -6,6 +6,8 @@ import copy
 import json
 
 import pytest
+
+pytest.importorskip("nbformat", reason="the notebook stack is not installed (make setup)")
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-import plotly.graph_objects as go
 import pytest
+
+pytest.importorskip("plotly", reason="the notebook stack is not installed (make setup)")
+import plotly.graph_objects as go  # noqa: E402
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -168,3 +168,10 @@ def test_close_after_quarantine_gives_everything_back(layout):
     kv.close()
     inner = dev.inner
     assert not inner.mappings and not inner.allocations and not inner.reservations
+
+
+def test_available_size_counts_a_short_last_page_exactly():
+    geo = KVGeometry(num_layers=2, kv_heads=8, head_dim=128, block_size=16, num_blocks=100)
+    kv = KVCacheManager(geo, SimDevice(), config=PoolConfig(gpu_utilization=1.0))
+    assert kv.available_size() == 99  # 64 + 36 blocks, less the null block
+    assert kv.alloc(99) is not None and kv.available_size() == 0

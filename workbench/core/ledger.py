@@ -139,7 +139,10 @@ class KVCacheManager:
             return 0
         bpp = self.geometry.page_size // self.geometry.block_bytes  # a floor: pages may hold 1 more
         reserved = sum(self._page_capacity(q) for q in p.reserved if q < p.limit_pages)
-        return self.num_free + len(self.reserved_blocks) + reserved + p.new_pages_possible() * bpp
+        room = self.num_free + len(self.reserved_blocks) + reserved + p.new_pages_possible() * bpp
+        # the last page may hold fewer blocks than bpp: never promise more than exist
+        unallocated = self.geometry.num_blocks - len(self.allocated) + len(self.reserved_blocks)
+        return min(room, unallocated)
 
     # -- alloc / free ------------------------------------------------------------------------
     def alloc(self, n: int) -> list[int] | None:
