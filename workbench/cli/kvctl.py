@@ -48,14 +48,7 @@ def _row(i: control.SegmentInfo) -> dict:
 @kvctl.command("list")
 def list_(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """List every pool's segment: owner, limit, used and reserved bytes."""
-    infos = []
-    for name in control.list_segments():
-        try:
-            info = control.read_segment(name)
-        except (ControlError, ConfigError):
-            continue
-        if info is not None:
-            infos.append(info)
+    infos = control.read_all()
     if as_json:
         typer.echo(json.dumps([_row(i) for i in infos], indent=2))
         return

@@ -15,7 +15,6 @@ from rich.text import Text
 from workbench.cli import app
 from workbench.config import format_size
 from workbench.core import control
-from workbench.errors import ConfigError, ControlError
 
 GLYPHS = {"free": ("·", "grey42"), "reserved": ("○", "yellow"), "in_use": ("█", "green"),
           "retired": ("▒", "magenta"), "reclaimed": ("×", "grey23"), "quarantined": ("!", "red")}
@@ -56,20 +55,8 @@ def legend() -> Text:
     return t
 
 
-def snapshot() -> list[control.SegmentInfo]:
-    out = []
-    for name in control.list_segments():
-        try:
-            info = control.read_segment(name)
-        except (ControlError, ConfigError):
-            continue
-        if info is not None:
-            out.append(info)
-    return out
-
-
 def frame(width: int) -> Group:
-    infos = snapshot()
+    infos = control.read_all()
     panels = [render_pool(i, width) for i in infos] or [Text("no pools")]
     return Group(legend(), *panels)
 
@@ -81,7 +68,7 @@ def kvtop(interval: float = typer.Option(0.5, help="Seconds between refreshes.")
           as_json: bool = typer.Option(False, "--json", help="Print one JSON snapshot.")) -> None:
     """Live view of every pool on this machine: bars and a per-page state map."""
     if as_json:
-        typer.echo(json.dumps([i.to_dict() for i in snapshot()]))
+        typer.echo(json.dumps([i.to_dict() for i in control.read_all()]))
         return
     console = Console()
     if once:

@@ -234,6 +234,19 @@ def list_segments() -> list[str]:
     return sorted(p.name[len(PREFIX):] for p in SHM_DIR.iterdir() if p.name.startswith(PREFIX))
 
 
+def read_all() -> list[SegmentInfo]:
+    """Every readable workbench segment (foreign or truncated files are passed over)."""
+    out = []
+    for name in list_segments():
+        try:
+            info = read_segment(name)
+        except (ControlError, ConfigError):
+            continue
+        if info is not None:
+            out.append(info)
+    return out
+
+
 def request_limit(name: str, limit: int, *, wait_s: float = 2.0) -> SegmentInfo:
     """Write a limit request (validated first: nothing is written on bad input) and wait for the
     owner's acknowledgement. Returns the segment state after the wait."""
