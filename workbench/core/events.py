@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from enum import Enum
+from functools import partial
 from typing import NamedTuple
 
 
@@ -45,6 +46,13 @@ class Event(NamedTuple):
 
     def to_json(self) -> str:
         return json.dumps(self._asdict(), separators=(",", ":"))
+
+
+# ``Event(...)`` runs namedtuple's Python-level ``__new__``; the page allocator emits one event per
+# transition on the alloc/free hot path, so it builds them from a plain 6-tuple with the C-level
+# tuple constructor instead (half the cost, the same Event).
+event_from_tuple: Callable[[tuple[float, str, int, str, str, str]], Event] = \
+    partial(tuple.__new__, Event)
 
 
 class EventLog:

@@ -50,9 +50,21 @@ class KVSpace:
         # page -> (targets maybe still mapped, handles maybe still live) after a failed undo;
         # close() cleans them up best effort
         self.stranded: dict[int, tuple[list[Target], list[int]]] = {}
+        # page -> its targets, built on first use: every map and unmap of a page needs them, and
+        # they never change while the reservation lives (close() drops them with ``base``)
+        self._targets: dict[int, tuple[Target, ...]] = {}
 
     # -- layout ------------------------------------------------------------------------------
     def targets(self, page: int) -> list[Target]:
+        return list(self._page_targets(page))
+
+    def _page_targets(self, page: int) -> tuple[Target, ...]:
+        ts = self._targets.get(page)
+        if ts is None:
+            ts = self._targets[page] = tuple(self._layout_targets(page))
+        return ts
+
+    def _layout_targets(self, page: int) -> list[Target]:
         g = self.geometry
         if g.layout is Layout.CONTIGUOUS:
             return [Target(self.base + page * g.page_id_bytes, g.page_id_bytes)]
@@ -84,11 +96,12 @@ class KVSpace:
         created: list[int] = []
         mapped: list[Target] = []
         try:
-            for t in self.targets(page):
-                created.append(dev.create(t.size))
-                dev.map(t.va, t.size, created[-1])
+            for t in self._page_targets(page):
+                va, size = t
+                created.append(dev.create(size))
+                dev.map(va, size, created[-1])
                 mapped.append(t)
-                dev.set_access(t.va, t.size)
+                dev.set_access(va, size)
         except DeviceError as err:
             try:
                 while mapped:
@@ -107,10 +120,11 @@ class KVSpace:
     def prepare_unmap(self, page: int) -> None:
         """Unmap ``page`` everywhere but keep its physical handles (phase one)."""
         handles = self.handles.pop(page)
+        dev = self.device
         done: list[tuple[Target, int]] = []
         try:
-            for t, h in zip(self.targets(page), handles, strict=True):
-                self.device.unmap(t.va, t.size)
+            for t, h in zip(self._page_targets(page), handles, strict=True):
+                dev.unmap(t.va, t.size)
                 done.append((t, h))
         except DeviceError:
             try:  # put back what this call unmapped, so the page is whole again
@@ -130,9 +144,10 @@ class KVSpace:
         handles = self.retained.pop(page, None)
         if handles is None:
             return
+        release = self.device.release
         for i, h in enumerate(handles):
             try:
-                self.device.release(h)
+                release(h)
             except DeviceError as err:
                 self.retained[page] = handles[i:]
                 raise StateConsistencyError(f"page {page}: release failed ({err})") from err
@@ -175,6 +190,7 @@ class KVSpace:
         self.retained.clear()
         dev.unreserve(self.base, self.size)
         self.base = None
+        self._targets.clear()
         return problems
 
 

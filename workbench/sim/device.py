@@ -8,6 +8,7 @@ release of an unknown handle), so a core bug shows up here as it would on the GP
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import NamedTuple
 
 from workbench.core.device import MemInfo
@@ -15,6 +16,7 @@ from workbench.errors import ConfigError, DeviceError
 
 MiB = 1 << 20
 GiB = 1 << 30
+_mem_info = partial(tuple.__new__, MemInfo)
 
 
 class VMMLatency(NamedTuple):
@@ -95,8 +97,11 @@ class SimDevice:
 
     # -- Device ------------------------------------------------------------------------------
     def mem_info(self) -> MemInfo:
-        return MemInfo(self.capacity - self._allocated - sum(self.occupied.values()),
-                       self.capacity)
+        # the core asks before every new page: build the NamedTuple without its Python __new__
+        return _mem_info((self._free_bytes(), self.capacity))
+
+    def _free_bytes(self) -> int:
+        return self.capacity - self._allocated - sum(self.occupied.values())
 
     def reserve(self, size: int) -> int:
         if size <= 0 or size % self.granularity:
@@ -119,7 +124,7 @@ class SimDevice:
         if size <= 0 or size % self.granularity:
             raise DeviceError("create", f"size {size} is not a positive multiple of "
                                         f"{self.granularity}")
-        if size > self.mem_info().free:
+        if size > self._free_bytes():
             raise DeviceError("create", "out of memory", "CUDA_ERROR_OUT_OF_MEMORY")
         self._charge("create", size)
         h = self._next_handle
