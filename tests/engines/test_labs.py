@@ -56,3 +56,13 @@ def test_idle_footprint_page_aware_beats_lru():
     assert pa["cached_blocks"] <= 1000 and lru["cached_blocks"] <= 1000
     assert pa["ratio_in_use"] <= 1.15 < lru["ratio_in_use"]
     assert pa["prefix_hit_tokens"] > 0
+
+
+def test_idle_footprint_sglang_page_aware_within_goal():
+    from workbench.labs.idle_footprint import measure
+
+    pa = measure("sglang", page_aware=True, num_requests=400)
+    lru = measure("sglang", page_aware=False, num_requests=400)
+    assert pa["cached_blocks"] <= 1000 and lru["cached_blocks"] <= 1000
+    assert pa["ratio_in_use"] <= 1.15 < lru["ratio_in_use"]
+    assert pa["prefix_hit_tokens"] > 0

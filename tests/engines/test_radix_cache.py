@@ -148,3 +148,163 @@ class RadixMachine(RuleBasedStateMachine):
 
 TestRadixMachine = RadixMachine.TestCase
 TestRadixMachine.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+
+
+# -- page-aware eviction, cache_unfinished, run allocation ------------------------------------
+def _page_of(c: RadixCache, blocks) -> set[int]:
+    return {c.geometry.block_page(b) for b in blocks}
+
+
+def test_cap_empties_a_page_rather_than_the_lru_leaf():
+    def build(page_aware: bool) -> RadixCache:
+        c = _cache(page=1, cap=14, num_blocks=64, bpp=8, page_aware=page_aware)
+        _put(c, list(range(1, 8)))  # 7 blocks: fill page 0 beside the null block (pinned)
+        _put(c, list(range(100, 108)))  # 8 blocks on a page of their own, newer
+        assert in_use_pages(c.kv) == 2
+        c.enforce_cap()
+        c.check_invariants()
+        return c
+
+    pa, lru = build(True), build(False)
+    assert in_use_pages(pa.kv) == 1 and in_use_pages(lru.kv) == 2
+    assert len(pa.match_prefix(list(range(1, 8)))[0]) == 7  # the LRU leaf survives
+    assert len(lru.match_prefix(list(range(1, 8)))[0]) == 0
+
+
+def test_cut_counts_the_subtree_it_takes():
+    """Emptying the prefix's page takes its child's page too (8 blocks, 2 pages); the ratio
+    ties with a 4-block page of its own, and fewer blocks lost wins the tie."""
+    c = _cache(page=1, cap=100, num_blocks=64, bpp=4)
+    c.kv.alloc(3)  # live blocks fill page 0 beside the null block
+    _put(c, [10, 11, 12, 13])
+    _put(c, [10, 11, 12, 13, 14, 15, 16, 17])  # the tail on a fresh page; its prefix dup freed
+    _put(c, [20, 21, 22, 23])
+    assert all(len(_page_of(c, n.value)) == 1 for n in c._nodes() if n is not c.root)
+    cut = c._best_page_cut()
+    assert len(cut) == 1 and len(cut[0][0].value) - cut[0][1] == 4 and not cut[0][0].children
+    c.max_cached_tokens = 11
+    c.enforce_cap()  # one page goes, whole
+    assert c.evictable_size == 8 and in_use_pages(c.kv) == 3
+    assert len(c.match_prefix([10, 11, 12, 13])[0]) == 4  # the shared prefix survives
+    c.check_invariants()
+
+
+def test_peel_drains_the_emptiest_pinned_page_first():
+    c = _cache(page=1, cap=4, num_blocks=64, bpp=4)
+    c.kv.alloc(3)  # page 0 full (null + 3 live)
+    c.kv.alloc(1)  # page 1: one live block pins it
+    _put(c, [1, 2, 3])  # older leaf, page 1 (4 of 4 used)
+    c.kv.alloc(1)  # page 2: one live block
+    _put(c, [7, 8])  # newer leaf, page 2 (3 of 4 used)
+    assert c.evictable_size == 5
+    c.enforce_cap()  # no page can be emptied: peel one block off the emptiest page (2)
+    assert c.evictable_size == 4
+    assert len(c.match_prefix([1, 2, 3])[0]) == 3  # LRU would have cut this older leaf
+    assert len(c.match_prefix([7, 8])[0]) == 1
+    c.check_invariants()
+
+
+def test_cache_unfinished_shares_a_running_prefix_and_moves_the_lock():
+    c = _cache(page=2, num_blocks=64, bpp=8)
+    toks = list(range(10))
+    ids = c.alloc(5)
+    blocks, node = c.cache_unfinished(toks, ids, c.root)
+    assert blocks == ids and node is not c.root and c.protected_size == 10
+    dup = c.alloc(3)  # a second request computed the first 6 tokens itself
+    b2, n2 = c.cache_unfinished(toks[:6], dup, c.root)
+    assert b2 == ids[:3] and all(b not in c.kv.allocated for b in dup)  # duplicates freed
+    c.dec_lock_ref(n2)
+    c.dec_lock_ref(node)
+    assert c.protected_size == 0 and c.evictable_size == 10
+    c.check_invariants()
+
+
+def _drive(sched, limit: int = 10_000) -> None:
+    for _ in range(limit):
+        if not sched.has_work():
+            return
+        sched.update(sched.schedule(), 0.0)
+    raise AssertionError("scheduler did not finish")
+
+
+def test_sglang_run_allocation_keeps_a_leaf_on_one_page():
+    from workbench.engines.request import Request
+    from workbench.engines.sglang_sched import SGLangScheduler
+
+    def leaf_pages(run_blocks: int) -> list[int]:
+        c = RadixCache(make_kv(64, blocks_per_page=8, block_size=16))
+        s = SGLangScheduler(c, run_blocks=run_blocks)
+        reqs = [Request(i, [1000 * i + k for k in range(32)], 80) for i in range(2)]
+        for r in reqs:  # 32 prompt + 80 output tokens -> 7 blocks each, decoded together
+            s.add_request(r)
+        _drive(s)
+        c.check_invariants()
+        return [len(_page_of(c, c.match_prefix(r.tokens)[0])) for r in reqs]
+
+    assert leaf_pages(8) == [1, 1]
+    assert max(leaf_pages(0)) > 1  # block-at-a-time decode interleaves the two leaves
+
+
+def test_sglang_prefix_is_shared_while_its_first_request_decodes():
+    from workbench.engines.request import Request
+
+    from ._helpers import run_single
+
+    prefix = list(range(1, 65))
+    reqs = [Request(0, prefix + [900], 200, 0.0), Request(1, prefix + [901], 8, 0.5)]
+    eng = run_single("sglang", reqs, block_size=16)
+    assert reqs[1].prefix_hit_tokens == 64  # inserted after the first prefill, not at finish
+    eng.cache.check_invariants()
+
+
+class LiveRadixMachine(RuleBasedStateMachine):
+    """Requests hold live blocks (decode KV not in the tree) and locks; the cap is page-aware.
+    Eviction must never touch a live block or a locked path and must keep the bound."""
+
+    def __init__(self):
+        super().__init__()
+        self.c = _cache(page=1, cap=12, num_blocks=96, bpp=4)
+        self.reqs: list[tuple[list[int], list[int], object]] = []  # tokens, blocks, node
+
+    @rule(seq=st.lists(st.integers(1, 3), min_size=1, max_size=10), extra=st.integers(0, 3))
+    def start(self, seq, extra):
+        blocks, node = self.c.match_prefix(seq)
+        need = len(seq) - len(blocks) + extra
+        if need > self.c.kv.available_size():
+            return
+        self.c.inc_lock_ref(node)
+        ids = self.c.alloc(need)
+        assert ids is not None
+        self.reqs.append((list(seq), blocks + ids, node))
+
+    @precondition(lambda self: self.reqs)
+    @rule(i=st.integers(0, 50))
+    def cache_unfinished(self, i):
+        toks, blocks, node = self.reqs[i % len(self.reqs)]
+        new, node = self.c.cache_unfinished(toks, blocks[:len(toks)], node)
+        self.reqs[i % len(self.reqs)] = (toks, new + blocks[len(toks):], node)
+        self.c.enforce_cap()
+
+    @precondition(lambda self: self.reqs)
+    @rule(i=st.integers(0, 50))
+    def finish(self, i):
+        toks, blocks, node = self.reqs.pop(i % len(self.reqs))
+        prefix = self.c.insert(toks, blocks[:len(toks)])
+        self.c.free([b for b in blocks[:prefix] if b not in self.c.owner])
+        self.c.free(blocks[len(toks):])
+        self.c.dec_lock_ref(node)
+        self.c.enforce_cap()
+
+    @invariant()
+    def consistent(self):
+        c = self.c
+        c.check_invariants()
+        c.kv.check_invariants()
+        assert c.evictable_size <= c.max_cached_tokens
+        for _toks, blocks, node in self.reqs:
+            assert c.kv.allocated.issuperset(blocks)  # live and locked blocks stay
+            assert node is c.root or node.lock_ref > 0
+
+
+TestLiveRadixMachine = LiveRadixMachine.TestCase
+TestLiveRadixMachine.settings = settings(max_examples=80, stateful_step_count=40, deadline=None)

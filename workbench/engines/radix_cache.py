@@ -6,13 +6,16 @@ pages make every key page-aligned. A request *locks* the path it matched (``lock
 the root), so a locked node is never evicted; everything else counts in ``evictable_size``
 (tokens). A node with ``lock_ref == 0`` has an unlocked subtree, so it can go together with it.
 
-Eviction: over the cached-token bound it is page-aware (victims that empty whole VMM pages first,
-see :mod:`workbench.engines.eviction`); on an allocation shortage it is LRU over unlocked leaves.
+Eviction: over the cached-token bound it is page-aware: it empties whole VMM pages first, each
+choice re-scored by cached blocks lost per page emptied (a cut takes its node's tail and subtree,
+which may empty other pages too); when live or locked blocks pin every page, it peels leaf tails
+off the emptiest pages. On an allocation shortage it is LRU over unlocked leaves.
 """
 
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 from collections.abc import Sequence
 
 from workbench.core.ledger import KVCacheManager
@@ -73,6 +76,11 @@ class RadixCache:
         self.queries += 1
         if not self.enable_caching:
             return [], self.root
+        out, node = self._match(tokens)
+        self.hit_tokens += len(out) * self.page
+        return out, node
+
+    def _match(self, tokens: Sequence[int]) -> tuple[list[int], Node]:
         n = len(tokens) - len(tokens) % self.page
         node, i, out = self.root, 0, []
         self._touch(node)
@@ -88,7 +96,6 @@ class RadixCache:
             node, i = child, i + k
             if k == 0:
                 break
-        self.hit_tokens += i
         return out, node
 
     def _common(self, key: tuple[int, ...], tokens: Sequence[int], i: int, n: int) -> int:
@@ -142,6 +149,25 @@ class RadixCache:
             self._touch(child)
             node, i = child, i + k
         return i
+
+    def cache_unfinished(self, tokens: Sequence[int], blocks: list[int],
+                         node: Node) -> tuple[list[int], Node]:
+        """SGLang's ``cache_unfinished_req``: put a running request's computed KV in the tree so
+        others can match it while it still decodes.
+
+        ``blocks`` back ``tokens`` (page-aligned); ``node`` is the request's locked node. Blocks
+        that duplicate what the tree already held are freed. Returns the request's blocks for
+        that range (now the tree's) and its new locked node; the old lock is dropped.
+        """
+        if not self.enable_caching or not blocks:
+            return blocks, node
+        prefix = self.insert(tokens, blocks)
+        dup = [b for b in blocks[:prefix // self.page] if self.owner.get(b) is None]
+        new_blocks, new_node = self._match(tokens)
+        self.inc_lock_ref(new_node)
+        self.dec_lock_ref(node)
+        self.free(dup)
+        return new_blocks, new_node
 
     # -- locks -------------------------------------------------------------------------------
     def inc_lock_ref(self, node: Node) -> None:
@@ -217,68 +243,124 @@ class RadixCache:
             self.evicted_lru -= n
             self.evicted_cap += n
             return n
-        excess = -(-(self.evictable_size - cap) // self.page)
         freed = 0
-        for node, j in self._page_aware_cuts(excess):
-            if self.owner.get(node.value[j] if j < len(node.value) else -1) is node:
+        while self.evictable_size > cap:  # whole pages first, re-scored after every cut
+            cut = self._best_page_cut()
+            if cut is None:
+                break
+            for node, j in cut:
                 freed += self._evict_from(node, j)
-        if self.evictable_size > cap:  # whole pages were not enough: LRU leaf tails for the rest
-            freed += self._evict_tails(-(-(self.evictable_size - cap) // self.page))
+        if self.evictable_size > cap:  # pinned pages: drain the emptiest ones block by block
+            freed += self._peel(-(-(self.evictable_size - cap) // self.page))
         self.evicted_cap += freed
         return freed
 
-    def _page_aware_cuts(self, need: int) -> list[tuple[Node, int]]:
-        """Cuts (node, first block index) that empty whole VMM pages, cheapest first.
+    def _best_page_cut(self) -> list[tuple[Node, int]] | None:
+        """The cuts (node, first block index) that empty the best emptiable VMM page, or None.
 
         A block can only go with the rest of its node and its subtree (a prefix cannot outlive
-        its parent), so a page's cost counts the blocks such cuts remove from *other* pages.
+        its parent), so emptying a page costs blocks on other pages too; that collateral may
+        empty further pages. Score: blocks lost per page emptied, then blocks lost, then age.
         """
         g = self.geometry
-        sub: dict[Node, int] = {}  # blocks in each unlocked node's subtree (node included)
         order = [n for n in self._nodes() if n.lock_ref == 0 and n is not self.root]
+        below: dict[Node, Counter[int]] = {}  # pages of the blocks in a node's children
+        whole: dict[Node, Counter[int]] = {}
         for n in reversed(order):  # children come after parents in _nodes order
-            sub[n] = len(n.value) + sum(sub.get(c, 0) for c in n.children.values())
-        on_page: dict[int, list[tuple[Node, int]]] = {}
+            c: Counter[int] = Counter()
+            for ch in n.children.values():
+                c.update(whole[ch])
+            below[n] = c
+            whole[n] = c + Counter(g.block_page(b) for b in n.value)
+        on_page: dict[int, dict[Node, int]] = {}  # page -> node -> first index on the page
+        count: Counter[int] = Counter()
         for n in order:
             for j, b in enumerate(n.value):
-                on_page.setdefault(g.block_page(b), []).append((n, j))
-        scored = []
-        for page, cuts in on_page.items():
-            if self._occupancy(page) != len(cuts):
-                continue  # a live block (or a locked node) pins this page
-            first: dict[Node, int] = {}
+                p = g.block_page(b)
+                count[p] += 1
+                on_page.setdefault(p, {}).setdefault(n, j)
+        best = None
+        for page, first in on_page.items():
+            if self._occupancy(page) != count[page]:
+                continue  # a live block or a locked node pins this page
+            cuts = [(n, j) for n, j in first.items() if not self._has_ancestor_in(n, first)]
+            gone: Counter[int] = Counter()
             for n, j in cuts:
-                first[n] = min(j, first.get(n, j))
-            removed = sum(sub[n] - j for n, j in first.items())
-            age = min(n.last_access for n in first)
-            scored.append((removed, len(cuts), age, page, first))
-        scored.sort(key=lambda x: x[:4])
-        out: list[tuple[Node, int]] = []
-        got = 0
-        for removed, _, _, _, first in scored:
-            if got >= need:
-                break
-            out.extend(first.items())
-            got += removed
-        return out
+                gone.update(below[n])
+                gone.update(g.block_page(b) for b in n.value[j:])
+            lost = sum(gone.values())
+            emptied = sum(1 for q, k in gone.items() if k == self._occupancy(q))
+            key = (lost / emptied, lost, min(n.last_access for n, _ in cuts), page)
+            if best is None or key < best[0]:
+                best = (key, cuts)
+        return None if best is None else best[1]
 
-    def _evict_tails(self, blocks: int) -> int:
-        """LRU, but block-exact: cut only as many tail blocks of the oldest leaves as needed."""
-        heap = [(n.last_access, n.nid, n) for n in self._nodes() if not n.children
-                and n.lock_ref == 0 and n is not self.root]
-        heapq.heapify(heap)
-        freed = 0
-        while heap and blocks > 0:
-            _, _, leaf = heapq.heappop(heap)
-            k = min(blocks, len(leaf.value))
-            whole, parent = k == len(leaf.value), leaf.parent
-            n = self._evict_from(leaf, len(leaf.value) - k)
-            freed += n
-            blocks -= n // self.page
-            if whole and parent is not self.root and not parent.children and \
-                    parent.lock_ref == 0:
-                heapq.heappush(heap, (parent.last_access, parent.nid, parent))
-        return freed
+    def _has_ancestor_in(self, node: Node, nodes: dict[Node, int]) -> bool:
+        a = node.parent
+        while a is not None and a is not self.root:
+            if a in nodes:
+                return True
+            a = a.parent
+        return False
+
+    def _peel(self, blocks: int) -> int:
+        """Evict ``blocks`` tail blocks of unlocked leaves, emptiest VMM page first (LRU within).
+
+        Used when no page can be emptied now (live or locked blocks pin them): the holes go to
+        the pages closest to empty, not everywhere, so those pages empty when their requests end.
+        """
+        g, page = self.geometry, self.page
+        occ: dict[int, int] = {}
+        tails: dict[int, list[Node]] = {}  # page -> unlocked leaves whose last block is on it
+        heap: list[tuple[int, int]] = []
+
+        def add(leaf: Node) -> None:
+            q = g.block_page(leaf.value[-1])
+            if q not in occ:
+                occ[q] = self._occupancy(q)
+            if q not in tails:
+                tails[q] = []
+                heapq.heappush(heap, (occ[q], q))
+            tails[q].append(leaf)
+
+        for n in self._nodes():
+            if n is not self.root and not n.children and n.lock_ref == 0:
+                add(n)
+        out: list[int] = []
+        while heap and len(out) < blocks:
+            _, p = heapq.heappop(heap)
+            leaves = tails.pop(p, None)
+            if not leaves:
+                continue
+            leaves.sort(key=lambda n: (n.last_access, n.nid), reverse=True)  # oldest last
+            while leaves and len(out) < blocks:
+                leaf = leaves[-1]
+                ck = self._child_key(leaf.key, 0)
+                out.append(leaf.value.pop())
+                del self.owner[out[-1]]
+                leaf.key = leaf.key[:-page]
+                self.evictable_size -= page
+                occ[p] -= 1
+                if leaf.value and g.block_page(leaf.value[-1]) == p:
+                    continue
+                leaves.pop()
+                if leaf.value:
+                    add(leaf)
+                    continue
+                parent = leaf.parent
+                del parent.children[ck]
+                if parent is not self.root and not parent.children and parent.lock_ref == 0:
+                    if g.block_page(parent.value[-1]) == p:
+                        leaves.append(parent)
+                        leaves.sort(key=lambda n: (n.last_access, n.nid), reverse=True)
+                    else:
+                        add(parent)
+            if leaves:
+                tails[p] = leaves
+                heapq.heappush(heap, (occ[p], p))
+        if out:
+            self.kv.free(out)
+        return len(out) * page
 
     def _evict_from(self, node: Node, j: int) -> int:
         """Drop ``node``'s blocks from index ``j`` on, and its whole subtree."""

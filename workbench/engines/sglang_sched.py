@@ -6,9 +6,16 @@ SGLang's event loop. Admission is conservative: a request enters only if the fre
 cache included) covers its extend tokens plus ``new_token_ratio`` of the decode tokens every
 running request may still need. A decode step that cannot get its KV *retracts* requests (fewest
 decoded tokens first; their computed KV goes into the radix tree) and raises the ratio.
+
+After an extend the request's computed prefix goes into the tree (SGLang's
+``cache_unfinished_req``), so requests that arrive while it decodes share it. KV is allocated in
+runs (the blocks needed now plus up to ``run_blocks`` future decode blocks, from free headroom)
+so a request's radix leaf sits on one VMM page and page-aware eviction can empty whole pages.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from workbench.engines.radix_cache import RadixCache
 from workbench.engines.request import ReqState, Request
@@ -19,7 +26,8 @@ class SGLangScheduler(Scheduler):
     def __init__(self, cache: RadixCache, *, name: str = "sglang", max_num_seqs: int = 256,
                  max_prefill_tokens: int = 16384, chunked_prefill_size: int = 8192,
                  init_new_token_ratio: float = 0.7, min_new_token_ratio: float = 0.1,
-                 new_token_ratio_decay: float = 0.001, retract_step: float = 0.1):
+                 new_token_ratio_decay: float = 0.001, retract_step: float = 0.1,
+                 run_blocks: int = 8):
         super().__init__(name, max_num_seqs)
         self.cache = cache
         self.page = cache.page
@@ -31,17 +39,30 @@ class SGLangScheduler(Scheduler):
         self.decay = new_token_ratio_decay
         self.retract_step = retract_step
         self.chunked: Request | None = None  # a prefill that spans several extend batches
+        self.run_blocks = run_blocks  # decode blocks taken ahead with an allocation (0: none)
 
     # -- extend ------------------------------------------------------------------------------
     def _reserved_decode_tokens(self) -> float:
-        r = self.new_token_ratio
-        return sum(min(q.max_new_tokens - q.output_len, 4096) * r for q in self.running)
+        r, page = self.new_token_ratio, self.page
+        return sum(max(0.0, min(q.max_new_tokens - q.output_len, 4096) * r
+                       - (len(q.blocks) * page - q.num_computed)) for q in self.running)
 
     def _grow(self, req: Request, upto: int) -> bool:
         need = cdiv(upto, self.page) - len(req.blocks)
         if need <= 0:
             return True
-        ids = self.cache.alloc(need)
+        # Take up to run_blocks of the request's future decode blocks in the same call, so the
+        # ledger's best fit puts its radix leaf on one VMM page rather than one block on each of
+        # ~10 pages (that scatter pins pages at idle). Only from free headroom: it never evicts
+        # and leaves one block per running request for the next decode step.
+        ids = None
+        final = cdiv(req.prompt_len + req.max_new_tokens - 1, self.page)
+        extra = min(self.run_blocks, final - len(req.blocks) - need)
+        kv = self.cache.kv
+        if extra > 0 and kv.available_size() >= need + extra + len(self.running):
+            ids = kv.alloc(need + extra)
+        if ids is None:
+            ids = self.cache.alloc(need)
         if ids is None:
             self.stats.misses += 1
             return False
@@ -125,6 +146,24 @@ class SGLangScheduler(Scheduler):
                 return make_plan(items, "extend", [])
         items, retracted = self._schedule_decode()
         return make_plan(items, "decode", retracted)
+
+    def update(self, plan: StepPlan, now: float,
+               token_ids: Sequence[int] | None = None) -> list[Request]:
+        done = super().update(plan, now, token_ids)
+        if plan.kind == "extend" and self.cache.enable_caching:
+            for req, _ in plan.items:  # SGLang: "this updates radix so others can match"
+                if req.node is not None and req.state is ReqState.RUNNING:
+                    self._cache_unfinished(req)
+        return done
+
+    def _cache_unfinished(self, req: Request) -> None:
+        computed = min(req.num_computed, len(req.blocks) * self.page)
+        k = computed // self.page
+        if k == 0:
+            return
+        blocks, req.node = self.cache.cache_unfinished(req.tokens[:k * self.page],
+                                                        req.blocks[:k], req.node)
+        req.blocks[:k] = blocks
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running or self.chunked is not None)
