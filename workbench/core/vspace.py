@@ -188,7 +188,7 @@ class KVSpace:
             for h in handles:
                 _try(problems, dev.release, h)
         self.retained.clear()
-        dev.unreserve(self.base, self.size)
+        _try(problems, dev.unreserve, self.base, self.size)
         self.base = None
         self._targets.clear()
         return problems
