@@ -29,9 +29,10 @@ def measure(tp: int, *, pages: int = 32, repeats: int = 5, layers: int = 2,
     ids = list(range(min(pages, geo.num_pages)))
     with WorkerGroup(geo, tp=tp, name=f"bench-tp{tp}", backend=backend, gpus=gpus) as g:
         fan = g.space(timeout=60.0)
+        fan.map_page(ids[0])  # warm: connections, imports, first device calls (a GPU keeps a
+        fan.unmap_page(ids[0])  # zero piece of the page's size after its first unmap)
+        fan.ping()
         free0 = fan.device.mem_info().free
-        fan.map_page(ids[0])  # warm: connections, imports, first device calls
-        fan.unmap_page(ids[0])
         maps, unmaps = [], []
         trips0 = fan.round_trips
         for _ in range(repeats):
