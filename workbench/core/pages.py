@@ -181,6 +181,10 @@ class PageAllocator:
         except DeviceError as err:
             self._note(page, f"map_failed: {err}")
             return False
+        except StateConsistencyError as err:  # outcome unknown (a lost reply): never reissue it
+            self._move(page, QUARANTINED, f"quarantine: {err}")
+            self.fail(f"page {page}: {err}")
+            raise
         self._move(page, dst, cause)
         return True
 
