@@ -46,6 +46,32 @@ def _free(g: WorkerGroup) -> dict[WorkerId, int]:
     return {t: s["free"] for t, s in g.states().items()}
 
 
+def _fault_cycle(g: WorkerGroup, fan, kv: KVCacheManager) -> None:
+    """The fault cases of one TP=2 pool, ending where it began: only page 0 mapped."""
+    ids = kv.alloc(3 * BPP)
+    assert fan.inconsistencies(g.states()) == []
+    kv.free(ids)
+    # callback: rank 1's map fails, rank 0 rolls back
+    g.inject(W1, device={"create": 1})
+    assert kv.alloc(BPP) is None and not kv.pages.failed
+    # unmap: rank 1's prepare fails, abort everywhere
+    ids = kv.alloc(BPP)
+    g.inject(W1, device={"unmap": 1})
+    kv.free(ids)
+    assert kv.pages.state[1] is PageState.RESERVED
+    # ipc-release: a lost commit reply is retried
+    kv.trim()
+    ids = kv.alloc(BPP)
+    g.inject(W1, drop_reply="commit")
+    kv.free(ids)
+    assert kv.pages.state[1] is PageState.FREE and not kv.pages.failed
+    # async release barrier syncs each worker's device
+    assert fan.barrier(0)
+    assert fan.inconsistencies(g.states()) == []
+    kv.trim()  # back to the warm state: only page 0 (the null block) is mapped
+    assert all(set(s["mapped"]) == {0} and not s["retained"] for s in g.states().values())
+
+
 @pytest.mark.parametrize("spread", ["one_gpu", "two_gpus"])
 def test_gpu_tp2_fault_cases_and_memory_returns(spread):
     n = _gpu_count()
@@ -56,38 +82,19 @@ def test_gpu_tp2_fault_cases_and_memory_returns(spread):
     with WorkerGroup(GEO, tp=2, name=f"gpu-{spread}", backend="gpu", gpus=gpus) as g:
         fan = g.space(timeout=60.0)
         kv = KVCacheManager(GEO, space=fan, config=cfg)
-        # warm up: the first unmap makes the device keep a zero piece of the page's size, and
-        # the first sync/map may grow driver structures; those are the device's, not the pool's
-        # (seen on an H200: free dropped by exactly one 8 MiB zero piece per context without this)
-        kv.free(kv.alloc(BPP))
-        assert fan.barrier(-1)
+        # The first pass grows the driver's own structures (page tables, a zero piece of the
+        # page's size per context: seen on an H200 as 8-24 MiB that never come back); the second
+        # identical pass must give back everything it took, or the pool leaks.
+        _fault_cycle(g, fan, kv)
         free0 = _free(g)
-        ids = kv.alloc(3 * BPP)
-        assert fan.inconsistencies(g.states()) == []
-        kv.free(ids)
-        # callback: rank 1's map fails, rank 0 rolls back
-        g.inject(W1, device={"create": 1})
-        assert kv.alloc(BPP) is None and not kv.pages.failed
-        # unmap: rank 1's prepare fails, abort everywhere
-        ids = kv.alloc(BPP)
-        g.inject(W1, device={"unmap": 1})
-        kv.free(ids)
-        assert kv.pages.state[1] is PageState.RESERVED
-        # ipc-release: a lost commit reply is retried
-        kv.trim()
-        ids = kv.alloc(BPP)
-        g.inject(W1, drop_reply="commit")
-        kv.free(ids)
-        assert kv.pages.state[1] is PageState.FREE and not kv.pages.failed
-        # async release barrier syncs each worker's device
-        assert fan.barrier(0)
-        assert fan.inconsistencies(g.states()) == []
-        kv.trim()  # back to the warm state: only page 0 (the null block) is mapped
-        assert all(set(s["mapped"]) == {0} and not s["retained"] for s in g.states().values())
+        _fault_cycle(g, fan, kv)
         free1 = _free(g)
         print(f"{spread}: device free before {free0}, after {free1}")
-        for t, f in free1.items():  # each rank's memory is back (other tenants aside)
-            assert abs(f - free0[t]) < GEO.page_id_bytes, (t, f, free0[t])
+        # Nothing lost. Two contexts on one H200 make device-wide free memory flicker by one
+        # 8 MiB piece between readings (seen both ways, no pool activity), hence the slack there.
+        slack = (2 if spread == "one_gpu" else 1) * GEO.page_id_bytes
+        for t, f in free1.items():
+            assert free0[t] - f < slack, (t, f, free0[t])
         kv.close()
     with WorkerGroup(GEO, tp=2, name="gpu-unknown", backend="gpu", gpus=gpus) as g:
         kv = KVCacheManager(GEO, space=g.space(timeout=60.0), config=cfg)
