@@ -24,6 +24,7 @@ from pathlib import Path
 from workbench.config import check_ipc_name
 from workbench.core.events import Event, PageState
 from workbench.errors import ConfigError, ControlError
+from workbench.procs import pid_alive
 
 SHM_DIR = Path(os.environ.get("WORKBENCH_KV_SHM_DIR", "/dev/shm"))
 PREFIX = "wbkv_"
@@ -42,18 +43,6 @@ STATE_NAMES = list(PageState)
 
 def segment_path(name: str) -> Path:
     return SHM_DIR / (PREFIX + check_ipc_name(name))
-
-
-def pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class _Mapped:

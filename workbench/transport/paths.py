@@ -15,6 +15,7 @@ from pathlib import Path
 
 from workbench.core.coordinator import WorkerId
 from workbench.errors import ConfigError
+from workbench.procs import pid_alive, proc_start_time
 
 SOCKET_DIR_ENV = "WORKBENCH_KV_SOCKET_DIR"
 MAX_SOCK_PATH = 107  # sun_path is 108 bytes with its NUL
@@ -36,30 +37,6 @@ def base_dir() -> Path:
                           "is not a private directory owned by you (mode 0700)",
                           f"remove it, or set {SOCKET_DIR_ENV} to a fresh path")
     return base
-
-
-def proc_start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks (from /proc), or None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read().decode(errors="replace")
-        return int(data.rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def pid_alive(pid: int, start: int | None = None) -> bool:
-    """True if ``pid`` runs and (when given) started at ``start`` (guards against pid reuse)."""
-    now = proc_start_time(pid)
-    if now is None:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return start is None
-    return start is None or now == start
 
 
 def make_pool_dir(name: str) -> Path:
