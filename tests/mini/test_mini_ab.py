@@ -1,0 +1,45 @@
+"""The interleaved VMM/static A/B (``workbench.mini.ab``) on a CPU: tiny model, host VMM device."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+pytest.importorskip("torch")
+
+from workbench.mini.ab import main  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                reason="host VMM device needs Linux")
+
+
+def test_ab_alternates_rounds_and_reports_ratios(tmp_path, capsys):
+    assert main(["--out", str(tmp_path), "--model", "tiny", "--device", "cpu",
+                 "--decode-rounds", "2", "--batch", "4", "--prompt-len", "16", "--gen", "6",
+                 "--kv-gib", "0.01", "--max-batched-tokens", "64", "--ttft-rounds", "2",
+                 "--rate", "40", "--requests", "6", "--ttft-prompt-len", "16",
+                 "--ttft-gen", "4", "--budget-gib", "0.01"]) == 0
+    res = json.loads((tmp_path / "ab.json").read_text())
+    assert "decode_error" not in res and "ttft_error" not in res
+    d = res["decode"]
+    assert [r["backend"] for r in d["runs"]] == ["vmm", "static", "static", "vmm"]
+    assert len(d["round_ratios"]) == 2 and d["median_round_ratio"] > 0
+    assert all(r["n_full_steps"] > 0 and r["full_tok_s"] > 0 for r in d["runs"])
+    t = res["ttft"]
+    assert [r["mode"] for r in t["runs"]] == ["elastic", "static", "static", "elastic"]
+    assert all(r["finished"] == r["requests"] == 6 for r in t["runs"])
+    assert t["median_round_ratio"]["mean"] > 0
+    assert any(r["mapped_peak_bytes"] for r in t["runs"] if r["mode"] == "elastic")
+    out = capsys.readouterr().out
+    assert "decode VMM/static" in out and "ttft elastic/static" in out
+
+
+def test_ab_stops_at_the_wall_budget(tmp_path):
+    assert main(["--out", str(tmp_path), "--model", "tiny", "--device", "cpu",
+                 "--parts", "decode", "--decode-rounds", "5", "--batch", "2",
+                 "--prompt-len", "8", "--gen", "3", "--kv-gib", "0.01",
+                 "--max-batched-tokens", "64", "--max-wall-s", "0"]) == 0
+    d = json.loads((tmp_path / "ab.json").read_text())["decode"]
+    assert d["runs"] == [] and d["median_round_ratio"] is None
