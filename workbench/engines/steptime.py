@@ -39,12 +39,21 @@ class GPUSpec:
     peak_flops: float  # dense BF16 FLOP/s
     peak_bw: float  # HBM bytes/s
     memory_bytes: int
+    # Step-time fields fitted to measured steps on this GPU (None: not measured yet).
+    fitted: tuple[tuple[str, float], ...] | None = None
 
+
+# H200 fit: 830 measured steps of the mini engine (workbench.mini: eager PyTorch, Triton paged
+# decode, no CUDA graphs) with the Llama-3.1-8B shape, `python -m workbench.mini.calibrate`;
+# median error 15%, p90 39%. It describes that engine, not vLLM: use it for the mini engine's
+# sim-vs-GPU comparison (`StepTimeModel.preset(m, "h200", fitted=True)`).
+H200_MINI_FIT = (("flops_eff", 0.53), ("bw_eff", 0.55), ("step_overhead_s", 0.0127),
+                 ("seq_overhead_s", 0.0))
 
 GPUS: dict[str, GPUSpec] = {
     "a100": GPUSpec("a100-80g", 312e12, 2.039e12, 80 << 30),
     "h100": GPUSpec("h100-sxm", 989e12, 3.35e12, 80 << 30),
-    "h200": GPUSpec("h200", 989e12, 4.8e12, 141 << 30),
+    "h200": GPUSpec("h200", 989e12, 4.8e12, 141 << 30, fitted=H200_MINI_FIT),
 }
 
 
@@ -67,10 +76,19 @@ class StepTimeModel:
     seq_overhead_s: float = 15e-6
 
     @classmethod
-    def preset(cls, model: str | ModelSpec, gpu: str = "a100", **overrides) -> StepTimeModel:
+    def preset(cls, model: str | ModelSpec, gpu: str = "a100", *, fitted: bool = False,
+               **overrides) -> StepTimeModel:
+        """Roofline defaults for ``model`` on ``gpu``; ``fitted=True`` takes the fields measured
+        on that GPU instead (see :data:`H200_MINI_FIT`); ``overrides`` win over both."""
         if gpu not in GPUS:
             raise ConfigError(f"gpu {gpu!r}", "has no preset", f"use one of {', '.join(GPUS)}")
-        return replace(cls(get_model(model), GPUS[gpu]), **overrides)
+        spec = GPUS[gpu]
+        if fitted and spec.fitted is None:
+            raise ConfigError(f"fitted step times for {gpu!r}", "have not been measured",
+                              "calibrate with workbench.mini.calibrate on that GPU, or use the "
+                              "roofline defaults (fitted=False)")
+        base = dict(spec.fitted) if fitted else {}
+        return replace(cls(get_model(model), spec), **{**base, **overrides})
 
     def step_time(self, num_seqs: int, new_tokens: int, ctx_tokens: int,
                   attn_pairs: float) -> float:

@@ -17,7 +17,7 @@ from concurrent.futures import ProcessPoolExecutor
 from workbench.engines.cluster import ClusterConfig, run_cluster
 from workbench.engines.metrics import memory_by_instance
 from workbench.engines.models import get_model
-from workbench.engines.steptime import GPUS, StepTimeModel
+from workbench.engines.steptime import GPUS, H200_MINI_FIT, StepTimeModel
 from workbench.engines.workloads import ramp_arrivals, ramp_delay, ramp_trace
 from workbench.labs.record import LabRecord, Manifest
 
@@ -45,6 +45,8 @@ KVCACHED = {
 CALIBRATIONS: dict[str, dict[str, float]] = {
     "roofline": {},
     "kvcached-fit": {"bw_eff": 0.55, "step_overhead_s": 0.005},
+    # measured: the mini engine on an H200 (engines/steptime.py H200_MINI_FIT), a what-if here
+    "mini-h200": dict(H200_MINI_FIT),
 }
 
 
