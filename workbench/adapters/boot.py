@@ -78,7 +78,10 @@ def status() -> list[dict[str, str]]:
         if plan.records:
             out += [r.as_dict() for r in plan.records]
         else:
-            out += [{"engine": plan.engine, "patch": p.name, "module": p.module,
-                     "versions": p.versions, "status": "pending", "detail": plan.state}
-                    for p in plan.patches]
+            names = dict.fromkeys(p.name for p in plan.patches)  # one row per patch name
+            for name in names:
+                variants = [p for p in plan.patches if p.name == name]
+                out.append({"engine": plan.engine, "patch": name, "module": variants[0].module,
+                            "versions": " | ".join(p.versions for p in variants),
+                            "status": "pending", "detail": plan.state})
     return out

