@@ -267,27 +267,18 @@ def markdown(points: list[dict], sim_s: float, cpu_s: float,
         "Static split (gpu_memory_utilization 0.31 each) vs elastic KV (shared pages, "
         "gpu_utilization 0.95). TTFT in ms. *kvcached* columns: the published table "
         "(research/kvcached.md §6.1, read from bar heights, approximate).", "",
-        "## Mean TTFT", "",
-        "| PEAK | ours static | ours elastic | ours speedup | kvcached static | kvcached elastic "
-        "| kvcached speedup |",
-        "|---|---|---|---|---|---|---|",
     ]
-    for r in points:
-        k = r["kvcached"]
-        lines.append(f"| {r['peak']} | {_fmt(r['mean_ttft_ms']['static'])} | "
-                     f"{_fmt(r['mean_ttft_ms']['elastic'])} | {r['mean_speedup']}x | "
-                     f"{_fmt(k['mean_static'])} | {_fmt(k['mean_elastic'])} | "
-                     f"{k['mean_speedup']}x |")
-    lines += ["", "## P99 TTFT", "",
-              "| PEAK | ours static | ours elastic | ours speedup | kvcached static | "
-              "kvcached elastic | kvcached speedup |", "|---|---|---|---|---|---|---|"]
-    for r in points:
-        k = r["kvcached"]
-        lines.append(f"| {r['peak']} | {_fmt(r['p99_ttft_ms']['static'])} | "
-                     f"{_fmt(r['p99_ttft_ms']['elastic'])} | {r['p99_speedup']}x | "
-                     f"{_fmt(k['p99_static'])} | {_fmt(k['p99_elastic'])} | "
-                     f"{k['p99_speedup']}x |")
-    lines += ["", "## Other columns", "",
+    for title, stat in (("Mean TTFT", "mean"), ("P99 TTFT", "p99")):
+        lines += [f"## {title}", "",
+                  "| PEAK | ours static | ours elastic | ours speedup | kvcached static | "
+                  "kvcached elastic | kvcached speedup |", "|---|---|---|---|---|---|---|"]
+        for r in points:
+            ours, k = r[f"{stat}_ttft_ms"], r["kvcached"]
+            lines.append(f"| {r['peak']} | {_fmt(ours['static'])} | {_fmt(ours['elastic'])} | "
+                         f"{r[f'{stat}_speedup']}x | {_fmt(k[f'{stat}_static'])} | "
+                         f"{_fmt(k[f'{stat}_elastic'])} | {k[f'{stat}_speedup']}x |")
+        lines.append("")
+    lines += ["## Other columns", "",
               "| PEAK | TPOT static / elastic (ms) | preemptions static / elastic |",
               "|---|---|---|"]
     for r in points:
