@@ -90,6 +90,9 @@ class WorkerState:
             reply["free"], reply["total"] = int(free), int(total)
         except DeviceError:
             pass
+        held = getattr(self.device, "held_bytes", None)  # what this process holds, if known
+        if held is not None:
+            reply["held"] = int(held)
         return reply
 
     def _fail(self, why: str) -> dict[str, Any]:

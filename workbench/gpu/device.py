@@ -133,6 +133,12 @@ class CudaDevice:
             return True
         return i < len(starts) and starts[i] < va + size
 
+    @property
+    def held_bytes(self) -> int:
+        """Physical bytes this object holds now: live allocations plus zero pieces."""
+        zero = self.zero.held_bytes if self.zero is not None else 0
+        return sum(size for _, size in self._alloc.values()) + zero
+
     # -- Device ------------------------------------------------------------------------------
     def mem_info(self) -> MemInfo:
         t0 = perf_counter()
