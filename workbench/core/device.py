@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple, Protocol, runtime_checkable
 
-from workbench.errors import ConfigError, InjectedFault
+from workbench.errors import ConfigError, DeviceError, InjectedFault
 
 VMM_OPS = ("reserve", "create", "map", "set_access", "unmap", "release")
 
@@ -55,6 +55,49 @@ class Device(Protocol):
     def now(self) -> float: ...
     @property
     def busy_s(self) -> float: ...
+
+
+class DriverRefusals:
+    """The refusals a CUDA driver makes, checked the same way by every bookkeeping device.
+
+    A device keeps ``reservations`` (va -> size) and ``mappings`` (va -> (size, handle)) and
+    calls these before touching real memory, so a core bug fails alike on every backend.
+    """
+
+    granularity: int
+    reservations: dict[int, int]
+    mappings: dict[int, tuple[int, int]]
+
+    def _inside(self, va: int, size: int) -> bool:
+        return any(r <= va and va + size <= r + n for r, n in self.reservations.items())
+
+    def _refuse_size(self, op: str, size: int) -> None:
+        if not isinstance(size, int) or size <= 0 or size % self.granularity:
+            raise DeviceError(op, f"size {size} is not a positive multiple of {self.granularity}")
+
+    def _refuse_unreserve(self, va: int, size: int) -> None:
+        if self.reservations.get(va) != size:
+            raise DeviceError("unreserve", f"no reservation of {size} bytes at {va:#x}")
+        if any(va <= m < va + size for m in self.mappings):
+            raise DeviceError("unreserve", "range still has mappings")
+
+    def _refuse_map(self, va: int, size: int, handle: int, handle_size: int | None) -> None:
+        if handle_size != size:
+            raise DeviceError("map", f"handle {handle} is not a live {size}-byte allocation")
+        if not self._inside(va, size):
+            raise DeviceError("map", f"{va:#x}+{size} is outside every reservation")
+        if va in self.mappings:
+            raise DeviceError("map", f"{va:#x} is already mapped")
+
+    def _refuse_unmapped(self, op: str, va: int, size: int) -> None:
+        if self.mappings.get(va, (None,))[0] != size:
+            raise DeviceError(op, f"{va:#x}+{size} is not mapped")
+
+    def _refuse_release(self, handle: int, known: bool) -> None:
+        if not known:
+            raise DeviceError("release", f"unknown handle {handle}")
+        if any(h == handle for _, h in self.mappings.values()):
+            raise DeviceError("release", f"handle {handle} is still mapped")
 
 
 class FaultyDevice:

@@ -28,7 +28,7 @@ import os
 import time
 from typing import Any
 
-from workbench.core.device import MemInfo
+from workbench.core.device import DriverRefusals, MemInfo
 from workbench.errors import ConfigError, DeviceError
 
 MiB = 1 << 20
@@ -81,7 +81,7 @@ def rss_shmem(pid: int | str = "self") -> int:
     return 0
 
 
-class HostDevice:
+class HostDevice(DriverRefusals):
     """This host's memory behind the :class:`~workbench.core.device.Device` calls.
 
     ``capacity`` caps what ``create`` may commit (like a GPU's size); without it the device is the
@@ -121,13 +121,6 @@ class HostDevice:
         self._busy += time.perf_counter() - t0
 
     # -- helpers -----------------------------------------------------------------------------
-    def _check_size(self, op: str, size: int) -> None:
-        if not isinstance(size, int) or size <= 0 or size % self.granularity:
-            raise DeviceError(op, f"size {size} is not a positive multiple of {self.granularity}")
-
-    def _inside(self, va: int, size: int) -> bool:
-        return any(r <= va and va + size <= r + n for r, n in self.reservations.items())
-
     @property
     def allocated_bytes(self) -> int:
         return sum(n for _, n in self.allocations.values())
@@ -140,7 +133,7 @@ class HostDevice:
         return MemInfo(m.get("MemAvailable", m["MemFree"]), m["MemTotal"])
 
     def reserve(self, size: int) -> int:
-        self._check_size("reserve", size)
+        self._refuse_size("reserve", size)
         t0 = time.perf_counter()
         # Over-reserve by one granule so the start can be aligned like a GPU reservation.
         raw = libc().mmap(None, size + self.granularity, PROT_READ,
@@ -158,16 +151,13 @@ class HostDevice:
         return va
 
     def unreserve(self, va: int, size: int) -> None:
-        if self.reservations.get(va) != size:
-            raise DeviceError("unreserve", f"no reservation of {size} bytes at {va:#x}")
-        if any(va <= m < va + size for m in self.mappings):
-            raise DeviceError("unreserve", "range still has mappings")
+        self._refuse_unreserve(va, size)
         if libc().munmap(va, size) != 0:
             raise _errno("unreserve", f"munmap {va:#x}+{size}")
         del self.reservations[va]
 
     def create(self, size: int) -> int:
-        self._check_size("create", size)
+        self._refuse_size("create", size)
         if size > self.mem_info().free:
             raise DeviceError("create", "out of memory", "ENOMEM")
         t0 = time.perf_counter()
@@ -187,12 +177,7 @@ class HostDevice:
 
     def map(self, va: int, size: int, handle: int) -> None:
         fd, hsize = self.allocations.get(handle, (-1, None))
-        if hsize != size:
-            raise DeviceError("map", f"handle {handle} is not a live {size}-byte allocation")
-        if not self._inside(va, size):
-            raise DeviceError("map", f"{va:#x}+{size} is outside every reservation")
-        if va in self.mappings:
-            raise DeviceError("map", f"{va:#x} is already mapped")
+        self._refuse_map(va, size, handle, hsize)
         t0 = time.perf_counter()
         flags = MAP_SHARED | MAP_FIXED | (MAP_POPULATE if self.populate else 0)
         got = libc().mmap(va, size, PROT_READ, flags, fd, 0)
@@ -202,8 +187,7 @@ class HostDevice:
         self._timed(t0)
 
     def set_access(self, va: int, size: int) -> None:
-        if self.mappings.get(va, (None,))[0] != size:
-            raise DeviceError("set_access", f"{va:#x}+{size} is not mapped")
+        self._refuse_unmapped("set_access", va, size)
         t0 = time.perf_counter()
         if libc().mprotect(va, size, PROT_READ | PROT_WRITE) != 0:
             raise _errno("set_access", f"mprotect {va:#x}+{size}")
@@ -211,8 +195,7 @@ class HostDevice:
         self._timed(t0)
 
     def unmap(self, va: int, size: int) -> None:
-        if self.mappings.get(va, (None,))[0] != size:
-            raise DeviceError("unmap", f"{va:#x}+{size} is not mapped")
+        self._refuse_unmapped("unmap", va, size)
         t0 = time.perf_counter()
         got = libc().mmap(va, size, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED
                           | MAP_NORESERVE, -1, 0)
@@ -223,10 +206,7 @@ class HostDevice:
         self._timed(t0)
 
     def release(self, handle: int) -> None:
-        if handle not in self.allocations:
-            raise DeviceError("release", f"unknown handle {handle}")
-        if any(h == handle for _, h in self.mappings.values()):
-            raise DeviceError("release", f"handle {handle} is still mapped")
+        self._refuse_release(handle, handle in self.allocations)
         t0 = time.perf_counter()
         fd, size = self.allocations.pop(handle)
         # Punch first: the memory returns now even if someone still holds a dup of the fd.

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import NamedTuple
 
-from workbench.core.device import MemInfo
+from workbench.core.device import DriverRefusals, MemInfo
 from workbench.errors import ConfigError, DeviceError
 
 MiB = 1 << 20
@@ -49,7 +49,7 @@ PRESETS = {
 }
 
 
-class SimDevice:
+class SimDevice(DriverRefusals):
     """One simulated GPU. Pass a SimPy ``env`` to tie its clock to simulated time; without one the
     clock is the device's own busy time (handy for replay and unit tests)."""
 
@@ -104,9 +104,7 @@ class SimDevice:
         return self.capacity - self._allocated - sum(self.occupied.values())
 
     def reserve(self, size: int) -> int:
-        if size <= 0 or size % self.granularity:
-            raise DeviceError("reserve", f"size {size} is not a positive multiple of "
-                                         f"{self.granularity}")
+        self._refuse_size("reserve", size)
         self._charge("reserve")
         va = self._next_va
         self._next_va += size + self.granularity  # a guard gap between reservations
@@ -114,16 +112,11 @@ class SimDevice:
         return va
 
     def unreserve(self, va: int, size: int) -> None:
-        if self.reservations.get(va) != size:
-            raise DeviceError("unreserve", f"no reservation of {size} bytes at {va:#x}")
-        if any(va <= m < va + size for m in self.mappings):
-            raise DeviceError("unreserve", "range still has mappings")
+        self._refuse_unreserve(va, size)
         del self.reservations[va]
 
     def create(self, size: int) -> int:
-        if size <= 0 or size % self.granularity:
-            raise DeviceError("create", f"size {size} is not a positive multiple of "
-                                        f"{self.granularity}")
+        self._refuse_size("create", size)
         if size > self._free_bytes():
             raise DeviceError("create", "out of memory", "CUDA_ERROR_OUT_OF_MEMORY")
         self._charge("create", size)
@@ -134,30 +127,20 @@ class SimDevice:
         return h
 
     def map(self, va: int, size: int, handle: int) -> None:
-        if self.allocations.get(handle) != size:
-            raise DeviceError("map", f"handle {handle} is not a live {size}-byte allocation")
-        if not any(r <= va and va + size <= r + n for r, n in self.reservations.items()):
-            raise DeviceError("map", f"{va:#x}+{size} is outside every reservation")
-        if va in self.mappings:
-            raise DeviceError("map", f"{va:#x} is already mapped")
+        self._refuse_map(va, size, handle, self.allocations.get(handle))
         self._charge("map", size)
         self.mappings[va] = (size, handle)
 
     def set_access(self, va: int, size: int) -> None:
-        if self.mappings.get(va, (None,))[0] != size:
-            raise DeviceError("set_access", f"{va:#x}+{size} is not mapped")
+        self._refuse_unmapped("set_access", va, size)
         self._charge("set_access", size)
 
     def unmap(self, va: int, size: int) -> None:
-        if self.mappings.get(va, (None,))[0] != size:
-            raise DeviceError("unmap", f"{va:#x}+{size} is not mapped")
+        self._refuse_unmapped("unmap", va, size)
         self._charge("unmap", size)
         del self.mappings[va]
 
     def release(self, handle: int) -> None:
-        if handle not in self.allocations:
-            raise DeviceError("release", f"unknown handle {handle}")
-        if any(h == handle for _, h in self.mappings.values()):
-            raise DeviceError("release", f"handle {handle} is still mapped")
+        self._refuse_release(handle, handle in self.allocations)
         self._charge("release")
         self._allocated -= self.allocations.pop(handle)
