@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from workbench.cli import app
@@ -48,21 +49,12 @@ def test_cli_labs_list_and_run(tmp_path):
     assert runner.invoke(app, ["labs", "run", "nope"]).exit_code == 2
 
 
-def test_idle_footprint_page_aware_beats_lru():
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_idle_footprint_page_aware_within_goal_and_beats_lru(engine):
     from workbench.labs.idle_footprint import measure
 
-    pa = measure("vllm", page_aware=True, num_requests=400)
-    lru = measure("vllm", page_aware=False, num_requests=400)
-    assert pa["cached_blocks"] <= 1000 and lru["cached_blocks"] <= 1000
-    assert pa["ratio_in_use"] <= 1.15 < lru["ratio_in_use"]
-    assert pa["prefix_hit_tokens"] > 0
-
-
-def test_idle_footprint_sglang_page_aware_within_goal():
-    from workbench.labs.idle_footprint import measure
-
-    pa = measure("sglang", page_aware=True, num_requests=400)
-    lru = measure("sglang", page_aware=False, num_requests=400)
+    pa = measure(engine, page_aware=True, num_requests=400)
+    lru = measure(engine, page_aware=False, num_requests=400)
     assert pa["cached_blocks"] <= 1000 and lru["cached_blocks"] <= 1000
     assert pa["ratio_in_use"] <= 1.15 < lru["ratio_in_use"]
     assert pa["prefix_hit_tokens"] > 0
