@@ -22,11 +22,15 @@ def serve(
     max_batched_tokens: int = typer.Option(2048, help="Token budget per step."),
     host: str = typer.Option("127.0.0.1", help="Address to listen on."),
     port: int = typer.Option(8000, help="Port (0 picks a free one)."),
+    queue_capacity: int = typer.Option(256, min=1, help="Most requests admitted at once "
+                                       "(waiting + running); more get 503 with Retry-After."),
+    body_timeout: float = typer.Option(10.0, min=0.1, help="Seconds a request body may take "
+                                       "to arrive (then 408)."),
     verbose: bool = typer.Option(False, help="Log every HTTP request."),
 ) -> None:
-    """Serve the mini engine over HTTP (OpenAI /v1/completions, SSE streaming).
+    """Serve the mini engine over HTTP (OpenAI /v1/completions, SSE streaming, /metrics).
 
-    Prompts are strings (one token per UTF-8 byte) or token-id lists; see workbench/mini/server.py.
+    Prompts are strings (one token per UTF-8 byte) or token-id lists; see docs/server.md.
     """
     try:
         import torch
@@ -38,7 +42,7 @@ def serve(
     from workbench.mini.engine import Engine, EngineConfig
     from workbench.mini.kv import KVSpec
     from workbench.mini.model import get_config
-    from workbench.mini.server import shutdown_server, start_server
+    from workbench.mini.server import ServerConfig, shutdown_server, start_server
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -50,12 +54,19 @@ def serve(
     except ConfigError as err:
         typer.echo(str(err), err=True)
         raise typer.Exit(2) from None
-    srv = start_server(engine, host, port, verbose=verbose)
+    try:
+        srv = start_server(engine, host, port, config=ServerConfig(
+            queue_capacity=queue_capacity, body_timeout_s=body_timeout, verbose=verbose))
+    except ConfigError as err:
+        engine.close()
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
     g = engine.kv.geometry
     typer.echo(f"serving {cfg.name} on {device} ({kv} KV, {style} style, {g.num_blocks} blocks "
-               f"of {g.block_size} tokens) at {srv.url}/v1/completions")
+               f"of {g.block_size} tokens) at {srv.url}/v1/completions "
+               f"(metrics at {srv.url}/metrics)")
     try:
-        while srv.loop.is_alive():
+        while srv.loop.is_alive() and srv.thread.is_alive():
             time.sleep(0.5)
     except KeyboardInterrupt:
         pass
