@@ -124,10 +124,12 @@ def parse_request(raw: bytes) -> CompletionRequest:
         return CompletionRequest.model_validate_json(raw or b"{}")
     except ValidationError as err:
         problems = err.errors(include_url=False, include_input=False)
-        params = [".".join(str(p) for p in e["loc"]) for e in problems]
-        text = "; ".join(f"{p or 'body'}: {e['msg'].removeprefix('Value error, ')}"
-                         for p, e in zip(params, problems, strict=True))
-        raise ApiError(400, text, params[0] or "body") from None
+        where = [".".join(str(p) for p in e["loc"]) or "body" for e in problems]
+        text = "; ".join(f"{w}: {e['msg'].removeprefix('Value error, ')}"
+                         for w, e in zip(where, problems, strict=True))
+        # ``param`` is the field (``stop_token_ids``); the message also says which item (``.0``)
+        param = ".".join(p for p in problems[0]["loc"] if isinstance(p, str)) or "body"
+        raise ApiError(400, text, param) from None
 
 
 def check_against_model(req: CompletionRequest, ids: list[int], vocab_size: int,
