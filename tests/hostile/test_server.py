@@ -274,3 +274,35 @@ def test_still_healthy_after_everything(server):
     assert status == 200 and json.loads(data) == {"status": "ok"}
     status, _, data = request(server, "GET", "/nowhere")
     assert status == 404 and json.loads(data)["error"]["code"] == 404
+
+
+def test_half_sent_headers_do_not_stall_others(server):
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    try:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Le")  # then silence
+        status, _, data = post(server, {"prompt": "still here", "max_tokens": 3}, timeout=10)
+        assert status == 200 and json.loads(data)["usage"]["completion_tokens"] == 3
+    finally:
+        sock.close()
+
+
+def test_a_crashed_engine_answers_503_json_and_the_server_stays_up():
+    eng = Engine(get_config("tiny"), KVSpec(kv_bytes=8 << 20))
+
+    def broken_step():
+        raise RuntimeError("injected engine fault")
+
+    eng.step = broken_step
+    srv = start_server(eng, "127.0.0.1", 0)
+    try:
+        for _ in range(2):  # the request that met the crash, then one after it
+            status, headers, data = post(srv, {"prompt": "x", "max_tokens": 3}, timeout=30)
+            err = json.loads(data)["error"]
+            assert status == 503 and headers["Retry-After"] == "1"
+            assert err["type"] == "server_error" and "restart `workbench serve`" in err["message"]
+        status, _, data = request(srv, "GET", "/health")
+        assert status == 503 and json.loads(data) == {"status": "dead"}
+        assert isinstance(srv.loop.error, RuntimeError)
+    finally:
+        shutdown_server(srv)
+        eng.close()

@@ -33,4 +33,5 @@ def export(
     shown = f"[{host}]" if ":" in host else host
     typer.echo(f"exporting KV pool metrics at http://{shown}:{sock.getsockname()[1]}/metrics",
                nl=True)
-    make_server(make_asgi_app(registry=export_registry()), verbose).run(sockets=[sock])
+    make_server(make_asgi_app(registry=export_registry()), verbose,
+                max_connections=64).run(sockets=[sock])

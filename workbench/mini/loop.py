@@ -10,6 +10,7 @@ threads read without touching the engine.
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -22,6 +23,7 @@ from workbench.errors import WorkbenchError
 from workbench.mini.engine import Engine, Seq
 from workbench.observe.metrics import PoolReading, reading_of_manager
 
+log = logging.getLogger("workbench.mini")
 Sink = Callable[[Any], None]  # token id, None (finished) or an Exception (refused / stopped)
 
 
@@ -108,9 +110,9 @@ class EngineLoop(threading.Thread):
                     if not self.engine.scheduler.running:
                         time.sleep(self.idle_wait_s)  # waiting for memory another pool holds
                 self._publish()
-        except BaseException as err:  # surface engine crashes to every open request
+        except Exception as err:  # a crash ends every open request with a 503, logged once
             self.error = err
-            raise
+            log.exception("the mini engine stopped; every open request is answered 503")
         finally:
             self._end_all()
 

@@ -32,7 +32,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
 from workbench.mini.engine import Engine
-from workbench.mini.loop import EngineLoop
+from workbench.mini.loop import EngineLoop, EngineStopped
 from workbench.mini.metrics import ServerMetrics
 from workbench.mini.protocol import (
     ApiError,
@@ -54,6 +54,7 @@ class ServerConfig:
     body_timeout_s: float = 10.0  # the whole body must arrive within this
     max_body_bytes: int = 1 << 20
     backlog: int = 2048  # pending TCP connections the kernel keeps before uvicorn accepts them
+    max_connections: int = 1024  # open connections + tasks; past it uvicorn answers 503 itself
     verbose: bool = False
 
 
@@ -93,8 +94,7 @@ class _TokenStream:
                 return await asyncio.wait_for(self.q.get(), 1.0)
             except asyncio.TimeoutError:
                 if not self.state.loop.is_alive():
-                    return ApiError(503, "the engine stopped; restart `workbench serve`",
-                                    kind="server_error")
+                    return EngineStopped("the engine stopped; restart `workbench serve`")
 
 
 async def _read_body(request: Request, cfg: ServerConfig) -> bytes:
@@ -122,6 +122,15 @@ async def _read_body(request: Request, cfg: ServerConfig) -> bytes:
         raise ApiError(400, "body: the client closed the connection mid-body", "body") from None
 
 
+def _as_api_error(err: BaseException) -> ApiError:
+    """The engine's refusal of one request is the client's 400; a stopped engine is a 503."""
+    if isinstance(err, ApiError):
+        return err
+    if isinstance(err, EngineStopped):
+        return ApiError(503, str(err), kind="server_error")
+    return ApiError(400, str(err))
+
+
 def _chunk(rid: str, created: int, model: str, text: str, finish: str | None) -> dict:
     return {"id": rid, "object": "text_completion", "created": created, "model": model,
             "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]}
@@ -134,8 +143,7 @@ async def _pieces(stream: _TokenStream, first: Any, req: CompletionRequest, rid:
     item = first
     while item is not None:
         if isinstance(item, BaseException):
-            raise item if isinstance(item, ApiError) else ApiError(
-                503, str(item), kind="server_error")
+            raise _as_api_error(item)
         n_tokens[0] += 1
         text, hit = stops.feed(decode([item]))
         if text:
@@ -171,7 +179,7 @@ async def _complete(request: Request) -> Response:
                          seed=req.seed, stop_ids=list(req.stop_token_ids or []))
     first = await stream.get()
     if isinstance(first, BaseException):
-        raise first if isinstance(first, ApiError) else ApiError(400, str(first))
+        raise _as_api_error(first)
     st.metrics.prompted.inc(len(ids))
     created, n_tokens = int(time.time()), [0]
     usage = lambda: {"prompt_tokens": len(ids), "completion_tokens": n_tokens[0],  # noqa: E731
@@ -281,7 +289,8 @@ def start_server(engine: Engine, host: str = "127.0.0.1", port: int = 8000,
     loop.start()
     app = build_app(loop, model_name or engine.model_cfg.name, cfg)
     try:
-        uv, thread, bound = serve_in_thread(app, host, port, cfg.backlog, cfg.verbose)
+        uv, thread, bound = serve_in_thread(app, host, port, cfg.backlog, cfg.verbose,
+                                            max_connections=cfg.max_connections)
     except BaseException:
         loop.stop()
         loop.join(timeout=5)

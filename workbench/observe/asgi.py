@@ -26,22 +26,26 @@ def bind_socket(host: str, port: int, backlog: int = 2048) -> socket.socket:
                           "pick another port (0 picks a free one) or address") from None
 
 
-def make_server(app: Any, verbose: bool = False) -> Any:
+def make_server(app: Any, verbose: bool = False, max_connections: int | None = None) -> Any:
+    """uvicorn has no timeout for a request's headers or body (only keep-alive between
+    requests): apps time their own body reads, and ``max_connections`` caps what idle or slow
+    clients can hold (past it uvicorn answers 503)."""
     import uvicorn
 
     cfg = uvicorn.Config(app, http="h11", lifespan="off", log_level="info" if verbose
                          else "warning", access_log=verbose, timeout_keep_alive=5,
-                         timeout_graceful_shutdown=3)
+                         timeout_graceful_shutdown=3, limit_concurrency=max_connections)
     return uvicorn.Server(cfg)
 
 
 def serve_in_thread(app: Any, host: str, port: int, backlog: int = 2048,
-                    verbose: bool = False, start_timeout_s: float = 30.0):
+                    verbose: bool = False, start_timeout_s: float = 30.0,
+                    max_connections: int | None = None):
     """Start uvicorn on a daemon thread; returns (server, thread, bound port). Stop it with
     ``server.should_exit = True`` and ``thread.join()``."""
     sock = bind_socket(host, port, backlog)
     bound = sock.getsockname()[1]
-    uv = make_server(app, verbose)
+    uv = make_server(app, verbose, max_connections)
     thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, name="uvicorn",
                               daemon=True)
     thread.start()
