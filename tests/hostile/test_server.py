@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
+from workbench.mini.client import complete  # noqa: E402
 from workbench.mini.engine import Engine  # noqa: E402
 from workbench.mini.kv import KVSpec  # noqa: E402
 from workbench.mini.model import get_config  # noqa: E402
@@ -300,6 +301,8 @@ def test_a_crashed_engine_answers_503_json_and_the_server_stays_up():
             err = json.loads(data)["error"]
             assert status == 503 and headers["Retry-After"] == "1"
             assert err["type"] == "server_error" and "restart `workbench serve`" in err["message"]
+        refused = complete(srv.url, "x", 3, timeout=30)  # the load client reads the 503
+        assert not refused.ok and refused.status == 503 and refused.retry_after_s == 1.0
         status, _, data = request(srv, "GET", "/health")
         assert status == 503 and json.loads(data) == {"status": "dead"}
         assert isinstance(srv.loop.error, RuntimeError)

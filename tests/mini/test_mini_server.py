@@ -33,6 +33,7 @@ def test_stream_and_plain_agree_and_match_the_engine(server):
     plain = complete(url, "hello world", 12, stream=False)
     streamed = complete(url, "hello world", 12, stream=True)
     assert plain.ok and streamed.ok, (plain.error, streamed.error)
+    assert plain.status == streamed.status == 200
     assert plain.text == streamed.text and len(streamed.text) == 12
     assert streamed.completion_tokens == 12 and streamed.prompt_tokens == len("hello world")
     assert streamed.finish_reason == "length"
@@ -69,6 +70,9 @@ def test_bad_requests_get_400(server):
         status, reply = _post(server.url, body)
         assert status == 400 and reply["error"]["param"] == param
         assert reply["error"]["type"] == "invalid_request_error"
+    refused = complete(server.url, "abc", 0)  # the load client keeps the server's answer
+    assert not refused.ok and refused.status == 400 and refused.retry_after_s is None
+    assert refused.error.startswith("HTTP 400: max_tokens: ")
     with urllib.request.urlopen(server.url + "/health", timeout=10) as r:
         assert r.status == 200
 
