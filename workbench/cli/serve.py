@@ -32,38 +32,22 @@ def serve(
 
     Prompts are strings (one token per UTF-8 byte) or token-id lists; see docs/server.md.
     """
-    try:
-        import torch
-    except ImportError:
-        typer.echo("torch is not installed: `pip install torch`.", err=True)
-        raise typer.Exit(2) from None
-    from workbench.config import parse_size
     from workbench.errors import ConfigError
-    from workbench.mini.engine import Engine, EngineConfig
-    from workbench.mini.kv import KVSpec
-    from workbench.mini.model import get_config
     from workbench.mini.server import ServerConfig, shutdown_server, start_server
 
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
-        cfg = get_config(model)
-        spec = KVSpec(style=style, backend=kv, kv_bytes=parse_size(kv_memory),
-                      block_size=block_size or (16 if style == "block" else 1))
-        engine = Engine(cfg, spec, device, EngineConfig(max_num_seqs, max_batched_tokens))
-    except ConfigError as err:
-        typer.echo(str(err), err=True)
-        raise typer.Exit(2) from None
-    try:
+        engine, device = _engine(model, device, kv, style, kv_memory, block_size, max_num_seqs,
+                                 max_batched_tokens)
         srv = start_server(engine, host, port, config=ServerConfig(
             queue_capacity=queue_capacity, body_timeout_s=body_timeout, verbose=verbose))
     except ConfigError as err:
-        engine.close()
+        if "engine" in locals():
+            engine.close()
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
     g = engine.kv.geometry
-    typer.echo(f"serving {cfg.name} on {device} ({kv} KV, {style} style, {g.num_blocks} blocks "
-               f"of {g.block_size} tokens) at {srv.url}/v1/completions "
+    typer.echo(f"serving {engine.model_cfg.name} on {device} ({kv} KV, {style} style, "
+               f"{g.num_blocks} blocks of {g.block_size} tokens) at {srv.url}/v1/completions "
                f"(metrics at {srv.url}/metrics)")
     try:
         while srv.loop.is_alive() and srv.thread.is_alive():
@@ -73,3 +57,25 @@ def serve(
     finally:
         shutdown_server(srv)
         engine.close()
+
+
+def _engine(model: str, device: str, kv: str, style: str, kv_memory: str, block_size: int,
+            max_num_seqs: int, max_batched_tokens: int):
+    """The engine ``serve`` runs, and the device it chose; ConfigError on a bad option."""
+    try:
+        import torch
+    except ImportError:
+        typer.echo("torch is not installed: `pip install torch`.", err=True)
+        raise typer.Exit(2) from None
+    from workbench.config import parse_size
+    from workbench.mini.engine import Engine, EngineConfig
+    from workbench.mini.kv import KVSpec
+    from workbench.mini.model import get_config
+
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    spec = KVSpec(style=style, backend=kv, kv_bytes=parse_size(kv_memory),
+                  block_size=block_size or (16 if style == "block" else 1))
+    engine = Engine(get_config(model), spec, device,
+                    EngineConfig(max_num_seqs, max_batched_tokens))
+    return engine, device
