@@ -309,3 +309,19 @@ def test_a_crashed_engine_answers_503_json_and_the_server_stays_up():
     finally:
         shutdown_server(srv)
         eng.close()
+
+
+@pytest.mark.parametrize("raw", [
+    b"garbage\r\n\r\n",
+    b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Length: abc\r\n\r\n{}",
+    b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Length: -5\r\n\r\n{}",
+], ids=["not-http", "length-not-a-number", "negative-length"])
+def test_malformed_http_is_a_400_and_the_server_serves_on(server, raw):
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(raw)
+        reply = b""
+        while chunk := sock.recv(4096):  # uvicorn closes the connection after its 400
+            reply += chunk
+    assert reply.startswith(b"HTTP/1.1 400 ")
+    status, _, data = post(server, {"prompt": "ok", "max_tokens": 2})
+    assert status == 200 and json.loads(data)["usage"]["completion_tokens"] == 2
