@@ -130,6 +130,10 @@ def test_tiny_temperature_is_greedy_not_an_error(server):
         assert status == 200
         texts.append(json.loads(data)["choices"][0]["text"])
     assert texts[0] == texts[1] and len(texts[0]) == 6
+    for t in (1e-5, 1e-3, 2.0):  # the smallest and largest temperatures that really sample
+        status, _, data = post(server, {"prompt": "abc", "max_tokens": 6, "temperature": t,
+                                        "seed": 2**63 - 1})
+        assert status == 200 and json.loads(data)["usage"]["completion_tokens"] == 6
 
 
 def test_stop_string_ends_the_completion_before_it(server):
