@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
@@ -255,8 +255,13 @@ def _short(body: dict) -> dict:
 @given(body=st.dictionaries(st.sampled_from(FIELDS), JSON, max_size=6).map(_short)
        | st.fixed_dictionaries({"prompt": st.text(min_size=1, max_size=8)},
                                optional={f: JSON for f in FIELDS[1:]}).map(_short))
+@example(body={"prompt": "a", "stream": True, "max_tokens": 2})
+@example(body={"prompt": [1, 2], "stop": "zz", "seed": 0, "temperature": 0.5})
 def test_generated_bodies_never_get_a_5xx(server, body):
     status, headers, data = post(server, body)
+    if status == 200 and headers["Content-Type"].startswith("text/event-stream"):
+        assert data.endswith(b"data: [DONE]\n\n")
+        return
     reply = json.loads(data)
     if status == 200:
         assert reply["choices"][0]["finish_reason"] in ("length", "stop")
