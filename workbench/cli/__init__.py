@@ -16,6 +16,7 @@ app = typer.Typer(
 from workbench.cli import bench as _bench  # noqa: E402,F401
 from workbench.cli import doctor as _doctor  # noqa: E402,F401
 from workbench.cli import kvctl as _kvctl  # noqa: E402,F401
+from workbench.cli import kvexport as _kvexport  # noqa: E402,F401
 from workbench.cli import kvtop as _kvtop  # noqa: E402,F401
 from workbench.cli import lab as _lab  # noqa: E402,F401
 from workbench.cli import labs as _labs  # noqa: E402,F401

@@ -22,43 +22,60 @@ def serve(
     max_batched_tokens: int = typer.Option(2048, help="Token budget per step."),
     host: str = typer.Option("127.0.0.1", help="Address to listen on."),
     port: int = typer.Option(8000, help="Port (0 picks a free one)."),
+    queue_capacity: int = typer.Option(256, min=1, help="Most requests admitted at once "
+                                       "(waiting + running); more get 503 with Retry-After."),
+    body_timeout: float = typer.Option(10.0, min=0.1, help="Seconds a request body may take "
+                                       "to arrive (then 408)."),
     verbose: bool = typer.Option(False, help="Log every HTTP request."),
 ) -> None:
-    """Serve the mini engine over HTTP (OpenAI /v1/completions, SSE streaming).
+    """Serve the mini engine over HTTP (OpenAI /v1/completions, SSE streaming, /metrics).
 
-    Prompts are strings (one token per UTF-8 byte) or token-id lists; see workbench/mini/server.py.
+    Prompts are strings (one token per UTF-8 byte) or token-id lists; see docs/server.md.
     """
-    try:
-        import torch
-    except ImportError:
-        typer.echo("torch is not installed: `pip install torch`.", err=True)
-        raise typer.Exit(2) from None
-    from workbench.config import parse_size
     from workbench.errors import ConfigError
-    from workbench.mini.engine import Engine, EngineConfig
-    from workbench.mini.kv import KVSpec
-    from workbench.mini.model import get_config
-    from workbench.mini.server import shutdown_server, start_server
+    from workbench.mini.server import ServerConfig, shutdown_server, start_server
 
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
-        cfg = get_config(model)
-        spec = KVSpec(style=style, backend=kv, kv_bytes=parse_size(kv_memory),
-                      block_size=block_size or (16 if style == "block" else 1))
-        engine = Engine(cfg, spec, device, EngineConfig(max_num_seqs, max_batched_tokens))
+        engine, device = _engine(model, device, kv, style, kv_memory, block_size, max_num_seqs,
+                                 max_batched_tokens)
+        srv = start_server(engine, host, port, config=ServerConfig(
+            queue_capacity=queue_capacity, body_timeout_s=body_timeout, verbose=verbose))
     except ConfigError as err:
-        typer.echo(str(err), err=True)
+        if "engine" in locals():
+            engine.close()
+        typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
-    srv = start_server(engine, host, port, verbose=verbose)
     g = engine.kv.geometry
-    typer.echo(f"serving {cfg.name} on {device} ({kv} KV, {style} style, {g.num_blocks} blocks "
-               f"of {g.block_size} tokens) at {srv.url}/v1/completions")
+    typer.echo(f"serving {engine.model_cfg.name} on {device} ({kv} KV, {style} style, "
+               f"{g.num_blocks} blocks of {g.block_size} tokens) at {srv.url}/v1/completions "
+               f"(metrics at {srv.url}/metrics)")
     try:
-        while srv.loop.is_alive():
+        while srv.loop.is_alive() and srv.thread.is_alive():
             time.sleep(0.5)
     except KeyboardInterrupt:
         pass
     finally:
         shutdown_server(srv)
         engine.close()
+
+
+def _engine(model: str, device: str, kv: str, style: str, kv_memory: str, block_size: int,
+            max_num_seqs: int, max_batched_tokens: int):
+    """The engine ``serve`` runs, and the device it chose; ConfigError on a bad option."""
+    try:
+        import torch
+    except ImportError:
+        typer.echo("torch is not installed: `pip install torch`.", err=True)
+        raise typer.Exit(2) from None
+    from workbench.config import parse_size
+    from workbench.mini.engine import Engine, EngineConfig
+    from workbench.mini.kv import KVSpec
+    from workbench.mini.model import get_config
+
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    spec = KVSpec(style=style, backend=kv, kv_bytes=parse_size(kv_memory),
+                  block_size=block_size or (16 if style == "block" else 1))
+    engine = Engine(get_config(model), spec, device,
+                    EngineConfig(max_num_seqs, max_batched_tokens))
+    return engine, device

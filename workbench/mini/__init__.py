@@ -7,7 +7,7 @@ Module map (one job each):
 * ``attention`` paged attention: slot writes, Triton/torch decode kernel, SDPA prefill chunks
 * (scheduling: ``workbench.engines.vllm_sched``, shared with the simulated engines)
 * ``engine``    one iteration per ``step()``; ``generate()`` for offline use
-* ``server``    OpenAI-compatible ``/v1/completions`` (SSE streaming), standard library only
+* ``server``    OpenAI-compatible ``/v1/completions`` on FastAPI + uvicorn (docs/server.md)
 * ``client``    load client for any OpenAI-compatible server
 * ``bench``     GPU measurements: kernel check, decode throughput VMM vs static, step times
 

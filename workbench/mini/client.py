@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,6 +29,8 @@ class Result:
     finish_reason: str | None = None
     error: str | None = None
     sent_at: float = 0.0  # perf_counter when sent
+    status: int | None = None  # HTTP status, when the server answered
+    retry_after_s: float | None = None  # a 503's Retry-After: the server was full
 
     @property
     def tpot_s(self) -> float | None:
@@ -64,6 +67,7 @@ def complete(base_url: str, prompt: str | Sequence[int], max_tokens: int, *,
     res = Result(ok=False, sent_at=t0)
     try:
         with _post(url, body, timeout) as resp:
+            res.status = resp.status
             if not stream:
                 data = json.loads(resp.read())
                 res.e2e_s = res.ttft_s = time.perf_counter() - t0
@@ -99,10 +103,25 @@ def complete(base_url: str, prompt: str | Sequence[int], max_tokens: int, *,
             res.text = "".join(parts)
             res.completion_tokens = res.completion_tokens or len(res.chunk_times)
             res.ok = True
+    except urllib.error.HTTPError as err:  # the server refused: keep its status and message
+        _refused(res, err)
+        res.e2e_s = time.perf_counter() - t0
     except Exception as err:  # noqa: BLE001 - a load client records failures, it does not stop
         res.error = f"{type(err).__name__}: {err}"
         res.e2e_s = time.perf_counter() - t0
     return res
+
+
+def _refused(res: Result, err: urllib.error.HTTPError) -> None:
+    """OpenAI-style error bodies (``{"error": {"message": ...}}``) give the message."""
+    res.status = err.code
+    after = err.headers.get("Retry-After") if err.headers else None
+    res.retry_after_s = float(after) if after and after.replace(".", "", 1).isdigit() else None
+    try:
+        message = json.loads(err.read())["error"]["message"]
+    except (ValueError, KeyError, TypeError, OSError):
+        message = err.reason
+    res.error = f"HTTP {err.code}: {message}"
 
 
 @dataclass

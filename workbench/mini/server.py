@@ -1,14 +1,15 @@
-"""An OpenAI-compatible ``/v1/completions`` server for the mini engine, standard library only.
+"""An OpenAI-compatible ``/v1/completions`` server for the mini engine: FastAPI on uvicorn, as
+vLLM's and SGLang's servers are built.
 
-So it runs on a bare GPU host (torch + cuda-python, nothing else), HTTP is ``http.server`` with a
-thread per connection; one :class:`EngineLoop` thread owns the engine and steps it whenever there
-is work. Handlers talk to it through queues: a request goes in, tokens come back one by one.
+One :class:`~workbench.mini.loop.EngineLoop` thread owns the engine; uvicorn's event loop (its own
+thread) parses, validates and admits requests and streams tokens back. Endpoints: ``GET /health``,
+``GET /v1/models``, ``GET /metrics`` (Prometheus) and ``POST /v1/completions`` (``stream`` as
+server-sent events, ``data: {...}`` then ``data: [DONE]``). The body is the pydantic model in
+:mod:`workbench.mini.protocol`: a bad field gets a 400 whose ``error.param`` names it.
 
-Endpoints: ``GET /health``, ``GET /v1/models``, ``POST /v1/completions`` (``stream`` as
-server-sent events, ``data: {...}`` then ``data: [DONE]``). Fields read: ``prompt`` (a string, a
-list of token ids, or a one-element list of either), ``max_tokens`` (16), ``temperature`` (1.0, as
-OpenAI; 0 = greedy), ``seed``, ``stream``, ``stream_options.include_usage`` and vLLM's
-``stop_token_ids``; ``ignore_eos`` is accepted (there is no EOS token). Others are ignored.
+Overload is refused, not queued without end: at most ``queue_capacity`` requests are admitted at
+once (waiting or running); one more gets 503 with ``Retry-After``. A body must arrive within
+``body_timeout_s`` (408) and be at most ``max_body_bytes`` (413). See docs/server.md.
 
 Text <-> ids (the model has no tokenizer): a prompt string is UTF-8 encoded and each byte is one
 token id (0..255); an output id ``t`` becomes the character ``chr(t % 256)`` (Latin-1), so every
@@ -17,239 +18,288 @@ token is exactly one character and streamed text concatenates to the non-streame
 
 from __future__ import annotations
 
+import asyncio
 import json
-import queue
 import threading
 import time
-import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.errors import ConfigError
-from workbench.mini.engine import Engine, Seq
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
+
+from workbench.mini.engine import Engine
+from workbench.mini.loop import EngineLoop, EngineStopped
+from workbench.mini.metrics import ServerMetrics
+from workbench.mini.protocol import (
+    ApiError,
+    CompletionRequest,
+    StopMatcher,
+    check_against_model,
+    decode,
+    encode,
+    parse_request,
+)
+
+__all__ = ["ServerConfig", "MiniServer", "start_server", "shutdown_server", "encode", "decode"]
 
 
-def encode(text: str) -> list[int]:
-    """Prompt string -> token ids: its UTF-8 bytes."""
-    return list(text.encode("utf-8"))
+@dataclass(slots=True)
+class ServerConfig:
+    queue_capacity: int = 256  # requests admitted at once (waiting + running); more get 503
+    retry_after_s: int = 1
+    body_timeout_s: float = 10.0  # the whole body must arrive within this
+    max_body_bytes: int = 1 << 20
+    backlog: int = 2048  # pending TCP connections the kernel keeps before uvicorn accepts them
+    max_connections: int = 1024  # open connections + tasks; past it uvicorn answers 503 itself
+    verbose: bool = False
 
 
-def decode(ids: list[int]) -> str:
-    """Token ids -> text: one Latin-1 character per id (``id % 256``)."""
-    return "".join(chr(t % 256) for t in ids)
+@dataclass(slots=True)
+class _State:
+    loop: EngineLoop
+    model_name: str
+    cfg: ServerConfig
+    metrics: ServerMetrics
+    admitted: int = 0  # only the event loop's thread changes it
 
 
-class EngineLoop(threading.Thread):
-    """The one thread that touches the engine. ``submit`` returns a queue of token ids that ends
-    with ``None`` (finished) or an Exception (rejected)."""
+class _TokenStream:
+    """Engine thread -> event loop: each sink call becomes a queue item on the event loop."""
 
-    def __init__(self, engine: Engine, idle_wait_s: float = 0.02):
-        super().__init__(name="mini-engine", daemon=True)
-        self.engine = engine
-        self.inbox: queue.Queue = queue.Queue()
-        self.idle_wait_s = idle_wait_s
-        self._halt = threading.Event()
-        self.error: BaseException | None = None
+    def __init__(self, state: _State):
+        self.state = state
+        self.aloop = asyncio.get_running_loop()
+        self.q: asyncio.Queue = asyncio.Queue()
 
-    def submit(self, prompt: list[int], max_tokens: int, **kw: Any) -> tuple[str, queue.Queue]:
-        rid = f"cmpl-{uuid.uuid4().hex[:16]}"
-        out: queue.Queue = queue.Queue()
-        self.inbox.put(("add", rid, prompt, max_tokens, kw, out))
-        return rid, out
-
-    def cancel(self, rid: str) -> None:
-        self.inbox.put(("cancel", rid))
-
-    def stop(self) -> None:
-        self._halt.set()
-        self.inbox.put(("noop",))
-
-    def _drain(self, block: bool) -> None:
+    def sink(self, item: Any) -> None:  # runs on the engine thread
         try:
-            msg = self.inbox.get(timeout=self.idle_wait_s) if block else self.inbox.get_nowait()
-        except queue.Empty:
+            self.aloop.call_soon_threadsafe(self._arrive, item)
+        except RuntimeError:
+            pass  # the event loop is closed: the server is gone, nobody is listening
+
+    def _arrive(self, item: Any) -> None:
+        if item is None or isinstance(item, BaseException):
+            self.state.admitted -= 1  # every request ends here exactly once
+        elif isinstance(item, int):
+            self.state.metrics.generated.inc()
+        self.q.put_nowait(item)
+
+    async def get(self) -> Any:
+        while True:  # wake now and then: an engine that died mid-request says nothing more
+            try:
+                return await asyncio.wait_for(self.q.get(), 1.0)
+            except asyncio.TimeoutError:
+                if not self.state.loop.is_alive():
+                    return EngineStopped("the engine stopped; restart `workbench serve`")
+
+
+async def _read_body(request: Request, cfg: ServerConfig) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > cfg.max_body_bytes:
+        raise ApiError(413, f"body: {declared} bytes exceeds the limit of {cfg.max_body_bytes}",
+                       "body")
+
+    async def collect() -> bytes:
+        parts, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > cfg.max_body_bytes:
+                raise ApiError(413, f"body: exceeds the limit of {cfg.max_body_bytes} bytes",
+                               "body")
+            parts.append(chunk)
+        return b"".join(parts)
+
+    try:
+        return await asyncio.wait_for(collect(), cfg.body_timeout_s)
+    except asyncio.TimeoutError:
+        raise ApiError(408, f"body: not received in full within {cfg.body_timeout_s:g} s "
+                       "(is Content-Length right?)", "body") from None
+    except ClientDisconnect:
+        raise ApiError(400, "body: the client closed the connection mid-body", "body") from None
+
+
+def _as_api_error(err: BaseException) -> ApiError:
+    """The engine's refusal of one request is the client's 400; a stopped engine is a 503."""
+    if isinstance(err, ApiError):
+        return err
+    if isinstance(err, EngineStopped):
+        return ApiError(503, str(err), kind="server_error")
+    return ApiError(400, str(err))
+
+
+def _chunk(rid: str, created: int, model: str, text: str, finish: str | None) -> dict:
+    return {"id": rid, "object": "text_completion", "created": created, "model": model,
+            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]}
+
+
+async def _pieces(stream: _TokenStream, first: Any, req: CompletionRequest, rid: str,
+                  n_tokens: list[int]) -> AsyncIterator[tuple[str, str | None]]:
+    """(text, None) per piece of output, then ("", finish_reason) once; stop strings applied."""
+    stops = StopMatcher(req.stop_strings())
+    item = first
+    while item is not None:
+        if isinstance(item, BaseException):
+            raise _as_api_error(item)
+        n_tokens[0] += 1
+        text, hit = stops.feed(decode([item]))
+        if text:
+            yield text, None
+        if hit:
+            stream.state.loop.cancel(rid)  # the engine frees its blocks; ends with None
+            yield "", "stop"
             return
-        while True:
-            self._handle(msg)
-            try:
-                msg = self.inbox.get_nowait()
-            except queue.Empty:
-                return
+        item = await stream.get()
+    if tail := stops.flush():
+        yield tail, None
+    yield "", "length" if n_tokens[0] >= req.max_tokens else "stop"
 
-    def _handle(self, msg: tuple) -> None:
-        if msg[0] == "add":
-            _, rid, prompt, max_tokens, kw, out = msg
 
-            def on_token(seq: Seq, tok: int | None, out=out) -> None:
-                out.put(tok if tok is not None else None)
+async def _complete(request: Request) -> Response:
+    st: _State = request.app.state.mini
+    req = parse_request(await _read_body(request, st.cfg))
+    ids = req.prompt_ids()
+    eng = st.loop.engine
+    g = eng.kv.geometry
+    check_against_model(req, ids, eng.model_cfg.vocab_size, eng.model_cfg.max_position,
+                        (g.num_blocks - 1) * g.block_size)
+    if not st.loop.is_alive():
+        raise ApiError(503, "the engine stopped; restart `workbench serve`", kind="server_error")
+    if st.admitted >= st.cfg.queue_capacity:
+        st.metrics.rejected.inc()
+        raise ApiError(503, f"server busy: {st.admitted} requests in flight (capacity "
+                       f"{st.cfg.queue_capacity}); retry after {st.cfg.retry_after_s} s",
+                       kind="overloaded")
+    stream = _TokenStream(st)
+    st.admitted += 1
+    rid = st.loop.submit(ids, req.max_tokens, stream.sink, temperature=req.sampling_temperature(),
+                         seed=req.seed, stop_ids=list(req.stop_token_ids or []))
+    first = await stream.get()
+    if isinstance(first, BaseException):
+        raise _as_api_error(first)
+    st.metrics.prompted.inc(len(ids))
+    created, n_tokens = int(time.time()), [0]
+    usage = lambda: {"prompt_tokens": len(ids), "completion_tokens": n_tokens[0],  # noqa: E731
+                     "total_tokens": len(ids) + n_tokens[0]}
+    if not req.stream:
+        text, finish = [], None
+        async for piece, finish in _pieces(stream, first, req, rid, n_tokens):  # noqa: B007
+            text.append(piece)
+        body = _chunk(rid, created, st.model_name, "".join(text), finish)
+        body["usage"] = usage()
+        return JSONResponse(body)
 
-            try:
-                seq = self.engine.add_request(prompt, max_tokens, rid=rid, on_token=on_token,
-                                              **kw)
-                self._live[rid] = seq
-            except ConfigError as err:
-                out.put(err)
-        elif msg[0] == "cancel":
-            seq = self._live.pop(msg[1], None)
-            if seq is not None:
-                self.engine.abort(seq, "abort")
-
-    def run(self) -> None:
-        self._live: dict[str, Seq] = {}
+    async def events() -> AsyncIterator[bytes]:
+        done = False
         try:
-            while not self._halt.is_set():
-                self._drain(block=not self.engine.has_work())
-                if self.engine.has_work():
-                    for seq in self.engine.step():
-                        self._live.pop(seq.name, None)
-                    if not self.engine.scheduler.running:
-                        time.sleep(self.idle_wait_s)  # waiting for memory another pool holds
-        except BaseException as err:  # surface engine crashes to every open request
-            self.error = err
-            for seq in list(self._live.values()):
-                if seq.on_token is not None:
-                    seq.on_token(seq, None)
-            raise
+            async for piece, finish in _pieces(stream, first, req, rid, n_tokens):
+                if piece or finish:
+                    yield _sse(_chunk(rid, created, st.model_name, piece, finish))
+            if req.stream_options and req.stream_options.include_usage:
+                yield _sse({"id": rid, "object": "text_completion", "created": created,
+                            "model": st.model_name, "choices": [], "usage": usage()})
+            done = True
+            yield b"data: [DONE]\n\n"
+        except ApiError as err:  # the engine stopped mid-stream: say so in the stream
+            yield _sse(err.body())
+        finally:
+            if not done:
+                st.loop.cancel(rid)  # the client went away: give its blocks back
+
+    return StreamingResponse(events(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache"})
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: MiniHTTPServer
-    protocol_version = "HTTP/1.0"  # one request per connection; SSE ends when we close
-
-    def log_message(self, fmt: str, *args: Any) -> None:  # quiet by default
-        if self.server.verbose:
-            super().log_message(fmt, *args)
-
-    def _json(self, code: int, body: dict) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _error(self, code: int, message: str, kind: str = "invalid_request_error") -> None:
-        self._json(code, {"error": {"message": message, "type": kind, "code": code}})
-
-    def do_GET(self) -> None:  # noqa: N802
-        if self.path == "/health":
-            ok = self.server.loop.is_alive()
-            return self._json(200 if ok else 503, {"status": "ok" if ok else "dead"})
-        if self.path == "/v1/models":
-            return self._json(200, {"object": "list", "data": [
-                {"id": self.server.model_name, "object": "model", "owned_by": "workbench"}]})
-        self._error(404, f"no route {self.path}")
-
-    def do_POST(self) -> None:  # noqa: N802
-        if self.path != "/v1/completions":
-            return self._error(404, f"no route {self.path}")
-        try:
-            n = int(self.headers.get("Content-Length", "0"))
-            body = json.loads(self.rfile.read(n) or b"{}")
-            prompt, kw = self._parse(body)
-        except (ValueError, TypeError, KeyError) as err:
-            return self._error(400, str(err))
-        loop = self.server.loop
-        rid, out = loop.submit(prompt, **kw)
-        created = int(time.time())
-        stream = bool(body.get("stream", False))
-        usage_on = bool((body.get("stream_options") or {}).get("include_usage", False))
-        first = out.get()
-        if isinstance(first, Exception):
-            return self._error(400, str(first))
-        tokens: list[int] = []
-
-        def tokens_iter():
-            tok = first
-            while tok is not None:
-                yield tok
-                tok = out.get()
-
-        def chunk(text: str, finish: str | None) -> dict:
-            return {"id": rid, "object": "text_completion", "created": created,
-                    "model": self.server.model_name,
-                    "choices": [{"index": 0, "text": text, "logprobs": None,
-                                 "finish_reason": finish}]}
-
-        usage = lambda: {"prompt_tokens": len(prompt), "completion_tokens": len(tokens),  # noqa: E731
-                         "total_tokens": len(prompt) + len(tokens)}
-        if not stream:
-            tokens.extend(tokens_iter())
-            body = chunk(decode(tokens), self._reason(len(tokens), kw["max_tokens"]))
-            body["usage"] = usage()
-            return self._json(200, body)
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Cache-Control", "no-cache")
-        self.end_headers()
-        try:
-            for tok in tokens_iter():
-                tokens.append(tok)
-                self._sse(chunk(decode([tok]), None))
-            self._sse(chunk("", self._reason(len(tokens), kw["max_tokens"])))
-            if usage_on:
-                self._sse({"id": rid, "object": "text_completion", "created": created,
-                           "model": self.server.model_name, "choices": [], "usage": usage()})
-            self.wfile.write(b"data: [DONE]\n\n")
-            self.wfile.flush()
-        except (BrokenPipeError, ConnectionResetError):
-            loop.cancel(rid)  # the client went away: give its blocks back
-
-    def _sse(self, obj: dict) -> None:
-        self.wfile.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
-        self.wfile.flush()
-
-    @staticmethod
-    def _reason(n: int, max_tokens: int) -> str:
-        return "length" if n >= max_tokens else "stop"
-
-    def _parse(self, body: dict) -> tuple[list[int], dict]:
-        prompt = body.get("prompt")
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-            prompt = prompt[0]
-        if isinstance(prompt, str):
-            ids = encode(prompt)
-        elif isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
-            ids = prompt
-        else:
-            raise ValueError("prompt must be a string or a list of token ids (one prompt "
-                             "per request)")
-        kw = {"max_tokens": int(body.get("max_tokens") or 16),
-              "temperature": float(body.get("temperature", 1.0)),
-              "seed": body.get("seed"),
-              "stop_ids": [int(t) for t in body.get("stop_token_ids") or []]}
-        return ids, kw
+def _sse(obj: dict) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
 
 
-class MiniHTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
+def build_app(loop: EngineLoop, model_name: str, cfg: ServerConfig) -> FastAPI:
+    app = FastAPI(title="workbench mini engine", docs_url=None, redoc_url=None,
+                  openapi_url=None)
+    metrics = ServerMetrics(lambda: loop.gauges, lambda: st.admitted, cfg.queue_capacity)
+    st = _State(loop, model_name, cfg, metrics)
+    app.state.mini = st
 
-    def __init__(self, addr: tuple[str, int], loop: EngineLoop, model_name: str,
-                 verbose: bool = False):
-        super().__init__(addr, _Handler)
-        self.loop = loop
-        self.model_name = model_name
-        self.verbose = verbose
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, err: ApiError) -> JSONResponse:
+        headers = {"Retry-After": str(cfg.retry_after_s)} if err.status == 503 else None
+        metrics.answered(err.status)
+        return JSONResponse(err.body(), status_code=err.status, headers=headers)
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(request: Request, err: HTTPException) -> JSONResponse:
+        return JSONResponse(ApiError(err.status_code, f"{request.url.path}: {err.detail}").body(),
+                            status_code=err.status_code)
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        ok = loop.is_alive()
+        return JSONResponse({"status": "ok" if ok else "dead"}, status_code=200 if ok else 503)
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return {"object": "list", "data": [{"id": model_name, "object": "model",
+                                            "owned_by": "workbench"}]}
+
+    @app.get("/metrics")
+    async def metrics_page() -> Response:
+        return Response(metrics.render(), media_type=metrics.content_type)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        resp = await _complete(request)
+        metrics.answered(resp.status_code)
+        return resp
+
+    return app
+
+
+@dataclass(slots=True)
+class MiniServer:
+    """A running server: ``url`` to reach it, ``shutdown_server`` to end it."""
+
+    loop: EngineLoop
+    app: FastAPI
+    uv: Any  # uvicorn.Server
+    thread: threading.Thread
+    host: str
+    port: int
+    cfg: ServerConfig = field(default_factory=ServerConfig)
 
     @property
     def url(self) -> str:
-        host, port = self.server_address[:2]
-        return f"http://{host}:{port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
 
 
 def start_server(engine: Engine, host: str = "127.0.0.1", port: int = 8000,
-                 model_name: str | None = None, verbose: bool = False) -> MiniHTTPServer:
-    """Start the engine loop and the HTTP server in background threads; ``shutdown_server`` ends
-    both. ``port=0`` picks a free port (see ``server.url``)."""
+                 model_name: str | None = None, verbose: bool = False,
+                 config: ServerConfig | None = None) -> MiniServer:
+    """Start the engine loop and uvicorn in background threads; ``shutdown_server`` ends both.
+    ``port=0`` picks a free port (see ``server.url``)."""
+    from workbench.observe.asgi import serve_in_thread
+
+    cfg = config or ServerConfig(verbose=verbose)
+    cfg.verbose = cfg.verbose or verbose
     loop = EngineLoop(engine)
     loop.start()
-    srv = MiniHTTPServer((host, port), loop, model_name or engine.model_cfg.name, verbose)
-    threading.Thread(target=srv.serve_forever, name="mini-http", daemon=True).start()
-    return srv
+    app = build_app(loop, model_name or engine.model_cfg.name, cfg)
+    try:
+        uv, thread, bound = serve_in_thread(app, host, port, cfg.backlog, cfg.verbose,
+                                            max_connections=cfg.max_connections)
+    except BaseException:
+        loop.stop()
+        loop.join(timeout=5)
+        raise
+    return MiniServer(loop, app, uv, thread, host, bound, cfg)
 
 
-def shutdown_server(srv: MiniHTTPServer) -> None:
-    srv.shutdown()
-    srv.server_close()
+def shutdown_server(srv: MiniServer) -> None:
+    srv.uv.should_exit = True
+    srv.thread.join(timeout=10)
     srv.loop.stop()
     srv.loop.join(timeout=5)

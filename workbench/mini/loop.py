@@ -1,0 +1,133 @@
+"""The one thread that owns the mini engine: it takes requests from an inbox, steps the engine
+whenever there is work, and hands each token to the request's sink.
+
+Servers talk to it only through :meth:`EngineLoop.submit` and :meth:`EngineLoop.cancel`. A sink
+receives token ids, then ``None`` (finished) or an exception (refused, or the engine stopped);
+exactly one of those two ends every request, so a caller that counts requests in flight can
+release its slot there. After each iteration the loop publishes :class:`LoopGauges`, which other
+threads read without touching the engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from workbench.errors import WorkbenchError
+from workbench.mini.engine import Engine, Seq
+from workbench.observe.metrics import PoolReading, reading_of_manager
+
+log = logging.getLogger("workbench.mini")
+Sink = Callable[[Any], None]  # token id, None (finished) or an Exception (refused / stopped)
+
+
+class EngineStopped(WorkbenchError):
+    """The engine thread ended (it crashed or was stopped); no request can be served."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoopGauges:
+    """What the engine holds, as of its last iteration."""
+
+    waiting: int = 0  # requests queued for the engine (inbox and scheduler's waiting list)
+    running: int = 0
+    pool: PoolReading | None = None
+
+
+class EngineLoop(threading.Thread):
+    """Owns the engine. ``submit`` queues a request whose tokens go to ``sink``."""
+
+    def __init__(self, engine: Engine, idle_wait_s: float = 0.02):
+        super().__init__(name="mini-engine", daemon=True)
+        self.engine = engine
+        self.inbox: queue.Queue = queue.Queue()
+        self.idle_wait_s = idle_wait_s
+        self._halt = threading.Event()
+        self._live: dict[str, Seq] = {}
+        self.error: BaseException | None = None
+        self.gauges = LoopGauges(pool=reading_of_manager(engine.kv.manager))
+
+    def submit(self, prompt: list[int], max_tokens: int, sink: Sink, **kw: Any) -> str:
+        rid = f"cmpl-{uuid.uuid4().hex[:16]}"
+        self.inbox.put(("add", rid, prompt, max_tokens, kw, sink))
+        return rid
+
+    def cancel(self, rid: str) -> None:
+        self.inbox.put(("cancel", rid))
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.inbox.put(("noop",))
+
+    def _drain(self, block: bool) -> None:
+        try:
+            msg = self.inbox.get(timeout=self.idle_wait_s) if block else self.inbox.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            self._handle(msg)
+            try:
+                msg = self.inbox.get_nowait()
+            except queue.Empty:
+                return
+
+    def _handle(self, msg: tuple) -> None:
+        if msg[0] == "add":
+            _, rid, prompt, max_tokens, kw, sink = msg
+
+            def on_token(seq: Seq, tok: int | None, sink=sink) -> None:
+                sink(tok)
+
+            try:
+                self._live[rid] = self.engine.add_request(prompt, max_tokens, rid=rid,
+                                                          on_token=on_token, **kw)
+            except WorkbenchError as err:  # the engine refused it (too long for the pool ...)
+                sink(err)
+        elif msg[0] == "cancel":
+            seq = self._live.pop(msg[1], None)
+            if seq is not None:
+                self.engine.abort(seq, "abort")
+
+    def _publish(self) -> None:
+        sched = self.engine.scheduler
+        self.gauges = LoopGauges(waiting=len(sched.waiting) + self.inbox.qsize(),
+                                 running=len(sched.running),
+                                 pool=reading_of_manager(self.engine.kv.manager))
+
+    def run(self) -> None:
+        try:
+            while not self._halt.is_set():
+                self._drain(block=not self.engine.has_work())
+                if self.engine.has_work():
+                    for seq in self.engine.step():
+                        self._live.pop(seq.name, None)
+                    if not self.engine.scheduler.running:
+                        time.sleep(self.idle_wait_s)  # waiting for memory another pool holds
+                self._publish()
+        except Exception as err:  # a crash ends every open request with a 503, logged once
+            self.error = err
+            log.exception("the mini engine stopped; every open request is answered 503")
+        finally:
+            self._end_all()
+
+    def _end_all(self) -> None:
+        """End every request still open (running, or not yet taken from the inbox)."""
+        why = EngineStopped(f"the engine stopped ({self.error!r}); restart `workbench serve`"
+                            if self.error else "the server is shutting down")
+        for seq in list(self._live.values()):
+            if seq.on_token is not None and not seq.finished:
+                seq.on_token(seq, why)
+        self._live.clear()
+        while True:
+            try:
+                msg = self.inbox.get_nowait()
+            except queue.Empty:
+                return
+            if msg[0] == "add":
+                msg[5](why)

@@ -1,0 +1,1 @@
+"""Observation for operators: Prometheus metrics of servers and KV pools."""
