@@ -5,7 +5,7 @@ Module map (one job each):
 * ``model``     Llama-architecture decoder (RMSNorm, RoPE, GQA, SwiGLU), seeded random weights
 * ``kv``        the pool (ledger + virtual range) and per-layer K/V views; ``vmm`` or ``static``
 * ``attention`` paged attention: slot writes, Triton/torch decode kernel, SDPA prefill chunks
-* (scheduling: ``workbench.engines.vllm_sched``, shared with the simulated engines)
+* (scheduling: ``workbench.engines.sched.vllm_sched``, shared with the simulated engines)
 * ``engine``    one iteration per ``step()``; ``generate()`` for offline use
 * ``server``    OpenAI-compatible ``/v1/completions`` (SSE streaming), standard library only
 * ``client``    load client for any OpenAI-compatible server

@@ -16,7 +16,7 @@ difference, so both figures here come from alternated rounds on one model built 
   per run, their medians per mode, and the medians of the per-round ratios.
 
 Python's garbage collector is collected before and paused during every measured run.
-``python -m workbench.mini.ab --out DIR`` writes ``ab.json``; ``max_wall_s`` stops starting new
+``python -m workbench.bench.ab --out DIR`` writes ``ab.json``; ``max_wall_s`` stops starting new
 rounds once passed (what was measured is kept).
 """
 
@@ -32,8 +32,8 @@ from pathlib import Path
 
 import torch
 
-from workbench.mini.bench import _engine
-from workbench.mini.colocation import Cluster, ColoConfig
+from workbench.bench.mini import _engine
+from workbench.labs.colocation_gpu import Cluster, ColoConfig
 from workbench.mini.model import build_model, get_config
 
 GiB = 1 << 30
@@ -189,7 +189,7 @@ def ttft_ab(model, model_name: str, *, rounds: int = 4, rate: float = 2.0, reque
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("artifacts/mini"))
-    ap.add_argument("--model", default="llama3-8b")
+    ap.add_argument("--model", default="llama-3.1-8b")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--parts", default="decode,ttft")
     ap.add_argument("--decode-rounds", type=int, default=7)

@@ -1,6 +1,6 @@
 """GPU measurements of the mini engine: paged kernel, decode throughput VMM vs static, step times.
 
-``python -m workbench.mini.bench --out DIR`` writes ``bench.json`` (every figure and every engine
+``python -m workbench.bench.mini --out DIR`` writes ``bench.json`` (every figure and every engine
 step, for the step-time fit) and prints a short table. Each part is independent and time-boxed so
 one failure still leaves the others' numbers.
 
@@ -132,7 +132,7 @@ def step_sweep(model, cfg, kv_bytes: int, chunks=(128, 512, 1024, 2048, 4096), s
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("artifacts/mini"))
-    ap.add_argument("--model", default="llama3-8b")
+    ap.add_argument("--model", default="llama-3.1-8b")
     ap.add_argument("--parts", default="kernel,decode,steps")
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--prompt-len", type=int, default=1024)
