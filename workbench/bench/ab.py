@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 
 from workbench.bench.mini import _engine
+from workbench.engines.sched.request import Request
 from workbench.labs.colocation_gpu import Cluster, ColoConfig
 from workbench.mini.model import build_model, get_config
 
@@ -135,8 +136,8 @@ def ttft_ab(model, model_name: str, *, rounds: int = 4, rate: float = 2.0, reque
                     min_reserved_pages=min_reserved, max_reserved_pages=max_reserved,
                     max_num_seqs=64, device=device, modes=("elastic", "static"))
     vocab = get_config(model_name).vocab_size
-    trace = [[(i / rate, [(i * 97 + j * 13 + 1) % vocab for j in range(prompt_len)])
-              for i in range(requests)]]
+    trace = [[Request(i, [(i * 97 + j * 13 + 1) % vocab for j in range(prompt_len)], output_len,
+                      i / rate) for i in range(requests)]]
     clusters = {m: Cluster(cc, m, [model]) for m in ("elastic", "static")}
     runs: list[dict] = []
     ratios: dict[str, list[float]] = {"mean": [], "p50": [], "tpot": []}
