@@ -124,3 +124,24 @@ def test_cli_refuses_gpu_colocation_where_no_gpu_is_usable(tmp_path):
     assert out.returncode == 2 and not target.exists()
     (line,) = out.stderr.strip().splitlines()
     assert "backend 'gpu': cannot be used here" in line and "Traceback" not in out.stderr
+
+
+def test_text_params_round_trip_by_field_type():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    lab = get_lab("colocation")
+
+    @settings(max_examples=60, deadline=None)
+    @given(peaks=st.lists(st.integers(1, 10_000), min_size=1, max_size=6),
+           quick=st.booleans(), seed=st.integers(0, 2**31),
+           scale=st.floats(0.01, 1e3, allow_nan=False), steptime=st.sampled_from(
+               ["roofline", "kvcached-fit", "bw_eff=0.5"]))
+    def check(peaks, quick, seed, scale, steptime):
+        p = lab.parse_params({"peaks": ",".join(map(str, peaks)), "quick": str(quick),
+                              "seed": str(seed), "time_scale": repr(scale),
+                              "steptime": steptime})
+        assert p == lab.params(peaks=tuple(peaks), quick=quick, seed=seed, time_scale=scale,
+                               steptime=steptime)
+
+    check()

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from workbench.engines.metrics import SLO
 from workbench.labs.base import Lab, LabResult, Progress
 from workbench.labs.record import LabRecord
 
@@ -62,6 +63,7 @@ class ColocationRun:
     record: dict[str, Any]  # LabRecord fields only this backend knows
     results: dict[str, Any] = field(default_factory=dict)
     time_scale: float | None = None  # None: unscaled PEAKs, comparable to kvcached's table
+    slo: str = SLO().describe()  # the bounds goodput counts (both backends summarise with it)
 
 
 def _ms(x: float) -> float:
@@ -122,7 +124,8 @@ def build_record(run: ColocationRun, points: list[dict]) -> LabRecord:
         throughput={m: {str(p): {k: run.overall[(p, m)][k] for k in
                                  ("req_per_s", "input_tok_per_s", "output_tok_per_s")}
                         for p in run.peaks if (p, m) in run.overall} for m in modes},
-        slo_goodput={"goodput_req_per_s": {m: dist(m, "goodput_req_per_s") for m in modes},
+        slo_goodput={"slo": run.slo,
+                     "goodput_req_per_s": {m: dist(m, "goodput_req_per_s") for m in modes},
                      "slo_attainment": {m: dist(m, "slo_attainment") for m in modes}},
         hits={"local": 0, "external": None, "denominator": "prefix caching off"},
         transfer_bytes=None, phase_times=None, verdict=_verdict(run, points),

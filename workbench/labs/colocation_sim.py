@@ -170,8 +170,7 @@ def _record_fields(out: dict, peaks: list[int], seed: int, steptime: dict) -> di
               "delay_s": {str(p): ramp_delay(p) for p in peaks},
               "requests_per_point": {str(p): sum(len(ramp_arrivals(p, i)) for i in range(3))
                                      for p in peaks},
-              "actual_send_rate": "exact (open loop, simulated client)",
-              "slo": cfg.slo.describe()},
+              "actual_send_rate": "exact (open loop, simulated client)"},
         samples={"runs_per_point": 1, "order": "independent processes, deterministic seed",
                  "note": "one simulated run per point; the simulator is deterministic"},
         kv={m: {str(p): {"preemptions": out[(p, m)]["overall"]["preemptions"],
