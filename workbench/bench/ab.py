@@ -187,7 +187,7 @@ def ttft_ab(model, model_name: str, *, rounds: int = 4, rate: float = 2.0, reque
             "median_round_ratio": {k: _med(v) for k, v in ratios.items()}}
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("artifacts/mini"))
     ap.add_argument("--model", default="llama-3.1-8b")
@@ -207,7 +207,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget-gib", type=float, default=2.0)
     ap.add_argument("--max-wall-s", type=float, default=330.0,
                     help="start no new round after this many seconds from the start")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     start = time.perf_counter()
     args.out.mkdir(parents=True, exist_ok=True)
     on_gpu = args.device.startswith("cuda")
