@@ -21,6 +21,13 @@ def test_colocation_point_record_and_markdown():
     res = run_lab("colocation", lab.params(peaks=(12,), workers=1), "sim")
     rec, md = res.record, res.markdown
     assert res.tables["points"] == rec.results["points"]
+    try:
+        import plotly  # noqa: F401
+
+        (trace_names,) = [[t.name for t in f.data] for f in res.figures.values()]
+        assert trace_names == ["mean static", "mean elastic", "p99 static", "p99 elastic"]
+    except ImportError:
+        assert res.figures == {}
     d = json.loads(rec.to_json())
     assert d["schema"] == SCHEMA and TABLE_FIELDS <= set(d)
     assert set(d["manifest"]) == {"hardware", "software", "engine_config", "kvcached_config"}

@@ -47,23 +47,22 @@ class Lab(ABC):
 
     def params(self, **values: Any) -> Any:
         """The parameter dataclass from typed values (unknown keys refused)."""
-        names = {f.name for f in dataclasses.fields(self.params_type)}
-        unknown = sorted(set(values) - names)
-        if unknown:
-            raise ConfigError(f"parameter {unknown[0]!r} of lab {self.name!r}", "is not one of "
-                              "its parameters", f"use one of {', '.join(sorted(names))}")
+        self._refuse_unknown(values)
         return self.params_type(**values)
 
     def parse_params(self, text: Mapping[str, str]) -> Any:
         """The parameter dataclass from ``key -> text`` pairs (``--param key=value``)."""
+        self._refuse_unknown(text)
         hints = typing.get_type_hints(self.params_type)
-        names = {f.name for f in dataclasses.fields(self.params_type)}
-        values = {}
-        for key, raw in text.items():
-            if key not in names:
-                return self.params(**{key: raw})  # refuses with the list of names
-            values[key] = coerce(hints[key], raw, f"{self.name} parameter {key}")
-        return self.params(**values)
+        return self.params_type(**{k: coerce(hints[k], raw, f"{self.name} parameter {k}")
+                                   for k, raw in text.items()})
+
+    def _refuse_unknown(self, keys: Mapping[str, Any]) -> None:
+        names = sorted(f.name for f in dataclasses.fields(self.params_type))
+        unknown = sorted(set(keys) - set(names))
+        if unknown:
+            raise ConfigError(f"parameter {unknown[0]!r} of lab {self.name!r}", "is not one of "
+                              "its parameters", f"use one of {', '.join(names)}")
 
     def check_backend(self, backend: str) -> None:
         """Refuse (ConfigError, one line) unless this lab can run on ``backend`` here."""

@@ -44,7 +44,7 @@ class ColocationParams:
     steptime: str | None = None  # sim: a calibration name or key=value,... overrides
     workers: int | None = None  # sim: processes for the sweep
     model: str | None = None  # gpu/host: registry name (default llama-3.1-8b; host: tiny)
-    budget_gib: float | None = None  # gpu/host: KV bytes all instances hold (default 2.0)
+    budget_gib: float = 2.0  # gpu/host: GiB of KV all instances hold together
     time_scale: float = 4.0  # gpu/host: arrival times / scale, completions / scale
     prompt_len: int = 256
     completion_len: int = 256  # before scaling

@@ -230,7 +230,7 @@ def run(cfg: ColoConfig, log=print) -> dict:
 def config_for(params: ColocationParams, backend: str) -> ColoConfig:
     host = backend == "host"
     cfg = ColoConfig(model=params.model or ("tiny" if host else "llama-3.1-8b"),
-                     budget_gib=params.budget_gib or 2.0, time_scale=params.time_scale,
+                     budget_gib=params.budget_gib, time_scale=params.time_scale,
                      prompt_len=params.prompt_len, completion_len=params.completion_len,
                      seed=params.seed, device="cpu" if host else "cuda")
     if params.peaks:
