@@ -54,7 +54,7 @@ def test_cli_labs_list_and_run(tmp_path):
     assert fit.exit_code == 0 and "step_overhead_s=0.005" in fit.output
     bad_fit = runner.invoke(app, ["labs", "run", "colocation", "--steptime", "bw_eff=x"])
     assert bad_fit.exit_code == 2
-    bad = runner.invoke(app, ["labs", "run", "colocation", "--backend", "gpu"])
+    bad = runner.invoke(app, ["labs", "run", "colocation", "--backend", "banana"])
     assert bad.exit_code == 2
     assert runner.invoke(app, ["labs", "run", "nope"]).exit_code == 2
 
