@@ -40,10 +40,10 @@ def run_single(kind: str, requests, *, num_blocks: int = 256, blocks_per_page: i
     """One vLLM-like or SGLang-like instance on a small pool; runs ``requests`` to completion."""
     import simpy
 
-    from workbench.engines.kvsetup import InstanceKV
-    from workbench.engines.sglang_like import SGLangLikeEngine, SGLangOptions
-    from workbench.engines.steptime import StepTimeModel
-    from workbench.engines.vllm_like import VLLMLikeEngine, VLLMOptions
+    from workbench.engines.sim.kvsetup import InstanceKV
+    from workbench.engines.sim.sglang_like import SGLangLikeEngine, SGLangOptions
+    from workbench.engines.sim.steptime import StepTimeModel
+    from workbench.engines.sim.vllm_like import VLLMLikeEngine, VLLMOptions
 
     env = simpy.Environment()
     dev = SimDevice("h200", env=env, capacity=4 * GiB)
@@ -52,13 +52,13 @@ def run_single(kind: str, requests, *, num_blocks: int = 256, blocks_per_page: i
     ikv = InstanceKV(kv, "elastic", None)
     st = StepTimeModel.preset("llama-3.1-8b", "h200")
     if kind == "vllm":
-        eng = VLLMLikeEngine(env, kind, ikv, st, dev, options=VLLMOptions(
+        eng = VLLMLikeEngine(env, kind, ikv, st, options=VLLMOptions(
             enable_prefix_caching=caching, max_num_batched_tokens=budget,
             max_num_seqs=max_num_seqs))
     else:
-        eng = SGLangLikeEngine(env, kind, ikv, st, dev, options=SGLangOptions(
+        eng = SGLangLikeEngine(env, kind, ikv, st, options=SGLangOptions(
             enable_radix_cache=caching, max_num_seqs=max_num_seqs))
-    eng.driver.submit(requests)
+    eng.submit(requests)
     total = len(requests)
 
     def watch():

@@ -4,8 +4,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from workbench.engines.block_pool import BlockPool, hash_chain
-from workbench.engines.eviction import cap_blocks
+from workbench.engines.sched.block_pool import BlockPool, hash_chain
+from workbench.engines.sched.eviction import cap_blocks
 
 from ._helpers import in_use_pages, make_kv
 

@@ -1,10 +1,10 @@
 from __future__ import annotations
 
-from workbench.engines.cluster import ClusterConfig, run_cluster
 from workbench.engines.metrics import SLO, summarize
 from workbench.engines.models import MODELS
-from workbench.engines.steptime import StepTimeModel
-from workbench.engines.workloads import (
+from workbench.engines.sim.cluster import ClusterConfig, run_cluster
+from workbench.engines.sim.steptime import StepTimeModel
+from workbench.engines.sim.workloads import (
     long_short_mix,
     poisson,
     prefix_heavy,

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.engines.request import ReqState
-from workbench.engines.scheduler import StepPlan
-from workbench.engines.workloads import poisson, prefix_groups
+from workbench.engines.sched.request import ReqState
+from workbench.engines.sched.scheduler import StepPlan
+from workbench.engines.sim.workloads import poisson, prefix_groups
 
 from ._helpers import run_single
 
@@ -51,9 +51,9 @@ def test_vllm_token_budget_and_chunked_prefill():
 
 
 def test_step_plan_budget_respected():
-    from workbench.engines.block_pool import BlockPool
-    from workbench.engines.request import Request
-    from workbench.engines.vllm_sched import VLLMKVManager, VLLMScheduler
+    from workbench.engines.sched.block_pool import BlockPool
+    from workbench.engines.sched.request import Request
+    from workbench.engines.sched.vllm_sched import VLLMKVManager, VLLMScheduler
 
     from ._helpers import make_kv
 

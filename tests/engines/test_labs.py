@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from workbench.cli import app
-from workbench.labs import colocation
+from workbench.labs import LABS, get_lab, run_lab
 from workbench.labs.record import SCHEMA
 
 # seed 003 §12 (unified result table) and seed 000 §2 (version manifest)
@@ -17,7 +17,17 @@ TABLE_FIELDS = {"experiment_id", "hypothesis", "environment", "model_io", "cache
 
 
 def test_colocation_point_record_and_markdown():
-    rec, md = colocation.run([12], workers=1)
+    lab = get_lab("colocation")
+    res = run_lab("colocation", lab.params(peaks=(12,), workers=1), "sim")
+    rec, md = res.record, res.markdown
+    assert res.tables["points"] == rec.results["points"]
+    try:
+        import plotly  # noqa: F401
+
+        (trace_names,) = [[t.name for t in f.data] for f in res.figures.values()]
+        assert trace_names == ["mean static", "mean elastic", "p99 static", "p99 elastic"]
+    except ImportError:
+        assert res.figures == {}
     d = json.loads(rec.to_json())
     assert d["schema"] == SCHEMA and TABLE_FIELDS <= set(d)
     assert set(d["manifest"]) == {"hardware", "software", "engine_config", "kvcached_config"}
@@ -44,7 +54,7 @@ def test_cli_labs_list_and_run(tmp_path):
     assert fit.exit_code == 0 and "step_overhead_s=0.005" in fit.output
     bad_fit = runner.invoke(app, ["labs", "run", "colocation", "--steptime", "bw_eff=x"])
     assert bad_fit.exit_code == 2
-    bad = runner.invoke(app, ["labs", "run", "colocation", "--backend", "gpu"])
+    bad = runner.invoke(app, ["labs", "run", "colocation", "--backend", "banana"])
     assert bad.exit_code == 2
     assert runner.invoke(app, ["labs", "run", "nope"]).exit_code == 2
 
@@ -58,3 +68,87 @@ def test_idle_footprint_page_aware_within_goal_and_beats_lru(engine):
     assert pa["cached_blocks"] <= 1000 and lru["cached_blocks"] <= 1000
     assert pa["ratio_in_use"] <= 1.15 < lru["ratio_in_use"]
     assert pa["prefix_hit_tokens"] > 0
+
+
+def test_every_lab_follows_the_protocol():
+    from workbench.labs.base import Lab
+
+    for name in LABS:
+        lab = get_lab(name)
+        assert isinstance(lab, Lab) and lab.name == name and "sim" in lab.backends
+        assert lab.params() == lab.params_type()  # every parameter has a default
+
+
+def test_params_parse_from_text_by_field_type():
+    lab = get_lab("colocation")
+    p = lab.parse_params({"peaks": "12,14", "quick": "true", "seed": "3", "workers": "none",
+                          "time_scale": "2.5"})
+    assert (p.peaks, p.quick, p.seed, p.workers, p.time_scale) == ((12, 14), True, 3, None, 2.5)
+    from workbench.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="not one of its parameters"):
+        lab.parse_params({"banana": "1"})
+    with pytest.raises(ConfigError, match="is not a int"):
+        lab.parse_params({"seed": "x"})
+
+
+@pytest.mark.parametrize("lab,backend,why", [
+    ("idle-footprint", "gpu", "is not supported by this lab"),
+    ("idle-footprint", "banana", "is not a backend name"),
+    ("colocation", "banana", "is not a backend name"),
+])
+def test_cli_refuses_a_backend_in_one_line_and_writes_no_record(tmp_path, lab, backend, why):
+    import subprocess
+    import sys
+
+    target = tmp_path / "rec.json"
+    out = subprocess.run([sys.executable, "-m", "workbench", "labs", "run", lab, "--backend",
+                          backend, "--json", str(target)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and why in lines[0] and lines[0].startswith("error: ")
+    assert "Traceback" not in out.stderr and out.stdout == ""
+    assert not target.exists() and not target.with_suffix(".md").exists()
+
+
+def test_cli_refuses_gpu_colocation_where_no_gpu_is_usable(tmp_path):
+    from workbench.backends import make_device
+    from workbench.errors import WorkbenchError
+
+    try:
+        make_device("gpu")
+        pytest.skip("a CUDA GPU is usable here")
+    except WorkbenchError:
+        pass
+    import subprocess
+    import sys
+
+    target = tmp_path / "rec.json"
+    out = subprocess.run([sys.executable, "-m", "workbench", "labs", "run", "colocation",
+                          "--backend", "gpu", "--json", str(target)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 2 and not target.exists()
+    (line,) = out.stderr.strip().splitlines()
+    assert "backend 'gpu': cannot be used here" in line and "Traceback" not in out.stderr
+
+
+def test_text_params_round_trip_by_field_type():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    lab = get_lab("colocation")
+
+    @settings(max_examples=60, deadline=None)
+    @given(peaks=st.lists(st.integers(1, 10_000), min_size=1, max_size=6),
+           quick=st.booleans(), seed=st.integers(0, 2**31),
+           scale=st.floats(0.01, 1e3, allow_nan=False), steptime=st.sampled_from(
+               ["roofline", "kvcached-fit", "bw_eff=0.5"]))
+    def check(peaks, quick, seed, scale, steptime):
+        p = lab.parse_params({"peaks": ",".join(map(str, peaks)), "quick": str(quick),
+                              "seed": str(seed), "time_scale": repr(scale),
+                              "steptime": steptime})
+        assert p == lab.params(peaks=tuple(peaks), quick=quick, seed=seed, time_scale=scale,
+                               steptime=steptime)
+
+    check()

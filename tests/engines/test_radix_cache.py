@@ -4,7 +4,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from workbench.engines.radix_cache import RadixCache
+from workbench.engines.sched.radix_cache import RadixCache
 
 from ._helpers import in_use_pages, make_kv
 
@@ -228,8 +228,8 @@ def _drive(sched, limit: int = 10_000) -> None:
 
 
 def test_sglang_run_allocation_keeps_a_leaf_on_one_page():
-    from workbench.engines.request import Request
-    from workbench.engines.sglang_sched import SGLangScheduler
+    from workbench.engines.sched.request import Request
+    from workbench.engines.sched.sglang_sched import SGLangScheduler
 
     def leaf_pages(run_blocks: int) -> list[int]:
         c = RadixCache(make_kv(64, blocks_per_page=8, block_size=16))
@@ -246,7 +246,7 @@ def test_sglang_run_allocation_keeps_a_leaf_on_one_page():
 
 
 def test_sglang_prefix_is_shared_while_its_first_request_decodes():
-    from workbench.engines.request import Request
+    from workbench.engines.sched.request import Request
 
     from ._helpers import run_single
 

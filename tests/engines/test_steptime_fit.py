@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.engines.steptime import H200_MINI_FIT, StepTimeModel
+from workbench.engines.sim.steptime import H200_MINI_FIT, StepTimeModel
 from workbench.errors import ConfigError
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.gpu.difftrace import random_trace, run_both
+from workbench.bench.difftrace import random_trace, run_both
 from workbench.sim.device import SimDevice
 
 pytestmark = pytest.mark.gpu

@@ -10,7 +10,7 @@ import pytest
 CHECK = """
 import sys
 import workbench.core.device, workbench.core.ledger, workbench.core.replay, workbench.sim.device
-import workbench.gpu, workbench.gpu.difftrace
+import workbench.gpu, workbench.bench.difftrace
 heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'cuda', 'numba', 'cupy'))
 print(','.join(heavy))
 """

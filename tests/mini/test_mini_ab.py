@@ -1,4 +1,4 @@
-"""The interleaved VMM/static A/B (``workbench.mini.ab``) on a CPU: tiny model, host VMM device."""
+"""The interleaved VMM/static A/B (``workbench.bench.ab``) on a CPU: tiny model, host VMM device."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from workbench.mini.ab import main  # noqa: E402
+from workbench.bench.ab import main  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="host VMM device needs Linux")

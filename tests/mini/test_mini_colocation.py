@@ -1,5 +1,5 @@
-"""The GPU colocation lab's code path on a CPU (tiny model, host VMM device), and the step-time
-fit on synthetic steps."""
+"""The colocation lab's mini-engine code path (its gpu backend) on a CPU: backend ``host``, tiny
+model, host VMM device; and the step-time fit on synthetic steps."""
 
 from __future__ import annotations
 
@@ -9,27 +9,32 @@ import pytest
 
 pytest.importorskip("torch")
 
-from workbench.engines.steptime import StepTimeModel  # noqa: E402
+from workbench.bench.calibrate import fit_steptime  # noqa: E402
+from workbench.engines.sim.steptime import StepTimeModel  # noqa: E402
 from workbench.errors import DeviceError  # noqa: E402
-from workbench.mini.calibrate import fit_steptime  # noqa: E402
-from workbench.mini.colocation import BudgetDevice, ColoConfig, lab_record, markdown, run  # noqa: E402,E501
+from workbench.labs import get_lab, run_lab  # noqa: E402
+from workbench.labs.colocation_gpu import BudgetDevice  # noqa: E402
 from workbench.sim.device import SimDevice  # noqa: E402
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="host VMM device needs Linux")
 def test_colocation_runs_both_modes_on_cpu():
-    cfg = ColoConfig(model="tiny", device="cpu", budget_gib=0.05, peaks=(1,), time_scale=8,
-                     prompt_len=16, completion_len=32)
-    res = run(cfg)
-    (p,) = res["points"]
+    lab = get_lab("colocation")
+    params = lab.params(model="tiny", budget_gib=0.05, peaks=(1,), time_scale=8, prompt_len=16,
+                        completion_len=32)
+    res = run_lab("colocation", params, "host")
+    runs = res.record.results["runs"]
+    (p,) = res.tables["points"]
     for mode in ("static", "elastic"):
-        o = res["runs"][f"1/{mode}"]["overall"]
+        o = runs[f"1/{mode}"]["overall"]
         assert o["finished"] == o["requests"] > 0
-    assert p["mean_speedup"] > 0 and "low_load_overhead" in res
-    assert res["runs"]["1/elastic"]["budget_peak_bytes"] <= int(0.05 * (1 << 30))
-    assert "| 1 (8) |" in markdown(res)
-    rec = lab_record(res)
-    assert rec.environment["backend"] == "gpu" and rec.ttft["static"]["1"]["n"] > 0
+    assert p["mean_speedup"] > 0 and res.record.results["low_load_overhead"]["peak"] == 1
+    assert p["effective_peak_rps"] == 8 and "kvcached" not in p
+    assert runs["1/elastic"]["budget_peak_bytes"] <= int(0.05 * (1 << 30))
+    assert "| 1 (8) |" in res.markdown and "mini engine" in res.markdown
+    rec = res.record
+    assert rec.environment["backend"] == "host" and rec.ttft["static"]["1"]["n"] > 0
+    assert rec.manifest.software["backend"] == "host"
 
 
 def test_budget_device_refuses_past_the_budget():

@@ -1,5 +1,5 @@
 """``workbench bench vmm``: grow/shrink cost against the raw driver, map cost per layout, and
-bandwidth over VMM-backed KV (logic in :mod:`workbench.gpu.bench`; needs a CUDA GPU)."""
+bandwidth over VMM-backed KV (logic in :mod:`workbench.bench.vmm`; needs a CUDA GPU)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def alloc(sizes: str = typer.Option("1,16,256,1024", help="Request sizes in bloc
           repeats: int = typer.Option(5, help="Measurements per size (the median is shown)."),
           as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Allocator throughput on the simulated backend: alloc+free pairs per second by size."""
-    from workbench.sim.bench import alloc_throughput
+    from workbench.bench.alloc import alloc_throughput
 
     try:
         ns = tuple(int(x) for x in sizes.split(","))
@@ -52,7 +52,7 @@ def vmm(pages: int = typer.Option(40, help="Page ids grown and shrunk per subjec
     sum and in-place add over VMM-backed vs plainly allocated KV of the same size.
     """
     try:
-        from workbench.gpu.bench import run_vmm
+        from workbench.bench.vmm import run_vmm
     except ImportError as err:
         typer.echo(f"error: the gpu backend cannot be loaded ({err}); install torch and "
                    "cuda-python (pip install 'workbench[gpu]') on a CUDA host", err=True)

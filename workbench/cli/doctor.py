@@ -12,52 +12,14 @@ from __future__ import annotations
 import json
 import os
 import platform
-import subprocess
 import sys
 from dataclasses import asdict
 from importlib import metadata
-from pathlib import Path
 
 import typer
 
 from workbench.cli import app
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "?"
-
-
-def _mem_total() -> int | None:
-    try:
-        from workbench.host.device import meminfo
-
-        return meminfo()["MemTotal"]
-    except (OSError, KeyError):
-        return None
-
-
-def _torch() -> dict:
-    try:
-        import torch
-    except ImportError:
-        return {"installed": False}
-    out = {"installed": True, "version": torch.__version__, "cuda": torch.version.cuda,
-           "hip": getattr(torch.version, "hip", None), "cuda_available": False, "gpus": []}
-    try:
-        if torch.cuda.is_available():
-            out["cuda_available"] = True
-            out["gpus"] = [{"name": torch.cuda.get_device_name(i),
-                            "memory": torch.cuda.get_device_properties(i).total_memory}
-                           for i in range(torch.cuda.device_count())]
-    except Exception as err:  # noqa: BLE001 - a broken driver is a finding, not a crash
-        out["cuda_error"] = repr(err)
-    return out
+from workbench.manifest import host_hardware, torch_info, workbench_info
 
 
 def _dist_commit(dist: str) -> str | None:
@@ -70,20 +32,6 @@ def _dist_commit(dist: str) -> str | None:
         return None
     info = json.loads(raw)
     return (info.get("vcs_info") or {}).get("commit_id")
-
-
-def _workbench() -> dict:
-    import workbench
-
-    root = Path(workbench.__file__).resolve().parents[1]
-    commit = None
-    if (root / ".git").exists():
-        try:
-            commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"],
-                                    capture_output=True, text=True, timeout=5).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            commit = None
-    return {"version": workbench.__version__, "commit": commit or None, "path": str(root)}
 
 
 def _config() -> dict:
@@ -137,12 +85,11 @@ def _engines(check: bool) -> dict:
 
 def manifest(check: bool = False) -> dict:
     return {
-        "hardware": {"machine": platform.machine(), "cpu": _cpu_model(),
-                     "cores": os.cpu_count(), "memory": _mem_total()},
+        "hardware": host_hardware(),
         "os": platform.platform(),
         "python": {"version": platform.python_version(), "executable": sys.executable},
-        "torch": _torch(),
-        "workbench": _workbench(),
+        "torch": torch_info(),
+        "workbench": workbench_info(),
         "config": _config(),
         "engines": _engines(check),
     }

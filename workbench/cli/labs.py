@@ -1,9 +1,13 @@
-"""``workbench labs list|run NAME``: run a lab, print its Markdown report, write its JSON record."""
+"""``workbench labs list|run NAME``: a thin shell over the lab protocol (:mod:`workbench.labs`).
+
+Shared options (``--quick``, ``--seed``, ``--peaks``, ``--steptime``) and ``--param key=value``
+fill the lab's parameter dataclass; the backend is checked before anything runs, so a refused
+run writes no record.
+"""
 
 from __future__ import annotations
 
-import importlib
-import inspect
+import dataclasses
 import time
 from pathlib import Path
 from typing import Annotated
@@ -14,50 +18,49 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from workbench.cli import app
 from workbench.errors import ConfigError
-from workbench.labs import LABS
+from workbench.labs import LABS, get_lab
 
-labs = typer.Typer(help="Run the workbench's labs (simulated experiments with result records).",
+labs = typer.Typer(help="Run the workbench's labs (experiments with result records).",
                    no_args_is_help=True)
 app.add_typer(labs, name="labs")
 err_console = Console(stderr=True)
 
 
-def _module(name: str):
-    if name not in LABS:
-        err_console.print(f"error: no lab named {name!r}; `workbench labs list` shows them")
-        raise typer.Exit(2)
-    return importlib.import_module(LABS[name])
+def _fail(err: Exception) -> typer.Exit:
+    err_console.print(f"error: {err}", markup=False, highlight=False, soft_wrap=True)
+    return typer.Exit(2)
 
 
-def _steptime(text: str) -> str | dict[str, float]:
-    if "=" not in text:
-        return text
-    out: dict[str, float] = {}
-    for part in text.split(","):
-        key, _, value = part.partition("=")
-        try:
-            out[key.strip()] = float(value)
-        except ValueError:
-            err_console.print(f"error: --steptime {part!r} is not key=number; write e.g. "
-                              "bw_eff=0.55")
-            raise typer.Exit(2) from None
-    return out
+def _param_text(lab, params: list[str], shared: dict[str, str | None]) -> dict[str, str]:
+    """``key -> text`` for the lab's dataclass: shared options the lab takes, then --param."""
+    fields = {f.name for f in dataclasses.fields(lab.params_type)}
+    text = {k: v for k, v in shared.items() if v is not None and (k in fields or k in
+                                                                  ("peaks", "steptime"))}
+    for item in params:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--param {item!r}", "is not key=value", "write e.g. seed=1")
+        text[key.strip()] = value.strip()
+    return text
 
 
 @labs.command("list")
 def list_labs() -> None:
-    """List the labs."""
-    for name, path in LABS.items():
-        typer.echo(f"{name:16s} {getattr(importlib.import_module(path), 'DESCRIPTION', '')}")
+    """List the labs and the backends each runs on."""
+    for name in LABS:
+        lab = get_lab(name)
+        typer.echo(f"{name:16s} [{','.join(lab.backends)}] {lab.description}")
 
 
 @labs.command("run")
 def run_lab(
     name: Annotated[str, typer.Argument(help="Lab name (see `workbench labs list`).")],
     backend: Annotated[str, typer.Option(
-        help="Backend: sim, or gpu (colocation on a CUDA host, with the mini engine).")] = "sim",
+        help="Backend: sim, gpu (a CUDA host) or host (CPU), as the lab supports.")] = "sim",
     json_out: Annotated[Path | None, typer.Option(
         "--json", help="Write the JSON record here (the Markdown report beside it, .md).")] = None,
+    param: Annotated[list[str] | None, typer.Option(
+        "--param", help="A lab parameter, key=value (repeatable).")] = None,
     peaks: Annotated[str | None, typer.Option(
         help="Comma-separated PEAK req/s values (colocation), e.g. 12,14,16.")] = None,
     quick: Annotated[bool, typer.Option(help="A smaller run for CI and a first look.")] = False,
@@ -67,19 +70,13 @@ def run_lab(
              "e.g. bw_eff=0.55,step_overhead_s=0.005.")] = None,
 ) -> None:
     """Run lab NAME and print its report."""
-    mod = _module(name)
-    params = inspect.signature(mod.run).parameters
-    kw: dict = {"backend": backend, "quick": quick, "seed": seed}
-    if peaks is not None:
-        try:
-            kw["peaks"] = [int(p) for p in peaks.split(",") if p.strip()]
-        except ValueError:
-            err_console.print(f"error: --peaks {peaks!r} is not a list of integers; "
-                              "write e.g. 12,14,16")
-            raise typer.Exit(2) from None
-    if steptime is not None:
-        kw["steptime"] = _steptime(steptime)
-    kw = {k: v for k, v in kw.items() if k in params}
+    try:
+        lab = get_lab(name)
+        shared = {"quick": str(quick), "seed": str(seed), "peaks": peaks, "steptime": steptime}
+        params = lab.parse_params(_param_text(lab, param or [], shared))
+        lab.check_backend(backend)
+    except ConfigError as err:
+        raise _fail(err) from None
     t0 = time.perf_counter()
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err_console, transient=True) as bar:
@@ -88,15 +85,12 @@ def run_lab(
         def progress(done: int, total: int, what: str) -> None:
             bar.update(task, completed=done, total=total, description=f"{name}: {what}")
 
-        if "progress" in params:
-            kw["progress"] = progress
         try:
-            record, md = mod.run(**kw)
+            result = lab.run(params, backend, progress)
         except ConfigError as err:
-            err_console.print(f"error: {err}")
-            raise typer.Exit(2) from None
-    typer.echo(md)
+            raise _fail(err) from None
+    typer.echo(result.markdown)
     err_console.print(f"{name}: {time.perf_counter() - t0:.1f} s wall")
     if json_out is not None:
-        for p in record.write(json_out, md):
+        for p in result.write(json_out):
             err_console.print(f"wrote {p}")

@@ -1,18 +1,13 @@
-"""Simulated serving engines (seed 001 §2, §5, §6): prefix ownership, schedulers, SimPy drivers.
+"""Serving engines behind one interface (seed 001 §2, §5, §6).
 
-Module map (one concept each):
+* ``base``     the :class:`~workbench.engines.base.Engine` protocol (submit, advance, metrics,
+  memory timeline, KV pool) and the seam for the real vLLM / SGLang engines
+* ``models``   the one model-preset registry (KV geometry, step-time numbers, decoder shapes)
+* ``metrics``  TTFT/TPOT/ITL/E2E percentiles, goodput, memory samples
+* ``sched``    the pure scheduling part (no SimPy): request, eviction, block pool, radix cache,
+  the vLLM-like and SGLang-like schedulers; the mini engine runs the same objects
+* ``sim``      the simulated part: SimPy driver, step-time model, KV setup, the simulated
+  engines, clusters (one kind or mixed) and workloads
 
-* ``models``      model presets (layers, heads, params) and their :class:`KVGeometry`
-* ``steptime``    roofline step-time model per GPU preset
-* ``request``     the request record every scheduler and metric shares
-* ``eviction``    page-aware victim selection shared by the block pool and the radix cache
-* ``block_pool``  vLLM-style prefix ownership: hash chain, ref counts, LRU, null block
-* ``radix_cache`` SGLang-style prefix ownership: radix tree, lock_ref, evictable size
-* ``scheduler``   ``Scheduler.schedule() -> StepPlan`` API (no SimPy) and shared helpers
-* ``vllm_sched``  vLLM-like scheduler: token budget, chunked prefill, recompute preemption
-* ``sglang_sched`` SGLang-like scheduler: radix match, extend/decode batches, retract
-* ``driver``      the SimPy step loop that runs any scheduler against simulated time
-* ``vllm_like`` / ``sglang_like``  engine builders (static or elastic KV)
-* ``workloads``   Poisson, kvcached's ramp trace, prefix groups A-D, long/short mixes
-* ``metrics``     TTFT/TPOT/ITL/E2E percentiles, goodput, memory timelines
+The mini engine's implementation of the protocol is :class:`workbench.mini.instance.MiniInstance`.
 """

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from workbench.engines.request import ReqState, Request
+from workbench.engines.sched.request import ReqState, Request
 
 
 class MemorySample(NamedTuple):

@@ -1,12 +1,36 @@
-"""Lab runners: each lab runs an experiment and returns a :class:`~workbench.labs.record.LabRecord`.
+"""Labs: experiments behind one protocol (:mod:`workbench.labs.base`), each returning a
+:class:`~workbench.labs.base.LabResult` (record + tables + figures + Markdown).
 
-Register a lab in :data:`LABS` (name -> module path with ``run(**kw) -> LabRecord`` and
-``DESCRIPTION``); ``workbench labs list|run`` reads it.
+The registry maps a lab's name to the class that implements it, imported on first use so
+``workbench labs list`` stays light.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from workbench.errors import ConfigError
+
+if TYPE_CHECKING:
+    from workbench.labs.base import Lab, LabResult, Progress
+
 LABS: dict[str, str] = {
-    "colocation": "workbench.labs.colocation",
-    "idle-footprint": "workbench.labs.idle_footprint",
+    "colocation": "workbench.labs.colocation:ColocationLab",
+    "idle-footprint": "workbench.labs.idle_footprint:IdleFootprintLab",
 }
+
+
+def get_lab(name: str) -> Lab:
+    if name not in LABS:
+        raise ConfigError(f"lab {name!r}", "is not a lab", f"use one of {', '.join(LABS)}")
+    module, _, cls = LABS[name].partition(":")
+    return getattr(importlib.import_module(module), cls)()
+
+
+def run_lab(name: str, params: Any = None, backend: str = "sim",
+            progress: Progress | None = None) -> LabResult:
+    """Check the backend first (refusing before anything runs), then run lab ``name``."""
+    lab = get_lab(name)
+    lab.check_backend(backend)
+    return lab.run(params if params is not None else lab.params(), backend, progress)

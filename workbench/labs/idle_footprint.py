@@ -11,25 +11,30 @@ before); the goal here is <= 1.15x. Both eviction policies are run so the differ
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from dataclasses import dataclass
 
 import simpy
 
 from workbench.config import PoolConfig
 from workbench.core.events import PageState
-from workbench.engines.kvsetup import elastic_pool
 from workbench.engines.metrics import summarize
 from workbench.engines.models import get_model
-from workbench.engines.sglang_like import SGLangLikeEngine, SGLangOptions
-from workbench.engines.steptime import StepTimeModel
-from workbench.engines.vllm_like import VLLMLikeEngine, VLLMOptions
-from workbench.engines.workloads import prefix_heavy
+from workbench.engines.sim.kvsetup import elastic_pool
+from workbench.engines.sim.sglang_like import SGLangLikeEngine, SGLangOptions
+from workbench.engines.sim.steptime import StepTimeModel
+from workbench.engines.sim.vllm_like import VLLMLikeEngine, VLLMOptions
+from workbench.engines.sim.workloads import prefix_heavy
+from workbench.labs.base import Lab, LabResult, Progress
 from workbench.labs.record import LabRecord, Manifest
 from workbench.sim.device import SimDevice
 
-DESCRIPTION = ("idle footprint after prefix-heavy traffic vs the packed floor (page-aware vs "
-               "LRU eviction; vLLM-like and SGLang-like)")
 GiB = 1 << 30
+
+
+@dataclass(slots=True)
+class IdleFootprintParams:
+    quick: bool = False  # 500 requests instead of 2,500
+    seed: int = 0
 
 
 def measure(engine: str = "vllm", *, page_aware: bool = True, num_requests: int = 2500,
@@ -42,14 +47,14 @@ def measure(engine: str = "vllm", *, page_aware: bool = True, num_requests: int 
     ikv = elastic_pool(spec, dev, name=engine, config=cfg)
     st = StepTimeModel.preset(spec, "h200")
     if engine == "vllm":
-        eng = VLLMLikeEngine(env, engine, ikv, st, dev, options=VLLMOptions(
+        eng = VLLMLikeEngine(env, engine, ikv, st, options=VLLMOptions(
             enable_prefix_caching=True, max_num_seqs=96))
         eng.pool.page_aware = page_aware
     else:
-        eng = SGLangLikeEngine(env, engine, ikv, st, dev, options=SGLangOptions(max_num_seqs=96))
+        eng = SGLangLikeEngine(env, engine, ikv, st, options=SGLangOptions(max_num_seqs=96))
         eng.cache.page_aware = page_aware
     reqs = prefix_heavy(num_requests, seed=seed)
-    eng.driver.submit(reqs)
+    eng.submit(reqs)
 
     def watch():
         while len(eng.scheduler.finished) < len(reqs):
@@ -76,8 +81,20 @@ def measure(engine: str = "vllm", *, page_aware: bool = True, num_requests: int 
             "sim_s": env.now}
 
 
-def run(*, quick: bool = False, seed: int = 0, backend: str = "sim",
-        progress: Callable[[int, int, str], None] | None = None) -> tuple[LabRecord, str]:
+class IdleFootprintLab(Lab):
+    name = "idle-footprint"
+    description = ("idle footprint after prefix-heavy traffic vs the packed floor (page-aware vs "
+                   "LRU eviction; vLLM-like and SGLang-like)")
+    params_type = IdleFootprintParams
+    backends = ("sim",)
+
+    def run(self, params: IdleFootprintParams, backend: str = "sim",
+            progress: Progress | None = None) -> LabResult:
+        rows, md = sweep(params.quick, params.seed, progress)
+        return LabResult(record(rows, params.seed, backend), md, tables={"rows": rows})
+
+
+def sweep(quick: bool, seed: int, progress: Progress | None) -> tuple[list[dict], str]:
     n = 500 if quick else 2500
     combos = [(e, pa) for e in ("vllm", "sglang") for pa in (True, False)]
     rows = []
@@ -97,8 +114,13 @@ def run(*, quick: bool = False, seed: int = 0, backend: str = "sim",
            "page-aware eviction, 1.4x with best fit too; our ledger has best fit built in.",
            "`mapped / floor` counts the 5..10 reserved pages a pool keeps parked; kvcached's "
            "idle GB presumably includes them (they are mapped)."]
+    return rows, "\n".join(md) + "\n"
+
+
+def record(rows: list[dict], seed: int, backend: str) -> LabRecord:
+    n = rows[0]["requests"]
     spec = get_model("qwen3-4b")
-    rec = LabRecord(
+    return LabRecord(
         experiment_id="idle-footprint-qwen3-4b", hypothesis="page-aware eviction under a cached-"
         "token bound keeps the idle footprint within 1.15x of the packed floor",
         environment={"backend": backend, "seed": seed, "requests": n},
@@ -120,4 +142,3 @@ def run(*, quick: bool = False, seed: int = 0, backend: str = "sim",
                                   engine_config={"model": spec.name, "block_size": 16},
                                   kvcached_config={"max_cached_tokens": 16000}),
         results={"rows": rows})
-    return rec, "\n".join(md) + "\n"

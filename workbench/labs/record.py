@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import platform
-import subprocess
-import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from workbench.manifest import software
 
 SCHEMA = "workbench.lab-record/1"
 
@@ -31,13 +30,8 @@ class Manifest:
     @classmethod
     def collect(cls, *, hardware: dict, engine_config: dict, kvcached_config: dict,
                 backend: str = "sim") -> Manifest:
-        from workbench import __version__
-
-        sw = {"python": sys.version.split()[0], "platform": platform.platform(),
-              "workbench": __version__, "workbench_git": _git_commit(), "backend": backend}
-        for mod in ("simpy", "numpy", "torch", "vllm", "sglang", "kvcached"):
-            sw[mod] = _version(mod)
-        return cls(hardware, sw, engine_config, kvcached_config)
+        """The software part comes from :func:`workbench.manifest.software` (doctor's too)."""
+        return cls(hardware, software(backend), engine_config, kvcached_config)
 
 
 @dataclass(slots=True)
@@ -94,22 +88,3 @@ def _jsonable(x: Any) -> Any:
     if hasattr(x, "tolist"):
         return x.tolist()
     return str(x)
-
-
-def _version(mod: str) -> str | None:
-    try:
-        from importlib.metadata import version
-
-        return version(mod)
-    except Exception:
-        return None
-
-
-def _git_commit() -> str | None:
-    root = Path(__file__).resolve().parents[2]
-    try:
-        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
-                             text=True, timeout=5)
-        return out.stdout.strip() or None
-    except Exception:
-        return None

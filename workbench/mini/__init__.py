@@ -2,14 +2,19 @@
 
 Module map (one job each):
 
-* ``model``     Llama-architecture decoder (RMSNorm, RoPE, GQA, SwiGLU), seeded random weights
+* ``model``     Llama-architecture decoder (RMSNorm, RoPE, GQA, SwiGLU), seeded random weights;
+  its shapes come from the one model registry (``workbench.engines.models``)
 * ``kv``        the pool (ledger + virtual range) and per-layer K/V views; ``vmm`` or ``static``
 * ``attention`` paged attention: slot writes, Triton/torch decode kernel, SDPA prefill chunks
-* (scheduling: ``workbench.engines.vllm_sched``, shared with the simulated engines)
+* (scheduling: ``workbench.engines.sched.vllm_sched``, shared with the simulated engines)
 * ``engine``    one iteration per ``step()``; ``generate()`` for offline use
-* ``server``    OpenAI-compatible ``/v1/completions`` on FastAPI + uvicorn (docs/server.md)
+* ``instance``  the engine behind the Engine protocol (``workbench.engines.base``): arrivals on a
+  wall clock, ``advance``, metrics, the pool's memory timeline
+* ``server``    OpenAI-compatible ``/v1/completions`` on FastAPI + uvicorn (docs/server.md);
+  ``protocol`` its bounded request bodies, ``loop`` the engine thread, ``metrics`` /metrics
 * ``client``    load client for any OpenAI-compatible server
-* ``bench``     GPU measurements: kernel check, decode throughput VMM vs static, step times
 
-torch is imported by these modules, never by ``import workbench.mini``.
+Benchmarks of this engine live in ``workbench.bench`` (``mini``, ``ab``, ``calibrate``), its
+colocation lab in ``workbench.labs`` (backend ``gpu``). torch is imported by these modules, never by
+``import workbench.mini``.
 """

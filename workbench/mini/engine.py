@@ -1,6 +1,6 @@
 """The mini engine: model + paged KV store + scheduler, one iteration per :meth:`Engine.step`.
 
-Scheduling is the simulated vLLM-like engine's own code (``workbench.engines.vllm_sched``: one
+Scheduling is the simulated vLLM-like engine's own code (``workbench.engines.sched.vllm_sched``: one
 token budget, chunked prefill, recompute preemption on an allocation miss, over a ``BlockPool`` on
 the ledger), so the real engine and the simulator make the same decisions. Each step packs every
 scheduled token into one forward pass (decode rows first, then prefill chunks), writes their K/V
@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from workbench.engines.block_pool import BlockPool
-from workbench.engines.request import ReqState, Request
-from workbench.engines.scheduler import StepPlan
-from workbench.engines.vllm_sched import VLLMKVManager, VLLMScheduler
+from workbench.engines.sched.block_pool import BlockPool
+from workbench.engines.sched.request import ReqState, Request
+from workbench.engines.sched.scheduler import StepPlan
+from workbench.engines.sched.vllm_sched import VLLMKVManager, VLLMScheduler
 from workbench.errors import ConfigError
 from workbench.mini.attention import AttnContext, PrefillSeg, softmax_scale
 from workbench.mini.kv import KVSpec, KVStore
@@ -57,7 +57,7 @@ class EngineConfig:
 
 @dataclass
 class StepStats:
-    """One step, in the step-time model's terms (``workbench.engines.steptime``)."""
+    """One step, in the step-time model's terms (``workbench.engines.sim.steptime``)."""
 
     num_decode: int = 0
     num_prefill_tokens: int = 0

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
+from workbench.engines.models import MODELS, get_model
 from workbench.errors import ConfigError
 
 
@@ -55,21 +56,21 @@ class ModelConfig:
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * 2
 
 
-# Llama-3.1-8B's shape (RoPE scaling for long context is left out: contexts here stay < 8k).
-PRESETS: dict[str, ModelConfig] = {
-    "llama3-8b": ModelConfig("llama3-8b", vocab_size=128_256, hidden_size=4096, num_layers=32,
-                             num_heads=32, num_kv_heads=8, head_dim=128,
-                             intermediate_size=14_336),
-    "tiny": ModelConfig("tiny", vocab_size=512, hidden_size=128, num_layers=2, num_heads=4,
-                        num_kv_heads=2, head_dim=32, intermediate_size=256, max_position=4096),
-}
-
-
 def get_config(name: str, **overrides) -> ModelConfig:
-    if name not in PRESETS:
-        raise ConfigError(f"model {name!r}", "is not a preset",
-                          f"use one of {', '.join(PRESETS)}")
-    return replace(PRESETS[name], **overrides)
+    """The decoder of registry model ``name`` (:data:`workbench.engines.models.MODELS`), with
+    ``overrides`` (``seed``, or any shape field for a test-sized variant)."""
+    spec = get_model(name)
+    d = spec.decoder
+    if d is None or spec.mla:
+        llama = ", ".join(n for n, m in MODELS.items() if m.decoder is not None)
+        raise ConfigError(f"model {name!r}", "has no Llama-shaped decoder preset",
+                          f"use one of {llama}")
+    cfg = ModelConfig(spec.name, vocab_size=d.vocab_size, hidden_size=d.hidden_size,
+                      num_layers=spec.num_layers, num_heads=spec.q_heads,
+                      num_kv_heads=spec.kv_heads, head_dim=spec.head_dim,
+                      intermediate_size=d.intermediate_size, rope_theta=d.rope_theta,
+                      rms_eps=d.rms_eps, max_position=d.max_position)
+    return replace(cfg, **overrides)
 
 
 class RMSNorm(nn.Module):

@@ -267,13 +267,13 @@ def prefix_sharing(*, steps: int = 30, arrivals: int = 2, max_cached_tokens: int
                    page_aware: bool = True, shared: float = 0.6, num_pages: int = 16,
                    seed: int = 0, backend: str = "sim", reset_at: int | None = None,
                    **device_kw) -> PrefixResult:
-    """vLLM-style prefix caching on the elastic ledger (``workbench.engines.block_pool``).
+    """vLLM-style prefix caching on the elastic ledger (``workbench.engines.sched.block_pool``).
 
     Each step ``arrivals`` requests come in; a fraction ``shared`` of them start with one of two
     system prompts (20 and 10 blocks), the rest are unique. A request lives 1–3 steps; when it
     ends its full blocks stay cached (ref 0) unless the cap (``max_cached_tokens``, -1 = none)
     evicts them — page-aware or LRU. ``reset_at`` empties the prefix cache at that step."""
-    from workbench.engines.block_pool import BlockPool, hash_chain
+    from workbench.engines.sched.block_pool import BlockPool, hash_chain
 
     rng = random.Random(seed)
     rec = Recording()
@@ -331,8 +331,8 @@ def prefix_sharing(*, steps: int = 30, arrivals: int = 2, max_cached_tokens: int
 def radix_demo(prompts: list[str] | None = None, *, page: int = 4,
                backend: str = "sim") -> list[str]:
     """SGLang-style: insert a few requests into a RadixCache on the ledger and report what each
-    new request would reuse (``workbench.engines.radix_cache``). Tokens are words here."""
-    from workbench.engines.radix_cache import RadixCache
+    new request would reuse (``workbench.engines.sched.radix_cache``). Tokens are words here."""
+    from workbench.engines.sched.radix_cache import RadixCache
 
     prompts = prompts or [
         "you are a helpful assistant . answer briefly . what is a page ?",

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from workbench.engines.radix_cache import RadixCache
-from workbench.engines.request import ReqState, Request
-from workbench.engines.scheduler import Scheduler, StepPlan, cdiv, make_plan
+from workbench.engines.sched.radix_cache import RadixCache
+from workbench.engines.sched.request import ReqState, Request
+from workbench.engines.sched.scheduler import Scheduler, StepPlan, cdiv, make_plan
 
 
 class SGLangScheduler(Scheduler):

@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from workbench.core.ledger import KVCacheManager
-from workbench.engines.eviction import cap_blocks
+from workbench.engines.sched.eviction import cap_blocks
 from workbench.errors import ConfigError, StateConsistencyError
 
 

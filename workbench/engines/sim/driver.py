@@ -23,9 +23,9 @@ import simpy
 from workbench.core.events import PageState as S
 from workbench.core.ledger import KVCacheManager
 from workbench.engines.metrics import MemorySample
-from workbench.engines.request import Request
-from workbench.engines.scheduler import Scheduler
-from workbench.engines.steptime import StepTimeModel
+from workbench.engines.sched.request import Request
+from workbench.engines.sched.scheduler import Scheduler
+from workbench.engines.sim.steptime import StepTimeModel
 from workbench.sim.device import SimDevice
 from workbench.sim.prealloc import PreallocProcess
 

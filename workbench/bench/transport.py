@@ -1,6 +1,6 @@
 """Round-trip cost of a page decision across real worker processes, per page id.
 
-``python -m workbench.transport.bench --tp 1 2`` starts TP worker processes (SimDevice memory by
+``python -m workbench.bench.transport --tp 1 2`` starts TP worker processes (SimDevice memory by
 default; ``--backend host`` for real memfd/mmap pages, ``--backend gpu`` for CUDA VMM), then
 times ``map_page`` and ``unmap_page`` through the coordinator: one map is one round trip to
 every rank; an unmap is one round trip at TP=1 (prepare carries the commit) and two at TP>1
@@ -60,7 +60,7 @@ def measure(tp: int, *, pages: int = 32, repeats: int = 5, layers: int = 2,
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m workbench.transport.bench",
+    ap = argparse.ArgumentParser(prog="python -m workbench.bench.transport",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--tp", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--pages", type=int, default=32)

@@ -16,7 +16,7 @@ difference, so both figures here come from alternated rounds on one model built 
   per run, their medians per mode, and the medians of the per-round ratios.
 
 Python's garbage collector is collected before and paused during every measured run.
-``python -m workbench.mini.ab --out DIR`` writes ``ab.json``; ``max_wall_s`` stops starting new
+``python -m workbench.bench.ab --out DIR`` writes ``ab.json``; ``max_wall_s`` stops starting new
 rounds once passed (what was measured is kept).
 """
 
@@ -32,8 +32,9 @@ from pathlib import Path
 
 import torch
 
-from workbench.mini.bench import _engine
-from workbench.mini.colocation import Cluster, ColoConfig
+from workbench.bench.mini import _engine
+from workbench.engines.sched.request import Request
+from workbench.labs.colocation_gpu import Cluster, ColoConfig
 from workbench.mini.model import build_model, get_config
 
 GiB = 1 << 30
@@ -135,8 +136,8 @@ def ttft_ab(model, model_name: str, *, rounds: int = 4, rate: float = 2.0, reque
                     min_reserved_pages=min_reserved, max_reserved_pages=max_reserved,
                     max_num_seqs=64, device=device, modes=("elastic", "static"))
     vocab = get_config(model_name).vocab_size
-    trace = [[(i / rate, [(i * 97 + j * 13 + 1) % vocab for j in range(prompt_len)])
-              for i in range(requests)]]
+    trace = [[Request(i, [(i * 97 + j * 13 + 1) % vocab for j in range(prompt_len)], output_len,
+                      i / rate) for i in range(requests)]]
     clusters = {m: Cluster(cc, m, [model]) for m in ("elastic", "static")}
     runs: list[dict] = []
     ratios: dict[str, list[float]] = {"mean": [], "p50": [], "tpot": []}
@@ -186,10 +187,10 @@ def ttft_ab(model, model_name: str, *, rounds: int = 4, rate: float = 2.0, reque
             "median_round_ratio": {k: _med(v) for k, v in ratios.items()}}
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("artifacts/mini"))
-    ap.add_argument("--model", default="llama3-8b")
+    ap.add_argument("--model", default="llama-3.1-8b")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--parts", default="decode,ttft")
     ap.add_argument("--decode-rounds", type=int, default=7)
@@ -206,7 +207,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget-gib", type=float, default=2.0)
     ap.add_argument("--max-wall-s", type=float, default=330.0,
                     help="start no new round after this many seconds from the start")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     start = time.perf_counter()
     args.out.mkdir(parents=True, exist_ok=True)
     on_gpu = args.device.startswith("cuda")

@@ -17,7 +17,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
 from workbench.core.ledger import KVCacheManager
-from workbench.engines.eviction import cap_blocks, page_aware_victims
+from workbench.engines.sched.eviction import cap_blocks, page_aware_victims
 from workbench.errors import ConfigError
 
 NONE_HASH = 0x5EED  # the parent hash of a sequence's first block

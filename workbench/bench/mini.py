@@ -1,6 +1,6 @@
 """GPU measurements of the mini engine: paged kernel, decode throughput VMM vs static, step times.
 
-``python -m workbench.mini.bench --out DIR`` writes ``bench.json`` (every figure and every engine
+``python -m workbench.bench.mini --out DIR`` writes ``bench.json`` (every figure and every engine
 step, for the step-time fit) and prints a short table. Each part is independent and time-boxed so
 one failure still leaves the others' numbers.
 
@@ -129,10 +129,37 @@ def step_sweep(model, cfg, kv_bytes: int, chunks=(128, 512, 1024, 2048, 4096), s
     return rows
 
 
+def decode_part(res: dict, model, cfg, batch: int, prompt_len: int, gen: int, reps: int,
+                kv_bytes: int) -> None:
+    """Decode tokens/s, VMM vs static in alternating order, then the token-slot style."""
+    runs = []
+    try:
+        # discarded: the first full-size run was 2x slower in the first GPU session
+        # (clocks, allocator growth, cuBLAS heuristics for the new shapes)
+        decode_run(model, cfg, "static", "block", batch, prompt_len, 16, kv_bytes)
+        for rep in range(reps):
+            order = ("vmm", "static") if rep % 2 == 0 else ("static", "vmm")
+            for backend in order:
+                r = decode_run(model, cfg, backend, "block", batch, prompt_len, gen, kv_bytes)
+                runs.append(r)
+                print(f"decode {backend:6s} rep {rep}: {r['decode_tok_s']:8.0f} tok/s "
+                      f"(median step {r['decode_step_ms_median']:.2f} ms)", flush=True)
+        r = decode_run(model, cfg, "vmm", "token", batch, prompt_len, gen, kv_bytes)
+        runs.append(r)
+        print(f"decode vmm token-style: {r['decode_tok_s']:8.0f} tok/s", flush=True)
+    except Exception:  # noqa: BLE001 - keep the other parts
+        res["decode_error"] = traceback.format_exc()
+    res["decode"] = runs
+    vm = [r["decode_tok_s"] for r in runs if r["backend"] == "vmm" and r["style"] == "block"]
+    st = [r["decode_tok_s"] for r in runs if r["backend"] == "static"]
+    if vm and st:
+        res["decode_ratio_vmm_over_static"] = statistics.mean(vm) / statistics.mean(st)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("artifacts/mini"))
-    ap.add_argument("--model", default="llama3-8b")
+    ap.add_argument("--model", default="llama-3.1-8b")
     ap.add_argument("--parts", default="kernel,decode,steps")
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--prompt-len", type=int, default=1024)
@@ -165,30 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     res["model_build_s"] = time.perf_counter() - t0
     kv_bytes = int(args.kv_gib * GiB)
     if "decode" in parts:
-        runs = []
-        try:
-            # discarded: the first full-size run was 2x slower in the first GPU session
-            # (clocks, allocator growth, cuBLAS heuristics for the new shapes)
-            decode_run(model, cfg, "static", "block", args.batch, args.prompt_len, 16, kv_bytes)
-            for rep in range(args.reps):
-                order = ("vmm", "static") if rep % 2 == 0 else ("static", "vmm")
-                for backend in order:
-                    r = decode_run(model, cfg, backend, "block", args.batch, args.prompt_len,
-                                   args.gen, kv_bytes)
-                    runs.append(r)
-                    print(f"decode {backend:6s} rep {rep}: {r['decode_tok_s']:8.0f} tok/s "
-                          f"(median step {r['decode_step_ms_median']:.2f} ms)", flush=True)
-            r = decode_run(model, cfg, "vmm", "token", args.batch, args.prompt_len, args.gen,
-                           kv_bytes)
-            runs.append(r)
-            print(f"decode vmm token-style: {r['decode_tok_s']:8.0f} tok/s", flush=True)
-        except Exception:  # noqa: BLE001
-            res["decode_error"] = traceback.format_exc()
-        res["decode"] = runs
-        vm = [r["decode_tok_s"] for r in runs if r["backend"] == "vmm" and r["style"] == "block"]
-        st = [r["decode_tok_s"] for r in runs if r["backend"] == "static"]
-        if vm and st:
-            res["decode_ratio_vmm_over_static"] = statistics.mean(vm) / statistics.mean(st)
+        decode_part(res, model, cfg, args.batch, args.prompt_len, args.gen, args.reps, kv_bytes)
         save()
     if "steps" in parts:
         try:

@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from workbench.engines.request import Request
+from workbench.engines.sched.request import Request
 
 VOCAB = 128_000
 

@@ -140,7 +140,7 @@ def write_trace(ops: list[dict], path: str) -> None:
         f.writelines(json.dumps(op) + "\n" for op in ops)
 
 
-if __name__ == "__main__":  # python -m workbench.gpu.difftrace SEED PATH
+if __name__ == "__main__":  # python -m workbench.bench.difftrace SEED PATH
     import sys
 
     write_trace(random_trace(int(sys.argv[1])), sys.argv[2])

@@ -1,6 +1,6 @@
 """The scheduler seam: ``Scheduler.schedule() -> StepPlan``, then ``update(plan, now)``.
 
-No SimPy here. A driver (the SimPy one in :mod:`workbench.engines.driver`, or a real GPU engine)
+No SimPy here. A driver (the SimPy one in :mod:`workbench.engines.sim.driver`, or a real GPU engine)
 loops::
 
     plan = sched.schedule()          # which requests run this step, how many tokens each
@@ -17,8 +17,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from workbench.engines.request import ReqState, Request
-from workbench.engines.steptime import attn_pairs
+from workbench.engines.sched.request import ReqState, Request
 
 
 class StepPlan(NamedTuple):
@@ -133,6 +132,11 @@ class Scheduler:
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def attn_pairs(q: int, ctx_before: int) -> float:
+    """Query-key pairs of ``q`` new tokens after ``ctx_before`` cached ones (causal)."""
+    return q * ctx_before + q * (q + 1) / 2
 
 
 __all__ = ["StepPlan", "Scheduler", "SchedulerStats", "make_plan", "cdiv", "attn_pairs"]

@@ -1,11 +1,11 @@
 """Calibrate the simulator's step-time model from the mini engine's measured steps, then run the
 colocation workload on ``sim`` and put its TTFT beside the GPU's.
 
-The model (``workbench.engines.steptime.StepTimeModel``) charges a step
+The model (``workbench.engines.sim.steptime.StepTimeModel``) charges a step
 ``max(flops / (peak_flops * flops_eff), bytes / (peak_bw * bw_eff)) + step_overhead_s +
 seq_overhead_s * num_seqs``. :func:`fit_steptime` grid-searches the two efficiencies and solves the
 two overheads by least squares at each grid point, minimising the *relative* error (steps span
-milliseconds to seconds). Runs on a CPU: ``python -m workbench.mini.calibrate --bench B --colo C``.
+milliseconds to seconds). Runs on a CPU: ``python -m workbench.bench.calibrate --bench B --colo C``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from workbench.engines.models import get_model
-from workbench.engines.steptime import GPUS, StepCost, StepTimeModel
+from workbench.engines.sim.steptime import GPUS, StepCost, StepTimeModel
 
 
 def _flops_bytes(rows: np.ndarray, model: str) -> tuple[np.ndarray, np.ndarray]:
@@ -88,11 +88,11 @@ def sim_compare(colo: dict, steptime: dict, serial_host: bool = True) -> list[di
     TTFT p50/p99 per PEAK and mode beside the GPU's."""
     from dataclasses import replace
 
-    import workbench.engines.cluster as cluster
+    import workbench.engines.sim.cluster as cluster
     from workbench.config import PoolConfig
-    from workbench.engines.cluster import ClusterConfig, run_cluster
-    from workbench.engines.vllm_like import VLLMOptions
-    from workbench.engines.workloads import ramp_trace
+    from workbench.engines.sim.cluster import ClusterConfig, run_cluster
+    from workbench.engines.sim.vllm_like import VLLMOptions
+    from workbench.engines.sim.workloads import ramp_trace
 
     c = colo["config"]
     spec = GPUS["h200"]
@@ -146,8 +146,9 @@ def sim_compare(colo: dict, steptime: dict, serial_host: bool = True) -> list[di
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="fit the H200 step-time preset; sim vs GPU TTFT")
-    ap.add_argument("--bench", type=Path, help="bench.json from workbench.mini.bench")
-    ap.add_argument("--colo", type=Path, help="colocation.json from workbench.mini.colocation")
+    ap.add_argument("--bench", type=Path, help="bench.json from workbench.bench.mini")
+    ap.add_argument("--colo", type=Path, help="the JSON record of `workbench labs run "
+                    "colocation --backend gpu --json PATH`")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     steps: list = []
@@ -156,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         steps += b.get("steps", [])
         for r in b.get("decode", []):
             steps += r["steps"]
-    colo = json.loads(args.colo.read_text()) if args.colo else None
+    colo = json.loads(args.colo.read_text())["results"] if args.colo else None
     fit = fit_steptime(steps)
     print(json.dumps(fit, indent=1))
     out = {"fit": fit}

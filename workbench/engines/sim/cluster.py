@@ -4,7 +4,7 @@ Memory: each instance holds its weights plus ``activation_bytes`` (vLLM's profil
 activations, non-torch memory and CUDA-graph pool) outside any KV pool. Then
 
 * ``static``: each instance's KV split is ``gpu_memory_utilization * capacity - weights -
-  activations`` (vLLM's rule), a fixed pool (see :mod:`workbench.engines.kvsetup`);
+  activations`` (vLLM's rule), a fixed pool (see :mod:`workbench.engines.sim.kvsetup`);
 * ``elastic``: every pool maps pages on demand from the one device, keeping
   ``1 - kv_gpu_utilization`` of it free (kvcached's ``gpu_utilization``).
 
@@ -21,14 +21,14 @@ from typing import NamedTuple
 import simpy
 
 from workbench.config import PoolConfig
-from workbench.engines.driver import sample_memory
-from workbench.engines.kvsetup import elastic_pool, static_pool
 from workbench.engines.metrics import SLO, MemorySample, Summary, summarize
 from workbench.engines.models import get_model
-from workbench.engines.request import Request
-from workbench.engines.sglang_like import SGLangLikeEngine, SGLangOptions
-from workbench.engines.steptime import GPUS, StepTimeModel
-from workbench.engines.vllm_like import VLLMLikeEngine, VLLMOptions
+from workbench.engines.sched.request import Request
+from workbench.engines.sim.engine import SimEngine
+from workbench.engines.sim.kvsetup import elastic_pool, static_pool
+from workbench.engines.sim.sglang_like import SGLangLikeEngine, SGLangOptions
+from workbench.engines.sim.steptime import GPUS, StepTimeModel
+from workbench.engines.sim.vllm_like import VLLMLikeEngine, VLLMOptions
 from workbench.errors import ConfigError
 from workbench.sim.device import SimDevice
 
@@ -38,7 +38,8 @@ GiB = 1 << 30
 @dataclass(slots=True)
 class ClusterConfig:
     mode: str = "elastic"  # "static" | "elastic"
-    engine: str = "vllm"  # "vllm" | "sglang"
+    engine: str = "vllm"  # "vllm" | "sglang": the kind of every instance...
+    kinds: tuple[str, ...] = ()  # ...unless given per instance: a mixed cluster
     model: str = "llama-3.1-8b"
     gpu: str = "a100"  # step-time and VMM-latency preset
     num_instances: int = 3
@@ -82,11 +83,25 @@ class ClusterResult(NamedTuple):
         return self.sim_s / self.wall_s if self.wall_s else float("inf")
 
 
-def build_cluster(cfg: ClusterConfig, env: simpy.Environment):
+SIM_ENGINES: dict[str, type[SimEngine]] = {"vllm": VLLMLikeEngine, "sglang": SGLangLikeEngine}
+
+
+def instance_kinds(cfg: ClusterConfig) -> tuple[str, ...]:
+    """Each instance's engine kind: ``cfg.kinds`` if given, else ``cfg.engine`` for all."""
+    kinds = cfg.kinds or (cfg.engine,) * cfg.num_instances
+    if len(kinds) != cfg.num_instances:
+        raise ConfigError(f"kinds={kinds!r}", f"names {len(kinds)} engines for "
+                          f"{cfg.num_instances} instances", "give one kind per instance")
+    for k in kinds:
+        if k not in SIM_ENGINES:
+            raise ConfigError(f"engine={k!r}", "unknown", "use 'vllm' or 'sglang'")
+    return kinds
+
+
+def build_cluster(cfg: ClusterConfig, env: simpy.Environment) -> tuple[SimDevice, list[SimEngine]]:
     if cfg.mode not in ("static", "elastic"):
         raise ConfigError(f"mode={cfg.mode!r}", "unknown", "use 'static' or 'elastic'")
-    if cfg.engine not in ("vllm", "sglang"):
-        raise ConfigError(f"engine={cfg.engine!r}", "unknown", "use 'vllm' or 'sglang'")
+    kinds = instance_kinds(cfg)
     model = get_model(cfg.model)
     spec = GPUS[cfg.gpu]
     device = SimDevice(cfg.gpu, env=env, capacity=spec.memory_bytes)
@@ -99,20 +114,18 @@ def build_cluster(cfg: ClusterConfig, env: simpy.Environment):
         from dataclasses import replace
 
         pool_cfg = replace(pool_cfg, gpu_utilization=cfg.kv_gpu_utilization)
-    engines = []
-    for i in range(cfg.num_instances):
-        name = f"{cfg.engine}{i}"
+    engines: list[SimEngine] = []
+    for i, kind in enumerate(kinds):
+        name = f"{kind}{i}"
         if cfg.mode == "static":
             kv_bytes = int(cfg.gpu_memory_utilization * spec.memory_bytes) - \
                 model.weight_bytes - cfg.activation_bytes
             ikv = static_pool(model, kv_bytes, name=name, config=pool_cfg, env=env)
         else:
             ikv = elastic_pool(model, device, name=name, config=pool_cfg)
-        if cfg.engine == "vllm":
-            eng = VLLMLikeEngine(env, name, ikv, st, device, gpu=gpu, options=cfg.vllm)
-        else:
-            eng = SGLangLikeEngine(env, name, ikv, st, device, gpu=gpu, options=cfg.sglang)
-        engines.append(eng)
+        options = cfg.vllm if kind == "vllm" else cfg.sglang
+        engines.append(SIM_ENGINES[kind](env, name, ikv, st, gpu=gpu, options=options,
+                                         sample_every_s=cfg.sample_every_s))
     return device, engines
 
 
@@ -126,25 +139,23 @@ def run_cluster(cfg: ClusterConfig, workloads: list[list[Request]]) -> ClusterRe
     device, engines = build_cluster(cfg, env)
     total = sum(len(w) for w in workloads)
     for eng, reqs in zip(engines, workloads, strict=False):
-        eng.driver.submit(reqs)
-    memory: list[MemorySample] = []
-    pools = {e.name: e.kv for e in engines}
-
-    def done() -> bool:
-        return sum(len(e.scheduler.finished) for e in engines) >= total
+        eng.submit(reqs)
 
     def watch():
-        while not done():
+        while sum(len(e.scheduler.finished) for e in engines) < total:
             yield env.timeout(0.25)
 
-    env.process(sample_memory(env, pools, memory, cfg.sample_every_s))
     env.run(until=env.process(watch()))
+    # every instance samples its pool at the same instants: merge in (time, instance) order
+    order = {e.name: i for i, e in enumerate(engines)}
+    memory = sorted((s for e in engines for s in e.memory_timeline()),
+                    key=lambda s: (s.t, order[s.instance]))
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     results = []
     for eng, reqs in zip(engines, workloads, strict=False):
         kv = eng.kv
         results.append(InstanceResult(
-            eng.name, summarize(reqs, cfg.slo), eng.scheduler.stats.as_dict(),
+            eng.name, eng.metrics(cfg.slo), eng.scheduler.stats.as_dict(),
             kv.geometry.num_slots, eng.ikv.held_bytes, eng.driver.steps, eng.driver.vmm_s, reqs))
     overall = summarize([r for w in workloads for r in w], cfg.slo)
     return ClusterResult(cfg, results, overall, memory, env.now, wall, cpu)

@@ -44,7 +44,7 @@ class GPUSpec:
 
 
 # H200 fit: 830 measured steps of the mini engine (workbench.mini: eager PyTorch, Triton paged
-# decode, no CUDA graphs) with the Llama-3.1-8B shape, `python -m workbench.mini.calibrate`;
+# decode, no CUDA graphs) with the Llama-3.1-8B shape, `python -m workbench.bench.calibrate`;
 # median error 15%, p90 39%. It describes that engine, not vLLM: use it for the mini engine's
 # sim-vs-GPU comparison (`StepTimeModel.preset(m, "h200", fitted=True)`).
 H200_MINI_FIT = (("flops_eff", 0.53), ("bw_eff", 0.55), ("step_overhead_s", 0.0127),
@@ -85,7 +85,7 @@ class StepTimeModel:
         spec = GPUS[gpu]
         if fitted and spec.fitted is None:
             raise ConfigError(f"fitted step times for {gpu!r}", "have not been measured",
-                              "calibrate with workbench.mini.calibrate on that GPU, or use the "
+                              "calibrate with workbench.bench.calibrate on that GPU, or use the "
                               "roofline defaults (fitted=False)")
         base = dict(spec.fitted) if fitted else {}
         return replace(cls(get_model(model), spec), **{**base, **overrides})
@@ -95,7 +95,7 @@ class StepTimeModel:
         """Seconds for one step.
 
         ``new_tokens`` = sum(q_i); ``ctx_tokens`` = sum(c_i) (KV read); ``attn_pairs`` =
-        sum(q_i * c_i) query-key pairs (use :func:`attn_pairs` to build it).
+        sum(q_i * c_i) query-key pairs (see :func:`workbench.engines.sched.scheduler.attn_pairs`).
         """
         c = self.cost(num_seqs, new_tokens, ctx_tokens, attn_pairs)
         return c.gpu_s + c.cpu_s
@@ -113,8 +113,3 @@ class StepTimeModel:
         t = max(flops / (self.gpu.peak_flops * self.flops_eff),
                 nbytes / (self.gpu.peak_bw * self.bw_eff))
         return StepCost(t, self.step_overhead_s + self.seq_overhead_s * num_seqs)
-
-
-def attn_pairs(q: int, ctx_before: int) -> float:
-    """Query-key pairs of ``q`` new tokens after ``ctx_before`` cached ones (causal)."""
-    return q * ctx_before + q * (q + 1) / 2

@@ -9,9 +9,9 @@ when nothing was preempted are waiting requests admitted, each after a prefix-ca
 
 from __future__ import annotations
 
-from workbench.engines.block_pool import BlockPool, hash_chain
-from workbench.engines.request import ReqState, Request
-from workbench.engines.scheduler import Scheduler, StepPlan, cdiv, make_plan
+from workbench.engines.sched.block_pool import BlockPool, hash_chain
+from workbench.engines.sched.request import ReqState, Request
+from workbench.engines.sched.scheduler import Scheduler, StepPlan, cdiv, make_plan
 
 
 class VLLMKVManager:

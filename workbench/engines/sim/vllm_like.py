@@ -1,0 +1,42 @@
+"""A vLLM-like engine instance: block pool + V1-style scheduler + SimPy driver."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import simpy
+
+from workbench.engines.sched.block_pool import BlockPool
+from workbench.engines.sched.vllm_sched import VLLMKVManager, VLLMScheduler
+from workbench.engines.sim.engine import SimEngine
+from workbench.engines.sim.kvsetup import InstanceKV
+from workbench.engines.sim.steptime import StepTimeModel
+
+
+@dataclass(slots=True)
+class VLLMOptions:
+    max_num_seqs: int = 256  # vLLM's default
+    max_num_batched_tokens: int = 2048  # V1 default token budget for the API server
+    chunked_prefill: bool = True
+    enable_prefix_caching: bool = False  # the colocation bench ran --no-enable-prefix-caching
+    max_cached_tokens: int | None = None  # None: the pool config's bound
+    max_model_len: int | None = None
+
+
+class VLLMLikeEngine(SimEngine):
+    kind = "vllm"
+
+    def __init__(self, env: simpy.Environment, name: str, ikv: InstanceKV,
+                 steptime: StepTimeModel, *, gpu: simpy.Resource | None = None,
+                 options: VLLMOptions | None = None, sample_every_s: float | None = None):
+        self.options = options or VLLMOptions()
+        self.pool = BlockPool(ikv.kv, enable_caching=self.options.enable_prefix_caching,
+                              max_cached_tokens=self.options.max_cached_tokens)
+        super().__init__(env, name, ikv, steptime, gpu=gpu, sample_every_s=sample_every_s)
+
+    def _scheduler(self) -> VLLMScheduler:
+        o = self.options
+        return VLLMScheduler(
+            VLLMKVManager(self.pool), name=self.name, max_num_seqs=o.max_num_seqs,
+            max_num_batched_tokens=o.max_num_batched_tokens, chunked_prefill=o.chunked_prefill,
+            max_model_len=o.max_model_len)
