@@ -29,6 +29,8 @@ EXIT_CODES = {limit_requests.ACKNOWLEDGED: 0, limit_requests.PENDING: 0,
 
 
 def _fail(err: Exception) -> None:
+    if isinstance(err, control.SegmentRefused):  # named on purpose: not "skipped", refused
+        err = ControlError(f"{err.path} is not a usable segment: {err.detail}")
     typer.echo(f"error: {err}", err=True)
     raise typer.Exit(2)
 

@@ -372,12 +372,13 @@ def delete_segment(name: str, force: bool = False) -> None:
 def gc_segments(only: str | None = None, report: list[SegmentRefused] | None = None) -> list[str]:
     """Remove what provably belonged to a process that is gone: well-formed segments of this
     user whose owner (pid and start time) is dead, and half-written ``wbkvnew_`` files of dead
-    creators. Everything else is left alone (and added to ``report``). Returns the entries
-    removed (segment names; full entry names for half-written files)."""
+    creators (all of them, or those of the name ``only``). Everything else is left alone (and
+    added to ``report``). Returns the entries removed (segment names; entry names for
+    half-written files)."""
     removed = []
     for entry in _entries():
-        if only is not None and not (entry.startswith(PARTIAL_PREFIX) and
-                                     (partial_owner(entry) or (0, 0, ""))[2] == only):
+        if only is not None and entry != PREFIX + only and \
+                (partial_owner(entry) or (0, 0, ""))[2] != only:
             continue
         try:
             if entry.startswith(PARTIAL_PREFIX):

@@ -112,15 +112,16 @@ def parse(data: bytes, where: str = "segment") -> tuple[dict[str, int], bytes]:
     """The header fields and page-state bytes of a segment, or :class:`SegmentRefused`.
 
     Total on every input: this is the only place bytes from outside become numbers."""
+    if len(data) >= HEAD.size:  # magic and version first: an old segment says so
+        magic, version, hsize = HEAD.unpack_from(data, 0)
+        if magic != MAGIC:
+            raise SegmentRefused(where, MALFORMED, "no segment magic: not a workbench segment")
+        if version != VERSION:
+            raise SegmentRefused(where, OTHER_VERSION, f"segment version {version}; this "
+                                                       f"workbench reads version {VERSION}")
     if len(data) < HEADER_SIZE:
         raise SegmentRefused(where, MALFORMED, f"{len(data)} bytes, shorter than the "
                                                f"{HEADER_SIZE}-byte header (empty or half-written)")
-    magic, version, hsize = HEAD.unpack_from(data, 0)
-    if magic != MAGIC:
-        raise SegmentRefused(where, MALFORMED, "no segment magic: not a workbench segment")
-    if version != VERSION:
-        raise SegmentRefused(where, OTHER_VERSION, f"segment version {version}; this workbench "
-                                                   f"reads version {VERSION}")
     if hsize != HEADER_SIZE:
         raise SegmentRefused(where, MALFORMED, f"header size {hsize}, expected {HEADER_SIZE}")
     v = dict(zip(FIELDS, BODY.unpack_from(data, HEAD.size), strict=True))
