@@ -40,10 +40,12 @@ from workbench.core.segment import (
     SegmentRefused,
     check_stat,
     entry_name,
-    open_checked,
+    owner_alive,
     partial_owner,
-    read_fd,
+    read_checked,
     segment_path,
+    try_flock,
+    unlink_if_same,
 )
 from workbench.errors import ConfigError, ControlError
 from workbench.procs import my_identity, pid_alive
@@ -53,19 +55,6 @@ __all__ = ["ControlSegment", "Scan", "SegmentInfo", "SegmentRefused", "delete_se
 STATE_CODES = {s: i for i, s in enumerate(PageState)}
 STATE_NAMES = list(PageState)
 HALF_WRITTEN = "half-written"
-
-
-def try_flock(fd: int, op: int, timeout_s: float = 0.0) -> bool:
-    """``flock`` without ever blocking for longer than ``timeout_s`` (a peer may hold it)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            fcntl.flock(fd, op | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.002)
 
 
 class _Mapped:
@@ -84,35 +73,6 @@ class _Mapped:
     def close(self) -> None:
         self.mm.close()
         os.close(self.fd)
-
-
-def owner_alive(v: dict[str, int]) -> bool:
-    return pid_alive(v["owner_pid"], v["owner_start"] or None)
-
-
-def _read_checked(path: Path) -> tuple[dict[str, int], bytes, os.stat_result] | None:
-    opened = open_checked(path)
-    if opened is None:
-        return None
-    fd, st = opened
-    try:
-        v, codes = read_fd(fd, st, str(path))
-    finally:
-        os.close(fd)
-    return v, codes, st
-
-
-def _unlink_if_same(path: Path, st: os.stat_result) -> bool:
-    """Unlink ``path`` only if it still names the file ``st`` describes (a successor may have
-    taken the name in between)."""
-    try:
-        now = os.lstat(path)
-        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
-            return False
-        path.unlink()
-        return True
-    except OSError:
-        return False
 
 
 class ControlSegment:
@@ -178,7 +138,7 @@ class ControlSegment:
             fcntl.flock(self.seg.fd, fcntl.LOCK_UN)
         self._seen = rev
         result = self.pool.set_limit(limit, revision=rev)
-        try_flock(self.seg.fd, fcntl.LOCK_EX, 0.05)  # readers see the answer whole
+        try_flock(self.seg.fd, fcntl.LOCK_EX, 0.05)  # whole to readers; bounded: never stalls
         try:
             self.seg.put("ack_outcome", OUTCOMES.index(result.outcome.value))
             self.seg.put("ack_id", rid)
@@ -202,7 +162,7 @@ class ControlSegment:
     def close(self) -> None:
         self._unsubscribe()
         try:
-            _unlink_if_same(self.path, os.fstat(self.seg.fd))  # only if it is still ours
+            unlink_if_same(self.path, os.fstat(self.seg.fd))  # only if it is still ours
         finally:
             self.seg.close()
 
@@ -217,7 +177,7 @@ def _claim(tmp: Path, path: Path, name: str) -> None:
         except FileExistsError:
             pass
         try:
-            got = _read_checked(path)
+            got = read_checked(path)
         except SegmentRefused as err:
             raise ConfigError(f"IPC name {name!r}", f"{path} exists and is not a usable "
                               f"segment ({err.detail})", "remove it if it is yours, or pick "
@@ -228,7 +188,7 @@ def _claim(tmp: Path, path: Path, name: str) -> None:
         if owner_alive(v):
             raise ConfigError(f"IPC name {name!r}", f"in use by live process {v['owner_pid']}",
                               "pick another name or stop that process")
-        _unlink_if_same(path, st)  # a dead owner's leftover: take the name over
+        unlink_if_same(path, st)  # a dead owner's leftover: take the name over
     raise ConfigError(f"IPC name {name!r}", "other processes kept taking it while this one "
                       "claimed it", "retry, or pick another name")
 
@@ -283,7 +243,7 @@ class Scan:
 def read_segment(name: str) -> SegmentInfo | None:
     """The segment of pool ``name``; None if there is none; :class:`SegmentRefused` if what is
     there is not a segment this workbench trusts."""
-    got = _read_checked(segment_path(name))
+    got = read_checked(segment_path(name))
     return None if got is None else SegmentInfo.of(name, got[0], got[1])
 
 
@@ -352,7 +312,7 @@ def read_all() -> list[SegmentInfo]:
 def delete_segment(name: str, force: bool = False) -> None:
     path = segment_path(name)
     try:
-        got = _read_checked(path)
+        got = read_checked(path)
     except SegmentRefused as err:
         if force and err.kind in ("malformed", "other version"):  # a regular file of ours
             path.unlink(missing_ok=True)
@@ -366,7 +326,7 @@ def delete_segment(name: str, force: bool = False) -> None:
     if owner_alive(v) and not force:
         raise ControlError(f"pool {name!r} is owned by live process {v['owner_pid']}; "
                            f"pass --force to remove its segment anyway")
-    _unlink_if_same(path, st)
+    unlink_if_same(path, st)
 
 
 def gc_segments(only: str | None = None, report: list[SegmentRefused] | None = None) -> list[str]:
@@ -386,7 +346,7 @@ def gc_segments(only: str | None = None, report: list[SegmentRefused] | None = N
                 key = entry
             else:
                 key = entry_name(entry)
-                got = _read_checked(SHM_DIR / entry)
+                got = read_checked(SHM_DIR / entry)
                 if got is None:
                     continue
                 alive, st = owner_alive(got[0]), got[2]
@@ -394,6 +354,6 @@ def gc_segments(only: str | None = None, report: list[SegmentRefused] | None = N
             if report is not None:
                 report.append(err)
             continue
-        if not alive and _unlink_if_same(SHM_DIR / entry, st):
+        if not alive and unlink_if_same(SHM_DIR / entry, st):
             removed.append(key)
     return removed

@@ -22,8 +22,16 @@ import secrets
 import time
 from dataclasses import dataclass
 
-from workbench.core.control import SegmentInfo, owner_alive, read_segment, try_flock
-from workbench.core.segment import OUTCOMES, open_checked, put_field, read_fd, segment_path
+from workbench.core.control import SegmentInfo, read_segment
+from workbench.core.segment import (
+    OUTCOMES,
+    open_checked,
+    owner_alive,
+    put_field,
+    read_fd,
+    segment_path,
+    try_flock,
+)
 from workbench.errors import ControlError
 
 ACKNOWLEDGED, SUPERSEDED, REFUSED, PENDING = "acknowledged", "superseded", "refused", "pending"

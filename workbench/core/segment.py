@@ -16,14 +16,16 @@ and per-request ids and answers.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import stat
 import struct
+import time
 from pathlib import Path
 
 from workbench.errors import ConfigError, ControlError
 from workbench.names import check_name
-from workbench.procs import valid_pid
+from workbench.procs import pid_alive, valid_pid
 
 SHM_DIR = Path(os.environ.get("WORKBENCH_KV_SHM_DIR", "/dev/shm"))
 PREFIX = "wbkv_"
@@ -169,3 +171,45 @@ def partial_owner(entry: str) -> tuple[int, int, str] | None:
         return None
     pid, start = int(parts[0]), int(parts[1])
     return (pid, start, parts[3]) if valid_pid(pid) else None
+
+
+def try_flock(fd: int, op: int, timeout_s: float = 0.0) -> bool:
+    """``flock`` without ever blocking for longer than ``timeout_s`` (a peer may hold it)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            fcntl.flock(fd, op | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.002)
+
+
+def owner_alive(v: dict[str, int]) -> bool:
+    return pid_alive(v["owner_pid"], v["owner_start"] or None)
+
+
+def read_checked(path: Path) -> tuple[dict[str, int], bytes, os.stat_result] | None:
+    opened = open_checked(path)
+    if opened is None:
+        return None
+    fd, st = opened
+    try:
+        v, codes = read_fd(fd, st, str(path))
+    finally:
+        os.close(fd)
+    return v, codes, st
+
+
+def unlink_if_same(path: Path, st: os.stat_result) -> bool:
+    """Unlink ``path`` only if it still names the file ``st`` describes (a successor may have
+    taken the name in between)."""
+    try:
+        now = os.lstat(path)
+        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+            return False
+        path.unlink()
+        return True
+    except OSError:
+        return False
