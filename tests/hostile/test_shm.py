@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import struct
 import subprocess
 import sys
@@ -214,6 +215,19 @@ def test_another_users_segment_is_skipped_and_kept(good, plant):
     assert path.exists()  # dead, but not ours: never collected
     r = cli("kvctl", "limit", name, "8M")
     assert r.returncode == 2 and "owned by uid 65534" in r.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
+def test_a_device_node_is_never_opened(good, plant):
+    name, path = plant("empty", good)
+    path.unlink()
+    os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(1, 3))  # the null device, under a pool name
+    for args in (("kvctl", "list", "--verbose"), ("kvtop", "--once"), ("kvctl", "gc", "-v")):
+        r = cli(*args)
+        assert_calm(r)
+        assert lines_naming(r.stderr, path) == [f"skipped {path}: a character device, not a "
+                                                "segment"]
+    assert stat.S_ISCHR(os.lstat(path).st_mode)
 
 
 @pytest.mark.parametrize("kind", ["fifo", "empty", "pid_2_31", "bad_version", "symlink"])

@@ -84,8 +84,17 @@ def check_stat(path: Path | str, st: os.stat_result) -> None:
 
 
 def open_checked(path: Path, write: bool = False) -> tuple[int, os.stat_result] | None:
-    """Open ``path`` without following a symlink or blocking on a FIFO and check what was
-    opened. Returns (fd, stat), None if nothing is there, or raises :class:`SegmentRefused`."""
+    """Open ``path`` only if it is a regular file of this user, without following a symlink or
+    blocking on a FIFO. Returns (fd, stat), None if nothing is there, or raises
+    :class:`SegmentRefused`. The entry is checked before the open (a device is never opened) and
+    the descriptor after it (the entry may have been swapped in between)."""
+    try:
+        before = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise SegmentRefused(path, UNREADABLE, f"cannot be examined ({err.strerror})") from None
+    check_stat(path, before)
     flags = (os.O_RDWR if write else os.O_RDONLY) | os.O_NOFOLLOW | os.O_NONBLOCK | \
         os.O_CLOEXEC | os.O_NOCTTY
     try:
@@ -93,17 +102,14 @@ def open_checked(path: Path, write: bool = False) -> tuple[int, os.stat_result] 
     except FileNotFoundError:
         return None
     except OSError as err:
-        try:
-            st = os.lstat(path)
-        except OSError:
-            raise SegmentRefused(path, UNREADABLE, f"cannot be opened ({err.strerror})") from None
-        check_stat(path, st)  # names the real problem (symlink, directory, owner) if there is one
         code = errno.errorcode.get(err.errno or 0, "?")
         raise SegmentRefused(path, UNREADABLE, f"cannot be opened ({code}: {err.strerror})") \
             from None
     try:
         st = os.fstat(fd)
         check_stat(path, st)
+        if (st.st_dev, st.st_ino) != (before.st_dev, before.st_ino):
+            raise SegmentRefused(path, UNREADABLE, "was replaced while being opened")
     except BaseException:
         os.close(fd)
         raise
