@@ -12,9 +12,13 @@ import textwrap
 import uuid
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from workbench.core import control
 from workbench.errors import ConfigError
+from workbench.names import NAME_MAX, check_name, is_valid_name
+from workbench.procs import pid_alive, proc_start_time
 
 OWNER = textwrap.dedent("""
     import sys, time
@@ -75,6 +79,7 @@ def test_segment_is_private_and_listed(owner):
     rows = json.loads(cli("kvctl", "list", "--json", check=True).stdout)
     row = next(r for r in rows if r["name"] == name)
     assert row["owner_pid"] == p.pid and row["alive"]
+    assert row["owner_start"] == proc_start_time(p.pid) > 0  # liveness is pid and start time
     assert row["used"] == 5 * 8 << 20
 
 
@@ -150,6 +155,57 @@ def test_watch_prints_samples(owner):
     r = cli("kvctl", "watch", name, "--count", "2", "--interval", "0.05", "--json", check=True)
     lines = [json.loads(x) for x in r.stdout.splitlines()]
     assert len(lines) == 2 and lines[0]["name"] == name
+
+
+def test_watch_ends_after_its_duration(owner):
+    name, _, _ = owner
+    r = cli("kvctl", "watch", name, "--duration", "0.3", "--interval", "0.1", "--json",
+            check=True)
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    assert 2 <= len(lines) <= 4 and {x["name"] for x in lines} == {name}
+
+
+def test_a_killed_owner_is_dead_even_if_its_pid_comes_back(owner):
+    name, p, _ = owner
+    info = control.read_segment(name)
+    assert pid_alive(p.pid, info.owner_start)
+    assert not pid_alive(p.pid, info.owner_start + 1)  # same pid, another process: not the owner
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=30)
+    assert not pid_alive(p.pid, info.owner_start) and not control.read_segment(name).alive
+
+
+@pytest.mark.parametrize("pid", [0, -1, 1 << 31, 1 << 63, -(1 << 63), "1", None, True, 1.0])
+def test_garbage_pids_are_not_alive_and_never_raise(pid):
+    assert pid_alive(pid) is False and pid_alive(pid, 5) is False
+    assert proc_start_time(pid) is None
+
+
+def test_liveness_checks_the_start_time():
+    me = os.getpid()
+    assert pid_alive(me) and pid_alive(me, proc_start_time(me))
+    assert not pid_alive(me, proc_start_time(me) + 1)
+
+
+_NAME_CHARS = "abcXYZ019_-."
+
+
+@given(st.text(alphabet=_NAME_CHARS + "/\\\n\t\x00 é\x7f", max_size=NAME_MAX + 3))
+def test_names_are_checked_by_one_rule(name):
+    ok = 1 <= len(name) <= NAME_MAX and set(name) <= set(_NAME_CHARS) and set(name) != {"."}
+    assert is_valid_name(name) is ok
+    if ok:
+        assert check_name(name) == name and control.segment_path(name).name == "wbkv_" + name
+    else:
+        with pytest.raises(ConfigError, match="IPC name"):
+            control.segment_path(name)
+
+
+@pytest.mark.parametrize("name", ["pool\n", "pool\r", "\npool", "po ol", "pool/", "."])
+def test_a_trailing_newline_or_separator_is_refused(name):
+    assert not is_valid_name(name)
+    with pytest.raises(ConfigError, match="IPC name"):
+        check_name(name)
 
 
 def test_a_live_name_cannot_be_taken(owner):

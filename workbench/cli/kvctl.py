@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 
 import typer
 from rich.console import Console
@@ -15,16 +16,21 @@ from rich.table import Table
 
 from workbench.cli import app
 from workbench.config import format_size, parse_size
-from workbench.core import control
+from workbench.core import control, limit_requests
+from workbench.core.segment import SHM_DIR
 from workbench.errors import ConfigError, ControlError
 
 kvctl = typer.Typer(help="Control elastic KV pools through their shared-memory segments.",
                     no_args_is_help=True)
 app.add_typer(kvctl, name="kvctl")
 console = Console()
+EXIT_CODES = {limit_requests.ACKNOWLEDGED: 0, limit_requests.PENDING: 0,
+              limit_requests.SUPERSEDED: 3, limit_requests.REFUSED: 4}
 
 
 def _fail(err: Exception) -> None:
+    if isinstance(err, control.SegmentRefused):  # named on purpose: not "skipped", refused
+        err = ControlError(f"{err.path} is not a usable segment: {err.detail}")
     typer.echo(f"error: {err}", err=True)
     raise typer.Exit(2)
 
@@ -45,38 +51,62 @@ def _row(i: control.SegmentInfo) -> dict:
     return d
 
 
+def report_skipped(skipped: list[control.SegmentRefused], verbose: bool) -> None:
+    """One line per skipped entry with ``verbose``, else one line counting them by reason."""
+    if verbose:
+        for err in skipped:
+            typer.echo(str(err), err=True)
+    elif skipped:
+        kinds = Counter(err.kind for err in skipped)
+        why = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
+        typer.echo(f"skipped {len(skipped)} entr{'y' if len(skipped) == 1 else 'ies'} in "
+                   f"{SHM_DIR} that are not segments of yours ({why}); --verbose names them",
+                   err=True)
+
+
 @kvctl.command("list")
-def list_(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+def list_(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+          verbose: bool = typer.Option(False, "--verbose", "-v",
+                                       help="Name every skipped entry and why.")) -> None:
     """List every pool's segment: owner, limit, used and reserved bytes."""
-    infos = control.read_all()
+    found = control.scan()
+    infos = found.infos
     if as_json:
         typer.echo(json.dumps([_row(i) for i in infos], indent=2))
-        return
-    t = Table("pool", "pid", "alive", "limit", "used", "reserved", "capacity", "rev", "state")
-    for i in infos:
-        t.add_row(i.name, str(i.owner_pid), "yes" if i.alive else "NO", format_size(i.limit),
-                  format_size(i.used), format_size(i.reserved), format_size(i.capacity),
-                  str(i.revision), i.outcome)
-    console.print(t if infos else "no pools")
+    else:
+        t = Table("pool", "pid", "alive", "limit", "used", "reserved", "capacity", "rev", "state")
+        for i in infos:
+            t.add_row(i.name, str(i.owner_pid), "yes" if i.alive else "NO", format_size(i.limit),
+                      format_size(i.used), format_size(i.reserved), format_size(i.capacity),
+                      str(i.revision), i.outcome)
+        console.print(t if infos else "no pools")
+    report_skipped(found.skipped, verbose)
 
 
 def _apply(name: str, limit: int, as_json: bool, wait: float) -> None:
     try:
-        info = control.request_limit(name, limit, wait_s=wait)
+        a = limit_requests.request_limit(name, limit, wait_s=wait)
     except (ControlError, ConfigError) as err:
         _fail(err)
-    acked = info.ack_revision >= info.req_revision
-    out = {"pool": name, "requested": limit, "revision": info.req_revision,
-           "acknowledged": acked, "outcome": info.outcome if acked else "pending",
-           "limit": info.limit, "mapped": info.mapped}
     if as_json:
-        typer.echo(json.dumps(out))
-    elif acked:
-        typer.echo(f"{name}: limit {format_size(limit)} (revision {info.req_revision}) "
-                   f"{info.outcome}; mapped now {format_size(info.mapped)}")
+        typer.echo(json.dumps(a.to_dict()))
     else:
-        typer.echo(f"{name}: limit {format_size(limit)} written (revision {info.req_revision});"
-                   f" the owner applies it on its next allocation or free")
+        typer.echo(_say(a))
+    raise typer.Exit(EXIT_CODES[a.answer])
+
+
+def _say(a: limit_requests.LimitAnswer) -> str:
+    head = f"{a.pool}: limit {format_size(a.requested)} (revision {a.revision}, " \
+           f"request {a.request_id:016x})"
+    if a.answer == limit_requests.ACKNOWLEDGED:
+        return f"{head} acknowledged: {a.outcome}; mapped now {format_size(a.info.mapped)}"
+    if a.answer == limit_requests.SUPERSEDED:
+        return (f"{head} superseded by revision {a.superseded_by_revision} (request "
+                f"{a.superseded_by_request:016x}, {a.outcome}); the limit in force is "
+                f"{format_size(a.info.limit)}")
+    if a.answer == limit_requests.REFUSED:
+        return f"{head} refused by the owner: {a.outcome}"
+    return f"{head} written; the owner applies it on its next allocation or free"
 
 
 @kvctl.command()
@@ -84,7 +114,10 @@ def limit(name: str = typer.Argument(..., help="IPC name of the pool."),
           size: str = typer.Argument(..., help="New limit, e.g. 8G, 512MiB, 1073741824."),
           as_json: bool = typer.Option(False, "--json", help="Print JSON."),
           wait: float = typer.Option(2.0, help="Seconds to wait for the owner's answer.")) -> None:
-    """Set a pool's memory limit in bytes (all layers and buffers)."""
+    """Set a pool's memory limit in bytes (all layers and buffers).
+
+    Exit status: 0 acknowledged (or still pending after --wait), 2 bad request (nothing
+    written), 3 superseded by a later request, 4 refused by the owner."""
     try:
         nbytes = parse_size(size)
     except ConfigError as err:
@@ -97,7 +130,7 @@ def limit_percent(name: str = typer.Argument(..., help="IPC name of the pool."),
                   percent: float = typer.Argument(..., help="Percent of the pool's capacity."),
                   as_json: bool = typer.Option(False, "--json", help="Print JSON."),
                   wait: float = typer.Option(2.0, help="Seconds to wait for the answer.")) -> None:
-    """Set a pool's limit as a percentage of its capacity."""
+    """Set a pool's limit as a percentage of its capacity (exit status as for `limit`)."""
     if not 0 <= percent <= 100:
         _fail(ConfigError(f"percent {percent}", "must be between 0 and 100",
                           "pass e.g. 25 for a quarter of the capacity"))
@@ -105,27 +138,40 @@ def limit_percent(name: str = typer.Argument(..., help="IPC name of the pool."),
     _apply(name, int(info.capacity * percent / 100), as_json, wait)
 
 
+def _sample(name: str | None, seen: set[str]) -> list[control.SegmentInfo]:
+    """This sample's pools; a skipped entry is reported once per watch, a vanished pool is
+    simply gone."""
+    if name is not None:
+        return [_info(name)]
+    found = control.scan()
+    fresh = [err for err in found.skipped if err.path not in seen]
+    seen.update(err.path for err in fresh)
+    report_skipped(fresh, verbose=True)
+    return found.infos
+
+
 @kvctl.command()
 def watch(name: str = typer.Argument(None, help="One pool, or every pool."),
           interval: float = typer.Option(1.0, help="Seconds between samples."),
-          count: int = typer.Option(0, help="Samples to print; 0 = until Ctrl-C."),
+          count: int = typer.Option(0, min=0, help="Samples to print; 0 = until Ctrl-C."),
+          duration: float = typer.Option(0.0, min=0.0,
+                                         help="Stop after this many seconds; 0 = no limit."),
           as_json: bool = typer.Option(False, "--json", help="One JSON object per line.")) -> None:
-    """Print used/reserved/limit lines as they change."""
-    n = 0
+    """Print used/reserved/limit lines as they change (until --count or --duration)."""
+    n, seen = 0, set()
+    end = time.monotonic() + duration if duration else float("inf")
     try:
-        while count == 0 or n < count:
-            names = [name] if name else control.list_segments()
-            for nm in names:
-                i = _info(nm)
+        while (count == 0 or n < count) and time.monotonic() < end:
+            for i in _sample(name, seen):
                 if as_json:
                     typer.echo(json.dumps({"t": time.time(), **_row(i)}))
                 else:
-                    typer.echo(f"{time.strftime('%H:%M:%S')} {nm}: used {format_size(i.used)} "
-                               f"reserved {format_size(i.reserved)} limit {format_size(i.limit)}"
-                               f" ({i.outcome})")
+                    typer.echo(f"{time.strftime('%H:%M:%S')} {i.name}: used {format_size(i.used)}"
+                               f" reserved {format_size(i.reserved)} limit "
+                               f"{format_size(i.limit)} ({i.outcome})")
             n += 1
             if count == 0 or n < count:
-                time.sleep(interval)
+                time.sleep(max(0.0, min(interval, end - time.monotonic())))
     except KeyboardInterrupt:
         pass
 
@@ -142,18 +188,31 @@ def delete(name: str = typer.Argument(..., help="IPC name of the pool."),
 
 
 @kvctl.command()
-def gc(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Remove segments and worker socket directories whose owner process is gone."""
-    removed = control.gc_segments()
+def gc(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+       verbose: bool = typer.Option(False, "--verbose", "-v",
+                                    help="Name every entry left alone and why.")) -> None:
+    """Remove segments and worker socket directories whose owner process is gone (pid and start
+    time); what is not provably yours and dead is left alone."""
+    skipped: list[control.SegmentRefused] = []
+    removed = control.gc_segments(report=skipped)
     sockets: list[str] = []
+    left: list[str] = []
     try:
-        from workbench.transport import gc_sockets
-    except ImportError:
-        gc_sockets = None
-    if gc_sockets is not None:
-        sockets = gc_sockets()
+        from workbench.transport.paths import gc_sockets  # the transport loads only for gc
+
+        sockets = gc_sockets(report=left)
+    except (ConfigError, OSError) as err:
+        left.append(f"socket directories not collected: {err}")
     if as_json:
-        typer.echo(json.dumps({"segments": removed, "socket_dirs": sockets}))
+        typer.echo(json.dumps({"segments": removed, "socket_dirs": sockets,
+                               "skipped": [str(e) for e in skipped] + left}))
     else:
         typer.echo(f"removed {len(removed)} segment(s) {removed} and {len(sockets)} socket "
                    f"dir(s) {sockets}")
+    report_skipped(skipped, verbose)
+    if verbose:
+        for line in left:
+            typer.echo(line, err=True)
+    elif left:
+        typer.echo(f"left {len(left)} socket director{'y' if len(left) == 1 else 'ies'} alone "
+                   f"(not provably yours and dead); --verbose names them", err=True)

@@ -55,25 +55,31 @@ def legend() -> Text:
     return t
 
 
-def frame(width: int) -> Group:
-    infos = control.read_all()
-    panels = [render_pool(i, width) for i in infos] or [Text("no pools")]
-    return Group(legend(), *panels)
+def frame(width: int, found: control.Scan | None = None) -> Group:
+    """Legend, one panel per pool, then one dim line per entry that was skipped."""
+    found = found or control.scan()
+    panels = [render_pool(i, width) for i in found.infos] or [Text("no pools")]
+    skipped = [Text(str(err), style="grey50") for err in found.skipped]
+    return Group(legend(), *panels, *skipped)
 
 
 @app.command()
-def kvtop(interval: float = typer.Option(0.5, help="Seconds between refreshes."),
+def kvtop(interval: float = typer.Option(0.5, min=0.01, help="Seconds between refreshes."),
           once: bool = typer.Option(False, help="Draw one frame and exit."),
-          width: int = typer.Option(64, help="Page map width in pages."),
+          width: int = typer.Option(64, min=1, help="Page map width in pages."),
           as_json: bool = typer.Option(False, "--json", help="Print one JSON snapshot.")) -> None:
-    """Live view of every pool on this machine: bars and a per-page state map."""
-    if as_json:
-        typer.echo(json.dumps([i.to_dict() for i in control.read_all()]))
+    """Live view of every pool on this machine: bars and a per-page state map. Entries in the
+    shared-memory directory that are not trustworthy segments are skipped, one line each."""
+    if as_json or once:
+        found = control.scan()
+        for err in found.skipped:  # on stderr: stdout stays one JSON document / one frame
+            typer.echo(str(err), err=True)
+        if as_json:
+            typer.echo(json.dumps([i.to_dict() for i in found.infos]))
+        else:
+            Console().print(frame(width, control.Scan(found.infos)))
         return
     console = Console()
-    if once:
-        console.print(frame(width))
-        return
     try:
         with Live(frame(width), console=console, refresh_per_second=max(1, int(1 / interval))) \
                 as live:

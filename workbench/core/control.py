@@ -1,62 +1,74 @@
 """The control segment: one POSIX shared-memory file per IPC name (``/dev/shm/wbkv_<name>``).
 
 The owning pool publishes its state there; ``workbench kvctl`` (any other process) reads it and
-writes limit *requests*. The owner applies a request on its next ``poll()`` (every alloc and free)
-through the same revisioned ``set_limit`` as in-process callers, and acknowledges it.
+writes limit *requests* (see :mod:`workbench.core.limit_requests`). The owner applies a request on
+its next ``poll()`` (every alloc and free) through the same revisioned ``set_limit`` as in-process
+callers, and answers it: which request (its id), which revision, what outcome.
 
-Layout (little endian, versioned): a fixed header of int64 fields (below), then one byte per page
-id holding its state code, so ``kvtop`` can draw the page map of a pool in another process.
-The file is created with mode 0600 and ``O_EXCL``; writers take ``flock(LOCK_EX)``. The owner's
-hot path reads only the request revision from the mapping (no system call) and writes counters.
+A segment appears under its name only complete: the owner writes it as
+``wbkvnew_<pid>_<start>_<token>_<name>`` and ``link``\\ s it into place (``O_EXCL`` semantics), so
+an empty or half-written file under a segment's name was never one of ours; a crash mid-creation
+leaves a ``wbkvnew_`` file whose name says whose it was, and ``gc`` (or the next owner of the
+name) removes it once that process is gone. The file format and the reader's checks live in
+:mod:`workbench.core.segment`. Liveness is the owner's pid *and* start time.
 """
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import mmap
 import os
+import secrets
 import struct
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from workbench.config import check_ipc_name
 from workbench.core.events import Event, PageState
+from workbench.core.segment import (
+    HEAD,
+    HEADER_SIZE,
+    MAGIC,
+    MAX_PAGES,
+    OFF,
+    OUTCOMES,
+    PARTIAL_PREFIX,
+    PREFIX,
+    SHM_DIR,
+    UNREADABLE,
+    VERSION,
+    SegmentRefused,
+    check_stat,
+    entry_name,
+    owner_alive,
+    partial_owner,
+    read_checked,
+    segment_path,
+    try_flock,
+    unlink_if_same,
+)
 from workbench.errors import ConfigError, ControlError
-from workbench.procs import pid_alive
+from workbench.procs import my_identity, pid_alive
 
-SHM_DIR = Path(os.environ.get("WORKBENCH_KV_SHM_DIR", "/dev/shm"))
-PREFIX = "wbkv_"
-MAGIC = b"WBKVSEG\x00"
-VERSION = 1
-FIELDS = ("owner_pid", "heartbeat_ns", "capacity", "page_id_bytes", "num_pages", "limit",
-          "revision", "req_limit", "req_revision", "ack_revision", "outcome", "used",
-          "reserved", "mapped", "used_blocks", "available_blocks", "block_size")
-_HEAD = struct.Struct("<8sII")
-_OFF = {name: _HEAD.size + 8 * i for i, name in enumerate(FIELDS)}
-HEADER_SIZE = _HEAD.size + 8 * len(FIELDS)
-OUTCOMES = ("applied", "deferred", "stale", "conflict", "rejected")
+__all__ = ["ControlSegment", "Scan", "SegmentInfo", "SegmentRefused", "delete_segment",
+           "gc_segments", "list_segments", "read_all", "read_segment", "scan", "segment_path"]
 STATE_CODES = {s: i for i, s in enumerate(PageState)}
 STATE_NAMES = list(PageState)
-
-
-def segment_path(name: str) -> Path:
-    return SHM_DIR / (PREFIX + check_ipc_name(name))
+HALF_WRITTEN = "half-written"
 
 
 class _Mapped:
-    """An open segment file and its mapping, with typed field access."""
+    """The owner's own segment file and its mapping, with typed field access."""
 
     def __init__(self, fd: int, size: int):
         self.fd = fd
         self.mm = mmap.mmap(fd, size)
 
-    def get(self, field: str) -> int:
-        return struct.unpack_from("<q", self.mm, _OFF[field])[0]
+    def get(self, name: str) -> int:
+        return struct.unpack_from("<q", self.mm, OFF[name])[0]
 
-    def put(self, field: str, value: int) -> None:
-        struct.pack_into("<q", self.mm, _OFF[field], int(value))
+    def put(self, name: str, value: int) -> None:
+        struct.pack_into("<q", self.mm, OFF[name], int(value))
 
     def close(self) -> None:
         self.mm.close()
@@ -75,30 +87,40 @@ class ControlSegment:
     def create(cls, name: str, pool) -> ControlSegment:
         path = segment_path(name)
         n = pool.geometry.num_pages
-        size = HEADER_SIZE + n
+        if n > MAX_PAGES:
+            raise ConfigError(f"pool {name!r}", f"{n} page ids exceed the segment's {MAX_PAGES}",
+                              "use a larger page size")
+        gc_segments(only=name)  # a crashed predecessor's half-written file
+        pid, start = my_identity()
+        tmp = SHM_DIR / f"{PARTIAL_PREFIX}{pid}_{start}_{secrets.token_hex(4)}_{name}"
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+        seg = self = None
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            info = read_segment(name)
-            if info is not None and pid_alive(info.owner_pid):
-                raise ConfigError(f"IPC name {name!r}",
-                                  f"in use by live process {info.owner_pid}",
-                                  "pick another name or stop that process") from None
-            path.unlink(missing_ok=True)  # a dead owner's leftover: take the name over
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        os.fchmod(fd, 0o600)  # umask-proof
-        os.ftruncate(fd, size)
-        seg = _Mapped(fd, size)
-        _HEAD.pack_into(seg.mm, 0, MAGIC, VERSION, HEADER_SIZE)
-        seg.put("owner_pid", os.getpid())
-        seg.put("capacity", pool.capacity_bytes)
-        seg.put("page_id_bytes", pool.geometry.page_id_bytes)
-        seg.put("num_pages", n)
-        seg.put("block_size", pool.geometry.block_size)
-        for page, st in enumerate(pool.pages.state):
-            seg.mm[HEADER_SIZE + page] = STATE_CODES[st]
-        self = cls(name, path, seg, pool)
-        self.publish()
+            os.fchmod(fd, 0o600)  # umask-proof
+            os.ftruncate(fd, HEADER_SIZE + n)
+            seg = _Mapped(fd, HEADER_SIZE + n)
+            HEAD.pack_into(seg.mm, 0, MAGIC, VERSION, HEADER_SIZE)
+            g = pool.geometry
+            for k, v in (("owner_pid", pid), ("owner_start", start), ("num_pages", n),
+                         ("capacity", pool.capacity_bytes), ("block_size", g.block_size),
+                         ("page_id_bytes", g.page_id_bytes)):
+                seg.put(k, v)
+            for page, st in enumerate(pool.pages.state):
+                seg.mm[HEADER_SIZE + page] = STATE_CODES[st]
+            self = cls(name, path, seg, pool)
+            self.publish()
+            _claim(tmp, path, name)
+        except BaseException:
+            if self is not None:
+                self._unsubscribe()
+            if seg is not None:
+                seg.close()
+            else:
+                os.close(fd)
+            raise
+        finally:
+            tmp.unlink(missing_ok=True)
         return self
 
     def _on_event(self, e: Event) -> None:
@@ -106,19 +128,23 @@ class ControlSegment:
             self.seg.mm[HEADER_SIZE + e.page] = STATE_CODES[PageState(e.dst)]
 
     def poll(self) -> None:
-        """Apply a pending kvctl request, if any (cheap when none)."""
+        """Apply a pending kvctl request, if any (cheap when none), and answer it."""
         rev = self.seg.get("req_revision")
-        if rev <= self._seen:
-            return
-        fcntl.flock(self.seg.fd, fcntl.LOCK_SH)
+        if rev <= self._seen or not try_flock(self.seg.fd, fcntl.LOCK_SH):
+            return  # nothing new, or a requester is writing: the next poll picks it up
         try:
-            rev, limit = self.seg.get("req_revision"), self.seg.get("req_limit")
+            rev, limit, rid = (self.seg.get(k) for k in ("req_revision", "req_limit", "req_id"))
         finally:
             fcntl.flock(self.seg.fd, fcntl.LOCK_UN)
         self._seen = rev
         result = self.pool.set_limit(limit, revision=rev)
-        self.seg.put("outcome", OUTCOMES.index(result.outcome.value))
-        self.seg.put("ack_revision", rev)
+        try_flock(self.seg.fd, fcntl.LOCK_EX, 0.05)  # whole to readers; bounded: never stalls
+        try:
+            self.seg.put("ack_outcome", OUTCOMES.index(result.outcome.value))
+            self.seg.put("ack_id", rid)
+            self.seg.put("ack_revision", rev)
+        finally:
+            fcntl.flock(self.seg.fd, fcntl.LOCK_UN)
         self.publish()
 
     def publish(self) -> None:
@@ -131,28 +157,48 @@ class ControlSegment:
         put("mapped", pages.mapped_pages * g.page_id_bytes)
         put("used_blocks", p.used_blocks)
         put("heartbeat_ns", time.time_ns())
-        if p._pending is not None:
-            put("outcome", OUTCOMES.index("deferred"))
-        elif self.seg.get("outcome") == OUTCOMES.index("deferred"):
-            put("outcome", 0)
+        put("outcome", OUTCOMES.index("deferred" if p._pending is not None else "applied"))
 
     def close(self) -> None:
         self._unsubscribe()
-        self.seg.close()
-        # unlink only if the path still names our file (a successor may have taken the name)
         try:
-            info = read_segment(self.name)
-            if info is not None and info.owner_pid == os.getpid():
-                self.path.unlink(missing_ok=True)
-        except (ControlError, OSError):
+            unlink_if_same(self.path, os.fstat(self.seg.fd))  # only if it is still ours
+        finally:
+            self.seg.close()
+
+
+def _claim(tmp: Path, path: Path, name: str) -> None:
+    """Link the finished segment ``tmp`` into place as ``path``; a dead owner's leftover is taken
+    over, a live one or a foreign entry refused (and left alone)."""
+    for _ in range(3):
+        try:
+            os.link(tmp, path)
+            return
+        except FileExistsError:
             pass
+        try:
+            got = read_checked(path)
+        except SegmentRefused as err:
+            raise ConfigError(f"IPC name {name!r}", f"{path} exists and is not a usable "
+                              f"segment ({err.detail})", "remove it if it is yours, or pick "
+                              "another name") from None
+        if got is None:
+            continue
+        v, _, st = got
+        if owner_alive(v):
+            raise ConfigError(f"IPC name {name!r}", f"in use by live process {v['owner_pid']}",
+                              "pick another name or stop that process")
+        unlink_if_same(path, st)  # a dead owner's leftover: take the name over
+    raise ConfigError(f"IPC name {name!r}", "other processes kept taking it while this one "
+                      "claimed it", "retry, or pick another name")
 
 
-# -- the reader/requester side (kvctl, kvtop) -------------------------------------------------
+# -- the reader side (kvctl, kvtop) -----------------------------------------------------------
 @dataclass(slots=True)
 class SegmentInfo:
     name: str
     owner_pid: int
+    owner_start: int
     alive: bool
     heartbeat_age_s: float
     capacity: int
@@ -162,7 +208,10 @@ class SegmentInfo:
     revision: int
     req_limit: int
     req_revision: int
+    req_id: int
     ack_revision: int
+    ack_id: int
+    ack_outcome: str
     outcome: str
     used: int
     reserved: int
@@ -174,133 +223,137 @@ class SegmentInfo:
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__slots__}
 
+    @classmethod
+    def of(cls, name: str, v: dict[str, int], codes: bytes) -> SegmentInfo:
+        plain = {k: v[k] for k in cls.__slots__ if k in v and k not in ("outcome", "ack_outcome")}
+        return cls(name=name, alive=owner_alive(v),
+                   heartbeat_age_s=max(0.0, (time.time_ns() - v["heartbeat_ns"]) / 1e9),
+                   outcome=OUTCOMES[v["outcome"]], ack_outcome=OUTCOMES[v["ack_outcome"]],
+                   page_states=[STATE_NAMES[c].value if c < len(STATE_NAMES) else "?"
+                                for c in codes], **plain)
 
-def _open(name: str, write: bool) -> _Mapped | None:
-    path = segment_path(name)
-    try:
-        fd = os.open(path, os.O_RDWR if write else os.O_RDONLY)
-    except FileNotFoundError:
-        return None
-    size = os.fstat(fd).st_size
-    if size < HEADER_SIZE:
-        os.close(fd)
-        raise ControlError(f"segment {name!r} is truncated ({size} bytes)")
-    seg = _Mapped.__new__(_Mapped)
-    seg.fd = fd
-    seg.mm = mmap.mmap(fd, size, prot=mmap.PROT_READ | (mmap.PROT_WRITE if write else 0))
-    magic, version, _ = _HEAD.unpack_from(seg.mm, 0)
-    if magic != MAGIC or version != VERSION:
-        seg.close()
-        raise ControlError(f"segment {name!r} is not a workbench segment of version {VERSION}")
-    return seg
+
+@dataclass(slots=True)
+class Scan:
+    """What a look at the shared-memory directory found: the pools, and what it skipped."""
+    infos: list[SegmentInfo] = field(default_factory=list)
+    skipped: list[SegmentRefused] = field(default_factory=list)
 
 
 def read_segment(name: str) -> SegmentInfo | None:
-    seg = _open(name, write=False)
-    if seg is None:
-        return None
+    """The segment of pool ``name``; None if there is none; :class:`SegmentRefused` if what is
+    there is not a segment this workbench trusts."""
+    got = read_checked(segment_path(name))
+    return None if got is None else SegmentInfo.of(name, got[0], got[1])
+
+
+def _entries() -> list[str]:
     try:
-        v = {f: seg.get(f) for f in FIELDS}
-        n = v["num_pages"]
-        codes = seg.mm[HEADER_SIZE:HEADER_SIZE + n]
-        return SegmentInfo(
-            name=name, owner_pid=v["owner_pid"], alive=pid_alive(v["owner_pid"]),
-            heartbeat_age_s=max(0.0, (time.time_ns() - v["heartbeat_ns"]) / 1e9),
-            capacity=v["capacity"], page_id_bytes=v["page_id_bytes"], num_pages=n,
-            limit=v["limit"], revision=v["revision"], req_limit=v["req_limit"],
-            req_revision=v["req_revision"], ack_revision=v["ack_revision"],
-            outcome=OUTCOMES[v["outcome"]] if 0 <= v["outcome"] < len(OUTCOMES) else "?",
-            used=v["used"], reserved=v["reserved"], mapped=v["mapped"],
-            used_blocks=v["used_blocks"], block_size=v["block_size"],
-            page_states=[STATE_NAMES[c].value if c < len(STATE_NAMES) else "?" for c in codes])
-    finally:
-        seg.close()
+        return sorted(e for e in os.listdir(SHM_DIR) if e.startswith((PREFIX, PARTIAL_PREFIX)))
+    except OSError:
+        return []
 
 
 def list_segments() -> list[str]:
-    if not SHM_DIR.is_dir():
-        return []
-    return sorted(p.name[len(PREFIX):] for p in SHM_DIR.iterdir() if p.name.startswith(PREFIX))
-
-
-def read_all() -> list[SegmentInfo]:
-    """Every readable workbench segment (foreign or truncated files are passed over)."""
+    """The names of the segment entries (well-formed or not: reading tells)."""
     out = []
-    for name in list_segments():
-        try:
-            info = read_segment(name)
-        except (ControlError, ConfigError):
-            continue
-        if info is not None:
-            out.append(info)
+    for e in _entries():
+        if e.startswith(PREFIX):
+            try:
+                out.append(entry_name(e))
+            except SegmentRefused:
+                continue
     return out
 
 
-def request_limit(name: str, limit: int, *, wait_s: float = 2.0) -> SegmentInfo:
-    """Write a limit request (validated first: nothing is written on bad input) and wait for the
-    owner's acknowledgement. Returns the segment state after the wait."""
-    info = read_segment(name)
-    if info is None:
-        raise ControlError(f"no pool named {name!r} (see `workbench kvctl list`)")
-    if limit < 0:
-        raise ControlError(f"limit {limit} is negative")
-    if limit > info.capacity:
-        raise ControlError(f"limit {limit} bytes exceeds pool {name!r}'s capacity "
-                           f"({info.capacity} bytes)")
-    if limit < info.page_id_bytes:
-        raise ControlError(f"limit {limit} bytes is below one page id ({info.page_id_bytes} "
-                           f"bytes); the null block lives on page 0")
-    if not info.alive:
-        raise ControlError(f"pool {name!r}'s owner (pid {info.owner_pid}) is gone; "
-                           f"`workbench kvctl gc` removes its segment")
-    seg = _open(name, write=True)
-    if seg is None:
-        raise ControlError(f"pool {name!r} disappeared")
+def _check_partial(entry: str) -> tuple[bool, os.stat_result]:
+    """(alive, stat) for a ``wbkvnew_`` entry, or :class:`SegmentRefused`."""
+    path = SHM_DIR / entry
+    owner = partial_owner(entry)
     try:
-        fcntl.flock(seg.fd, fcntl.LOCK_EX)
+        st = os.lstat(path)
+    except OSError as err:
+        raise SegmentRefused(path, UNREADABLE, f"cannot be examined ({err.strerror})") from None
+    if owner is None:
+        raise SegmentRefused(f"{SHM_DIR}/{ascii(entry)[1:-1]}", HALF_WRITTEN,
+                             "named like a segment being written, but not by a workbench")
+    check_stat(path, st)
+    return pid_alive(owner[0], owner[1] or None), st
+
+
+def scan() -> Scan:
+    """Every segment this workbench can trust, and one refusal for each entry it skipped."""
+    out = Scan()
+    for entry in _entries():
         try:
-            rev = max(seg.get("revision"), seg.get("req_revision")) + 1
-            seg.put("req_limit", limit)
-            seg.put("req_revision", rev)  # written last: the owner keys on it
-        finally:
-            fcntl.flock(seg.fd, fcntl.LOCK_UN)
-    finally:
-        seg.close()
-    deadline = time.monotonic() + wait_s
-    while True:
-        info = read_segment(name)
-        if info is None or info.ack_revision >= rev or time.monotonic() >= deadline:
-            break
-        time.sleep(0.01)
-    if info is None:
-        raise ControlError(f"pool {name!r} disappeared")
-    return info
+            if entry.startswith(PARTIAL_PREFIX):
+                alive, _ = _check_partial(entry)
+                if not alive:
+                    raise SegmentRefused(SHM_DIR / entry, HALF_WRITTEN, "half-written by a "
+                                         "process that is gone; `workbench kvctl gc` removes it")
+                continue
+            info = read_segment(entry_name(entry))
+        except SegmentRefused as err:
+            out.skipped.append(err)
+            continue
+        except OSError as err:
+            out.skipped.append(SegmentRefused(SHM_DIR / entry, UNREADABLE, str(err.strerror)))
+            continue
+        if info is not None:
+            out.infos.append(info)
+    return out
+
+
+def read_all() -> list[SegmentInfo]:
+    """Every readable workbench segment (what :func:`scan` skipped is left out)."""
+    return scan().infos
 
 
 def delete_segment(name: str, force: bool = False) -> None:
-    info = read_segment(name)
-    if info is None:
+    path = segment_path(name)
+    try:
+        got = read_checked(path)
+    except SegmentRefused as err:
+        if force and err.kind in ("malformed", "other version"):  # a regular file of ours
+            path.unlink(missing_ok=True)
+            return
+        hint = "; --force removes it" if err.kind in ("malformed", "other version") else ""
+        raise ControlError(f"{path} is not a segment this workbench can read: {err.detail}"
+                           f"{hint}") from None
+    if got is None:
         raise ControlError(f"no pool named {name!r}")
-    if info.alive and not force:
-        raise ControlError(f"pool {name!r} is owned by live process {info.owner_pid}; "
+    v, _, st = got
+    if owner_alive(v) and not force:
+        raise ControlError(f"pool {name!r} is owned by live process {v['owner_pid']}; "
                            f"pass --force to remove its segment anyway")
-    segment_path(name).unlink(missing_ok=True)
+    unlink_if_same(path, st)
 
 
-def gc_segments() -> list[str]:
-    """Remove segments whose owner process is gone; returns their names."""
+def gc_segments(only: str | None = None, report: list[SegmentRefused] | None = None) -> list[str]:
+    """Remove what provably belonged to a process that is gone: well-formed segments of this
+    user whose owner (pid and start time) is dead, and half-written ``wbkvnew_`` files of dead
+    creators (all of them, or those of the name ``only``). Everything else is left alone (and
+    added to ``report``). Returns the entries removed (segment names; entry names for
+    half-written files)."""
     removed = []
-    for name in list_segments():
-        try:
-            info = read_segment(name)
-        except ControlError:
-            info = None  # unreadable or foreign: leave it alone
+    for entry in _entries():
+        if only is not None and entry != PREFIX + only and \
+                (partial_owner(entry) or (0, 0, ""))[2] != only:
             continue
-        except OSError as err:
-            if err.errno == errno.ENOENT:
-                continue
-            raise
-        if info is not None and not info.alive:
-            segment_path(name).unlink(missing_ok=True)
-            removed.append(name)
+        try:
+            if entry.startswith(PARTIAL_PREFIX):
+                alive, st = _check_partial(entry)
+                key = entry
+            else:
+                key = entry_name(entry)
+                got = read_checked(SHM_DIR / entry)
+                if got is None:
+                    continue
+                alive, st = owner_alive(got[0]), got[2]
+        except SegmentRefused as err:
+            if report is not None:
+                report.append(err)
+            continue
+        if not alive and unlink_if_same(SHM_DIR / entry, st):
+            removed.append(key)
     return removed

@@ -15,12 +15,13 @@ from pathlib import Path
 
 from workbench.core.coordinator import WorkerId
 from workbench.errors import ConfigError
-from workbench.procs import pid_alive, proc_start_time
+from workbench.procs import my_identity, pid_alive, valid_pid
 
 SOCKET_DIR_ENV = "WORKBENCH_KV_SOCKET_DIR"
 MAX_SOCK_PATH = 107  # sun_path is 108 bytes with its NUL
 OWNER_FILE = "owner.json"
-GC_GRACE_S = 5.0  # a directory this young may still be getting its owner file
+PARTIAL = ".new-"  # a directory still being set up
+OWNER_MAX = 4096
 
 
 def base_dir() -> Path:
@@ -40,15 +41,20 @@ def base_dir() -> Path:
 
 
 def make_pool_dir(name: str) -> Path:
-    """A fresh 0700 directory for one pool's sockets, owned by this process."""
+    """A fresh 0700 directory for one pool's sockets, owned by this process.
+
+    It appears under its name only with its owner file in it: it is built as
+    ``.new-<pid>-<start>-<token>`` and renamed, so a crash mid-way leaves a ``.new-`` directory
+    whose name says whose it was (and :func:`gc_sockets` removes it once that process is gone)."""
     safe = "".join(c if c.isalnum() or c in "_-" else "_" for c in name)[:24] or "pool"
-    path = base_dir() / f"{safe}-{os.getpid()}-{secrets.token_hex(3)}"
-    path.mkdir(mode=0o700)
-    owner = {"pid": os.getpid(), "start": proc_start_time(os.getpid()), "name": name,
-             "created": time.time()}
-    tmp = path / (OWNER_FILE + ".tmp")
-    tmp.write_text(json.dumps(owner))
-    tmp.rename(path / OWNER_FILE)
+    pid, start = my_identity()
+    token = secrets.token_hex(3)
+    tmp = base_dir() / f"{PARTIAL}{pid}-{start}-{token}"
+    tmp.mkdir(mode=0o700)
+    owner = {"pid": pid, "start": start or None, "name": name, "created": time.time()}
+    (tmp / OWNER_FILE).write_text(json.dumps(owner))
+    path = tmp.parent / f"{safe}-{pid}-{token}"
+    tmp.rename(path)
     return path
 
 
@@ -67,22 +73,67 @@ def remove_pool_dir(pool_dir: Path) -> None:
     shutil.rmtree(pool_dir, ignore_errors=True)
 
 
-def gc_sockets(base: Path | None = None) -> list[str]:
-    """Remove socket directories whose owner process is gone; return the paths removed."""
+def _read_owner(entry: Path) -> dict:
+    """The owner file of a socket directory, checked like a segment: a regular file of this
+    user (no symlink, no FIFO), small, JSON naming a valid pid. ValueError says what is wrong."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+    try:
+        fd = os.open(entry / OWNER_FILE, flags)
+    except OSError as err:
+        raise ValueError(f"no readable {OWNER_FILE} ({err.strerror})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_size > OWNER_MAX:
+            raise ValueError(f"{OWNER_FILE} is not a small regular file of this user")
+        data = os.read(fd, OWNER_MAX + 1)
+    finally:
+        os.close(fd)
+    try:
+        owner = json.loads(data)
+    except (ValueError, RecursionError):
+        raise ValueError(f"{OWNER_FILE} is not JSON") from None
+    start = owner.get("start") if isinstance(owner, dict) else None
+    if not isinstance(owner, dict) or not valid_pid(owner.get("pid")) or not (
+            start is None or (type(start) is int and start >= 0)):
+        raise ValueError(f"{OWNER_FILE} does not name a valid pid and start time")
+    return owner
+
+
+def _dir_alive(entry: Path) -> bool:
+    """Is the owner of socket directory ``entry`` alive? ValueError if it is not provably one of
+    ours (foreign, a symlink, no owner file, malformed)."""
+    st = os.lstat(entry)
+    if not stat.S_ISDIR(st.st_mode):
+        raise ValueError("not a directory")
+    if st.st_uid != os.getuid():
+        raise ValueError(f"owned by uid {st.st_uid}, not by this user")
+    if entry.name.startswith(PARTIAL):  # .new-<pid>-<start>-<token>: a crashed make_pool_dir
+        parts = entry.name[len(PARTIAL):].split("-")
+        if len(parts) == 3 and parts[0].isdigit() and parts[1].isdigit():
+            pid, start = int(parts[0]), int(parts[1])
+            if valid_pid(pid):
+                return pid_alive(pid, start or None)
+        raise ValueError("named like a directory being created, but not by a workbench")
+    owner = _read_owner(entry)
+    return pid_alive(owner["pid"], owner.get("start"))
+
+
+def gc_sockets(base: Path | None = None, report: list[str] | None = None) -> list[str]:
+    """Remove socket directories whose owner process (pid and start time) is gone; return the
+    paths removed. Anything else is left alone, with one line each in ``report``."""
     base = base or base_dir()
     removed = []
-    for entry in sorted(base.iterdir()) if base.exists() else []:
-        if not entry.is_dir() or entry.is_symlink():
-            continue
+    try:
+        entries = sorted(base.iterdir())
+    except OSError:
+        entries = []
+    for entry in entries:
         try:
-            owner = json.loads((entry / OWNER_FILE).read_text())
-            alive = pid_alive(int(owner["pid"]), owner.get("start"))
-        except (OSError, ValueError, KeyError, TypeError):
-            # no owner file: only stale ones (not a directory being created right now)
-            try:
-                alive = time.time() - entry.stat().st_mtime < GC_GRACE_S
-            except OSError:
-                continue
+            alive = _dir_alive(entry)
+        except (OSError, ValueError) as err:
+            if report is not None:
+                report.append(f"skipped {base}/{ascii(entry.name)[1:-1]}: {err}")
+            continue
         if not alive:
             remove_pool_dir(entry)
             removed.append(str(entry))
