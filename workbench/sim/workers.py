@@ -26,6 +26,7 @@ from workbench.core.coordinator import Reply, TransportError, WorkerId, targets_
 from workbench.core.device import FaultyDevice
 from workbench.core.geometry import KVGeometry
 from workbench.core.worker import WorkerState
+from workbench.errors import ConfigError
 from workbench.sim.device import SimDevice
 
 FAULT_KINDS = ("drop_request", "delay_request", "crash_before", "crash_after", "drop_reply",
@@ -47,7 +48,8 @@ class Fault:
 
     def __post_init__(self) -> None:
         if self.kind not in FAULT_KINDS:
-            raise ValueError(f"fault kind {self.kind!r} is not one of {FAULT_KINDS}")
+            raise ConfigError(f"fault kind {self.kind!r}", f"not one of {', '.join(FAULT_KINDS)}",
+                              "name a step of a message's life")
 
 
 @dataclass(slots=True)
