@@ -78,11 +78,20 @@ class SocketTransport:
         if s is None:
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             s.settimeout(self.connect_timeout)
-            try:
-                s.connect(str(self.paths[t]))
-            except OSError:
-                s.close()
-                raise
+            give_up = time.monotonic() + self.connect_timeout
+            while True:
+                try:
+                    s.connect(str(self.paths[t]))
+                    break
+                except BlockingIOError:  # the listener's backlog is full: it is busy, not gone
+                    if time.monotonic() < give_up:
+                        time.sleep(0.005)
+                        continue
+                    s.close()
+                    raise
+                except OSError:
+                    s.close()
+                    raise
             self.conns[t] = s
         return s
 

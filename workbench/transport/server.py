@@ -53,6 +53,7 @@ from workbench.transport import wire
 FRAME_TIMEOUT = 5.0  # seconds from a frame's first byte to its last; a stalled peer is dropped
 SEND_TIMEOUT = 5.0  # a peer that does not read its replies is dropped after this
 MAX_CONNS = 64  # connections beyond this are closed at once (the coordinator keeps one each)
+BACKLOG = 128
 TICK = 0.5  # how often the parent and overdue frames are checked while idle
 
 
@@ -97,7 +98,7 @@ class Server:
             self.sock.bind(str(self.path))
         finally:
             os.umask(old)
-        self.sock.listen(16)
+        self.sock.listen(BACKLOG)
         self.sock.setblocking(False)
         self.sel = selectors.DefaultSelector()
         self.sel.register(self.sock, selectors.EVENT_READ, None)
@@ -129,17 +130,19 @@ class Server:
             self._drop(c)
 
     def _accept(self) -> None:
-        try:
-            sock, _ = self.sock.accept()
-        except OSError:  # the peer gave up before we got to it
-            return
-        if len(self.conns) >= MAX_CONNS:
-            sock.close()
-            return
-        sock.setblocking(False)
-        c = Conn(sock)
-        self.conns[sock] = c
-        self.sel.register(sock, selectors.EVENT_READ, c)
+        """Drain the backlog: a flood of connects must not leave the coordinator's refused."""
+        while True:
+            try:
+                sock, _ = self.sock.accept()
+            except OSError:  # backlog empty, or the peer gave up before we got to it
+                return
+            if len(self.conns) >= MAX_CONNS:
+                sock.close()
+                continue
+            sock.setblocking(False)
+            c = Conn(sock)
+            self.conns[sock] = c
+            self.sel.register(sock, selectors.EVENT_READ, c)
 
     def _drop(self, c: Conn) -> None:
         if self.conns.pop(c.sock, None) is not None:
