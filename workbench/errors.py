@@ -74,3 +74,7 @@ class FrameError(ProtocolError):
     """A wire frame that cannot be decoded: too long, nested too deep, not a JSON object."""
 
     error_type = "bad_frame"
+
+
+class PeerClosedError(WorkbenchError, ConnectionError):
+    """The peer of a socket closed the connection (before or in the middle of a frame)."""

@@ -14,7 +14,7 @@ import struct
 from itertools import accumulate
 from typing import Any
 
-from workbench.errors import FrameError
+from workbench.errors import FrameError, PeerClosedError
 
 __all__ = ["MAX_DEPTH", "MAX_FRAME", "FrameError", "FrameReader", "decode", "encode", "recv",
            "send"]
@@ -78,13 +78,16 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     while len(buf) < n:
         chunk = sock.recv(n - len(buf))
         if not chunk:
-            raise ConnectionError("peer closed the connection mid-frame" if buf else "EOF")
+            where = "mid-frame" if buf else "at a frame boundary"
+            raise PeerClosedError(f"the peer closed the connection {where}: nothing more can "
+                                  "be read; reconnect to send again")
         buf += chunk
     return bytes(buf)
 
 
 def recv(sock: socket.socket) -> dict[str, Any]:
-    """One frame (blocking, under the socket's timeout). Raises ConnectionError on EOF."""
+    """One frame (blocking, under the socket's timeout). Raises PeerClosedError (a
+    ConnectionError) on EOF."""
     (n,) = _LEN.unpack(_recv_exact(sock, _LEN.size))
     if n > MAX_FRAME:
         raise _too_long(n)
