@@ -112,7 +112,8 @@ def test_deeply_nested_frame_is_dropped_without_recursing(group):
     b'"map"',
     b"",
     b'{"op": "map", "pages": [1]',  # cut short inside the frame
-], ids=["pickle", "not-utf8", "array", "string", "empty", "unbalanced"])
+    b'{"op": "map", "pages": [' + b"9" * 5000 + b"]}",  # an int past Python's digit limit
+], ids=["pickle", "not-utf8", "array", "string", "empty", "unbalanced", "huge-int"])
 def test_garbage_frames_are_dropped(group, body):
     with peer(group) as s:
         s.sendall(frame(body))

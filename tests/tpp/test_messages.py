@@ -39,7 +39,7 @@ REQUESTS = st.one_of(
     st.builds(InjectRequest, seq=_seq,
               device=st.dictionaries(st.sampled_from(VMM_OPS), st.integers(1, 100), max_size=3),
               drop_reply=st.none() | _ops, stall=st.none() | _ops,
-              seconds=st.floats(0, 300), die_after=st.none() | _ops),
+              seconds=st.floats(0, 60), die_after=st.none() | _ops),
     *(st.builds(cls, seq=_seq) for op, cls in SERVER_REQUESTS.items()
       if op in ("state", "ping", "close", "exit")),
 )

@@ -23,7 +23,7 @@ from workbench.errors import ProtocolError
 
 MAX_STR = 4096  # a txid is 32 hex digits, an error message a few hundred characters
 MAX_FAULT_CALLS = 1 << 20  # inject: "fail the k-th next call" with k up to this
-MAX_STALL_S = 300.0
+MAX_STALL_S = 60.0
 
 
 class Status(StrEnum):
