@@ -174,7 +174,7 @@ def test_malformed_message_gets_a_typed_error_frame(group, msg):
         assert ask(s, {"op": "ping", "seq": 99})["status"] == "ok"  # the same connection
 
 
-def test_page_outside_the_pool_is_a_typed_refusal(group):
+def test_bad_page_ids_are_refused_before_anything_is_touched(group):
     last = GEO.num_pages - 1
     with peer(group) as s:
         r = ask(s, {"op": "map", "seq": 3, "pages": [0, 2**70]})
@@ -183,6 +183,13 @@ def test_page_outside_the_pool_is_a_typed_refusal(group):
         assert r["message"] == (f"page {2**70}: this pool's pages are 0..{last}. "
                                 "Fix: send a page id of this pool")
         assert ask(s, {"op": "state", "seq": 4})["mapped"] == []  # nothing was mapped
+        ask(s, {"op": "map", "seq": 5, "pages": [1]})
+        r = ask(s, {"op": "prepare", "seq": 6, "txid": "t", "pages": [1, 1]})
+        assert (r["error_type"], r["message"]) == (
+            "bad_request", "pages [1, 1]: a page id appears twice. Fix: send each page id once")
+        state = ask(s, {"op": "state", "seq": 7})  # refused before anything was touched
+        assert (state["mapped"], state["retained"], "failed" in state) == ([1], [], False)
+        assert ask(s, {"op": "unmap", "seq": 8, "pages": [1]})["status"] == "ok"
 
 
 # -- the inject hook refuses anything malformed, and arms nothing ---------------------------------

@@ -54,7 +54,13 @@ from workbench.core.messages import (
     echo_of,
 )
 from workbench.core.vspace import KVSpace
-from workbench.errors import DeviceError, MapQuarantinedError, ProtocolError, StateConsistencyError
+from workbench.errors import (
+    DeviceError,
+    MapQuarantinedError,
+    ProtocolError,
+    StateConsistencyError,
+    WorkbenchError,
+)
 
 E = ErrorType
 
@@ -111,6 +117,8 @@ class WorkerState:
                 reply = fn(req)
             except ProtocolError as err:  # a well-typed request this worker cannot honour
                 reply = Reply.error(E.BAD_REQUEST, str(err))
+            except WorkbenchError as err:  # not foreseen by the handler: the backing is unknown
+                reply = self._fail(f"{req.op}: {err}")
         reply.op, reply.seq = req.op, req.seq
         return self._stamp(reply)
 
@@ -136,11 +144,15 @@ class WorkerState:
         return Reply.error(E.BUSY, f"another unmap transaction is pending ({self.pending.txid})")
 
     def _pages(self, pages: list[int]) -> list[int]:
+        """The request's pages, checked before any state is touched."""
         last = self.geometry.num_pages - 1
         for p in pages:
             if not 0 <= p <= last:
                 raise ProtocolError(f"page {p}", f"this pool's pages are 0..{last}",
                                     "send a page id of this pool")
+        if len(set(pages)) != len(pages):
+            raise ProtocolError(f"pages {pages}", "a page id appears twice",
+                                "send each page id once")
         return list(pages)
 
     def _finalize(self, txid: str, outcome: str) -> None:
