@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.tpp.helpers import BPP, sim_pool
 from workbench.core.device import VMM_OPS
 from workbench.core.messages import (
     SERVER_REQUESTS,
@@ -130,3 +131,13 @@ def test_undelivered_is_a_status_not_an_error_type():
     assert r.to_json() == {"status": "undelivered", "op": "map", "seq": 3,
                            "message": "connect failed"}
     assert Reply.from_json(r.to_json()) == r and not r.is_ok
+
+
+def test_typed_and_json_state_replies_agree():
+    c, fan, kv = sim_pool()
+    ids = kv.alloc(2 * BPP)
+    typed = fan.ping()  # typed replies, straight from the coordinator
+    assert all(isinstance(r, Reply) and r.mapped == [0, 1, 2] for r in typed.values())
+    assert fan.inconsistencies(typed) == fan.inconsistencies(c.states()) == []
+    kv.free(ids)
+    assert {str(t): r.mapped for t, r in fan.ping().items()} == {"pp0/w0": [0], "pp0/w1": [0]}
