@@ -260,6 +260,21 @@ def test_decoder_refuses_malformed_dicts_with_a_protocol_error(op, fields):
     assert decode_request(req.to_json(), SERVER_REQUESTS) == req
 
 
+_REPLY_FIELDS = sorted(Reply.__dataclass_fields__) + ["extra"]
+
+
+@settings(max_examples=400)
+@given(fields=st.dictionaries(st.sampled_from(_REPLY_FIELDS),
+                              _JSON | st.sampled_from(["ok", "error", "busy", "map"]), max_size=6))
+def test_reply_decoder_refuses_malformed_dicts_with_a_protocol_error(fields):
+    try:
+        reply = Reply.from_json(fields)
+    except ProtocolError as err:
+        assert str(err).count(". Fix: ") == 1 and "\n" not in str(err)
+        return
+    assert Reply.from_json(reply.to_json()) == reply
+
+
 _NEAR = st.builds(lambda op, f: {**f, "op": op}, st.sampled_from(list(WORKER_REQUESTS)),
                   st.dictionaries(st.sampled_from(_FIELDS),
                                   _JSON | st.lists(st.integers(-2, 20), max_size=3), max_size=4))

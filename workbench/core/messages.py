@@ -88,12 +88,13 @@ def _calls(v: Any) -> bool:
     return isinstance(v, dict) and all(_str(k) and _int(n) for k, n in v.items())
 
 
+_STATUSES, _ERROR_TYPES = frozenset(Status), frozenset(ErrorType)  # str-valued: plain str match
 _CHECKS: dict[str, Callable[[Any], bool]] = {
     "int": _int, "int | None": _opt(_int), "str": _str, "str | None": _opt(_str),
     "bool": lambda v: isinstance(v, bool), "bool | None": _opt(lambda v: isinstance(v, bool)),
     "float": _float, "list[int]": _ints, "list[int] | None": _opt(_ints),
-    "dict[str, int]": _calls, "Status": lambda v: v in Status._value2member_map_,
-    "ErrorType | None": lambda v: v is None or v in ErrorType._value2member_map_,
+    "dict[str, int]": _calls, "Status": lambda v: isinstance(v, str) and v in _STATUSES,
+    "ErrorType | None": lambda v: v is None or (isinstance(v, str) and v in _ERROR_TYPES),
 }
 _CONVERT: dict[str, Callable[[Any], Any]] = {
     "Status": Status, "ErrorType | None": lambda v: None if v is None else ErrorType(v),
