@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import shutil
 import socket
 import struct
 import tempfile
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -332,3 +334,18 @@ def test_decode_refuses_deep_nesting_before_parsing():
 def test_error_reply_message_is_bounded():
     r = Reply.error(ErrorType.BAD_REQUEST, "x" * 10_000)
     assert len(r.message) == 4096 and Reply.from_json(r.to_json()) == r
+
+
+def test_a_backend_nobody_can_honour_fails_the_start_in_one_line(monkeypatch):
+    from workbench.core.coordinator import TransportError
+
+    base = tempfile.mkdtemp(prefix="wbkv-")
+    monkeypatch.setenv(SOCKET_DIR_ENV, os.path.join(base, "s"))
+    try:
+        with pytest.raises(TransportError, match=r"exited \(1\) while starting") as err:
+            WorkerGroup(GEO, tp=1, name="banana", backend="banana")
+        tail = str(err.value).split("while starting: ", 1)[1]
+        assert re.fullmatch(r"ConfigError: [^\n]*'banana'[^\n]*\n", tail), tail  # one line
+        assert list(Path(base, "s").iterdir()) == []  # no pool directory left behind
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -47,7 +47,7 @@ from workbench.core.messages import (
     echo_of,
 )
 from workbench.core.worker import WorkerState
-from workbench.errors import FrameError, ProtocolError
+from workbench.errors import FrameError, ProtocolError, WorkbenchError
 from workbench.transport import wire
 
 FRAME_TIMEOUT = 5.0  # seconds from a frame's first byte to its last; a stalled peer is dropped
@@ -60,12 +60,14 @@ TICK = 0.5  # how often the parent and overdue frames are checked while idle
 def make_device(cfg: dict[str, Any]) -> Device:
     """The worker's device, by name, from the one device chooser (:mod:`workbench.backends`)."""
     backend, name = cfg.get("backend", "sim"), cfg["name"]
-    if backend == "gpu":  # the CUDA device sizes itself; sim knobs do not apply
-        return backends.make_device("gpu")
+    if backend == "sim":
+        return backends.make_device("sim", preset=cfg.get("preset", "h200"),
+                                    capacity=cfg.get("capacity"), name=f"sim-{name}")
     if backend == "host":  # real memory: memfd pages mapped into an mmap range
         return backends.make_device("host", capacity=cfg.get("capacity"), name=f"host-{name}")
-    return backends.make_device(backend, preset=cfg.get("preset", "h200"),
-                                capacity=cfg.get("capacity"), name=f"sim-{name}")
+    # gpu (or whatever else backends can honour): the CUDA device sizes itself; a name it
+    # cannot honour is its one-line ConfigError, which WorkerGroup reports from the log
+    return backends.make_device(backend)
 
 
 @dataclass(slots=True)
@@ -249,7 +251,11 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    server = Server(cfg)
+    try:
+        server = Server(cfg)
+    except WorkbenchError as err:  # e.g. a backend this host cannot honour: one line, no trace
+        print(f"{type(err).__name__}: {err}", file=sys.stderr, flush=True)
+        return 1
     print("ready", flush=True)
     server.serve()
     return 0
