@@ -42,3 +42,39 @@ class PoolFailedError(StateConsistencyError):
 
 class ControlError(WorkbenchError):
     """A control-plane request (kvctl) that cannot be carried out; nothing was written."""
+
+
+class NotFoundError(WorkbenchError, KeyError):
+    """A name looked up that does not exist. The message says what, why, and what to change."""
+
+    def __init__(self, what: str, why: str, fix: str):
+        self.what, self.why, self.fix = what, why, fix
+        super().__init__(f"{what}: {why}. Fix: {fix}")
+
+    def __str__(self) -> str:  # KeyError would print the repr of its argument
+        return str(self.args[0])
+
+
+class PatchError(WorkbenchError, RuntimeError):
+    """A monkey-patch that cannot be applied (already applied, or its target changed)."""
+
+
+class ProtocolError(WorkbenchError, ValueError):
+    """A TP/PP protocol message that is not well formed (unknown kind, missing, extra or
+    mistyped field). ``error_type`` is the typed error a worker answers it with."""
+
+    error_type = "bad_request"
+
+    def __init__(self, what: str, why: str, fix: str):
+        self.what, self.why, self.fix = what, why, fix
+        super().__init__(f"{what}: {why}. Fix: {fix}")
+
+
+class FrameError(ProtocolError):
+    """A wire frame that cannot be decoded: too long, nested too deep, not a JSON object."""
+
+    error_type = "bad_frame"
+
+
+class PeerClosedError(WorkbenchError, ConnectionError):
+    """The peer of a socket closed the connection (before or in the middle of a frame)."""

@@ -11,6 +11,7 @@ pytest.importorskip("nbformat", reason="the notebook stack is not installed (mak
 from hypothesis import given
 from hypothesis import strategies as st
 
+from workbench.errors import ConfigError, NotFoundError
 from workbench.quiz import QuizSchemaError, Scorebook, grade, load_quiz, parse_quiz
 from workbench.quiz.schema import parse_question
 
@@ -136,7 +137,7 @@ def test_single_choice_feedback_is_the_choice_feedback():
     g = grade(q, 2)
     assert not g.correct and g.score == 0 and g.feedback == ("fc",)
     for bad in (3, -1, True, "0", None):
-        with pytest.raises(ValueError):
+        with pytest.raises(ConfigError, match=r"single-choice question takes one choice index"):
             grade(q, bad)
 
 
@@ -145,7 +146,7 @@ def test_numeric_tolerance_and_direction():
     assert grade(q, 64.5).correct and grade(q, 63.5).correct
     assert grade(q, 63.4).feedback == ("too low",)
     assert grade(q, 64.6).feedback == ("too high",)
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError, match="a numeric question takes a number"):
         grade(q, "64")
 
 
@@ -192,7 +193,7 @@ def test_scorebook_keeps_best_and_saves(tmp_path):
     book.answer("n", 64)
     merged = json.loads(path.read_text())
     assert merged["05"] == {"score": 2} and merged["09"]["score"] == 2.0
-    with pytest.raises(KeyError):
+    with pytest.raises(NotFoundError, match="question 'nope': this quiz has no question"):
         book.answer("nope", 0)
 
 

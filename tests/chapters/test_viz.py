@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from workbench.core.geometry import KVGeometry
+from workbench.errors import ConfigError
 from workbench.viz import (
     Explorer,
     Message,
@@ -144,7 +145,7 @@ def test_block_table_spans_cover_every_token(num_tokens, bs, view):
 
 def test_block_table_rejects_short_tables():
     g = KVGeometry(num_layers=2, kv_heads=2, head_dim=64, block_size=16, num_blocks=64)
-    with pytest.raises(ValueError, match="need 2 blocks"):
+    with pytest.raises(ConfigError, match="need 2 blocks"):
         request_spans(g, [1], 20)
     fig = block_table_figure(g, [5, 9], 20)
     assert len(fig.data) == 2

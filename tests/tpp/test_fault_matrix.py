@@ -117,7 +117,7 @@ class _Raising(SimCluster):
     raise_on: str | None = None
 
     def exchange(self, requests, timeout):
-        if any(m["op"] == self.raise_on for m in requests.values()):
+        if any(m.op == self.raise_on for m in requests.values()):
             self.raise_on = None
             super().exchange(requests, timeout)  # delivered, then the transport blows up
             raise RuntimeError("listener thread crashed")
@@ -216,7 +216,7 @@ def test_state_gil_concurrent_callers_serialised():
 class _BadAck(SimCluster):
     def exchange(self, requests, timeout):
         replies = super().exchange(requests, timeout)
-        if any(m["op"] == "map" for m in requests.values()) and W1 in replies:
+        if any(m.op == "map" for m in requests.values()) and W1 in replies:
             replies[W1] = {"status": "success"}  # kvcached SNAP's ack: no seq, no result
         return replies
 

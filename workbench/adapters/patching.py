@@ -8,6 +8,7 @@ from types import ModuleType
 from typing import Any
 
 from workbench.adapters.registry import Undo
+from workbench.errors import PatchError
 
 MARK = "__workbench_patched__"
 
@@ -37,7 +38,8 @@ def wrap_method(cls: type, name: str, make: Callable[[Any], Any]) -> Undo:
     """``cls.name = make(original)``; idempotent per class (a second wrap is refused)."""
     orig = cls.__dict__[name]
     if getattr(orig, MARK, False):
-        raise RuntimeError(f"{cls.__qualname__}.{name} is already patched")
+        raise PatchError(f"{cls.__qualname__}.{name} is already patched: a second wrap would "
+                         "run the patch twice; undo the first patch before patching again")
     new = make(orig)
     setattr(new, MARK, True)
     setattr(cls, name, new)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from importlib import metadata
 
+from workbench.errors import ConfigError
+
 _RELEASE = re.compile(r"^\s*v?(\d+(?:\.\d+)*)")
 _CLAUSE = re.compile(r"^(>=|<=|==|!=|>|<)\s*(\S+)$")
 
@@ -13,7 +15,8 @@ _CLAUSE = re.compile(r"^(>=|<=|==|!=|>|<)\s*(\S+)$")
 def release(version: str) -> tuple[int, ...]:
     m = _RELEASE.match(version)
     if not m:
-        raise ValueError(f"not a version: {version!r}")
+        raise ConfigError(f"version {version!r}", "it does not start with a release number",
+                          "write a version like 0.5.23")
     parts = [int(p) for p in m.group(1).split(".")]
     while len(parts) > 1 and parts[-1] == 0:
         parts.pop()
@@ -27,7 +30,9 @@ class VersionRange:
         for raw in filter(None, (c.strip() for c in spec.split(","))):
             m = _CLAUSE.match(raw)
             if not m:
-                raise ValueError(f"bad version clause {raw!r} in {spec!r}")
+                raise ConfigError(f"version clause {raw!r} in {spec!r}",
+                                  "a clause is one of >=, <=, ==, !=, >, < and a version",
+                                  "write a range like '>=0.5.23,<0.5.24'")
             self.clauses.append((m.group(1), release(m.group(2))))
 
     def __contains__(self, version: str) -> bool:

@@ -25,85 +25,51 @@ nothing is broadcast (:func:`local_pools`).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, NamedTuple, Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 from workbench.core.device import Device, MemInfo
 from workbench.core.events import Event, EventLog
 from workbench.core.geometry import KVGeometry
+from workbench.core.links import Answer, FanOutDevice, Transport, TransportError
+from workbench.core.messages import (
+    FATAL,
+    AbortRequest,
+    BarrierRequest,
+    CloseRequest,
+    CommitRequest,
+    ErrorType,
+    MapRequest,
+    PrepareRequest,
+    Reply,
+    Request,
+    StateRequest,
+    Status,
+    UnmapRequest,
+    WorkerId,
+    reply_or_raw,
+    targets_for,
+)
 from workbench.errors import (
+    ConfigError,
     DeviceError,
     MapQuarantinedError,
     PoolFailedError,
     StateConsistencyError,
-    WorkbenchError,
 )
 
-Reply = dict[str, Any] | None  # None: no reply (lost, timed out, connection dropped)
-UNDELIVERED = "undelivered"  # a transport's status for a message it knows it never sent
-FATAL = ("state_consistency", "unreachable")
-
-
-class WorkerId(NamedTuple):
-    pp: int
-    tp: int
-
-    def __str__(self) -> str:
-        return f"pp{self.pp}/w{self.tp}"
-
-
-def targets_for(tp_size: int, pp_size: int = 1, pp_rank: int = -1) -> list[WorkerId]:
-    """Every TP rank of one stage, or of every stage when ``pp_rank`` is -1 (fan-out)."""
-    stages = range(pp_size) if pp_rank == -1 else [pp_rank]
-    return [WorkerId(pp, tp) for pp in stages for tp in range(tp_size)]
-
-
-class TransportError(WorkbenchError, RuntimeError):
-    """A target cannot be reached (no listener). Raised before anything was sent to any target."""
-
-
-class Transport(Protocol):
-    def check(self, targets: Iterable[WorkerId]) -> None:
-        """Raise TransportError if a target has no listener. Sends nothing."""
-
-    def exchange(self, requests: Mapping[WorkerId, dict[str, Any]],
-                 timeout: float) -> dict[WorkerId, Reply]:
-        """Send every request at once; each reply, or None where none came within ``timeout``."""
-
-    def now(self) -> float: ...
-
+__all__ = ["Answer", "FanOutDevice", "FanOutSpace", "Transport", "TransportError", "WorkerId",
+           "local_pools", "targets_for", "wall_clock"]
 
 class _Outcome(NamedTuple):
-    ok: dict[WorkerId, dict[str, Any]]
-    failed: dict[WorkerId, dict[str, Any]]  # an error reply: the worker knows what it did
+    ok: dict[WorkerId, Reply]
+    failed: dict[WorkerId, Reply]  # an error reply: the worker knows what it did
     unknown: dict[WorkerId, str]  # no usable reply: the outcome there is unknown
-
-
-class FanOutDevice:
-    """What the page allocator asks of a device, answered for a set of workers: the clock and
-    the smallest headroom any target reported (a page must fit on every one)."""
-
-    def __init__(self, name: str, granularity: int, clock: Callable[[], float]):
-        self.name = name
-        self.granularity = granularity
-        self._clock = clock
-        self.info: dict[WorkerId, MemInfo] = {}
-
-    def now(self) -> float:
-        return self._clock()
-
-    @property
-    def busy_s(self) -> float:
-        return 0.0
-
-    def mem_info(self) -> MemInfo:
-        if not self.info:
-            return MemInfo(1 << 62, 1 << 62)
-        return min(self.info.values(), key=lambda m: m.free)
 
 
 class FanOutSpace:
@@ -114,7 +80,9 @@ class FanOutSpace:
                  commit_attempts: int = 2, granularity: int | None = None,
                  fold_single: bool = True):
         if not targets:
-            raise ValueError("a FanOutSpace needs at least one target")
+            raise ConfigError("FanOutSpace targets", "the list is empty, so no worker would "
+                              "hold the pages", "pass targets_for(tp, pp) or another non-empty "
+                              "list of WorkerId")
         self.geometry = geometry
         self.transport = transport
         self.targets = list(targets)
@@ -169,13 +137,12 @@ class FanOutSpace:
                 self._emit(-1, "ok", "failed", why)
         return StateConsistencyError(f"pool {self.pool!r} failed: {why}")
 
-    def _send(self, requests: dict[WorkerId, dict[str, Any]]) -> _Outcome:
+    def _send(self, requests: Mapping[WorkerId, Request]) -> _Outcome:
         """One round trip to several targets, classified. TransportError (no listener) passes
         through: it is raised before anything is sent."""
         self.transport.check(requests)
-        seqs = {}
-        for t, msg in requests.items():
-            msg["seq"] = seqs[t] = next(self._seq)
+        for msg in requests.values():
+            msg.seq = next(self._seq)
         self.round_trips += 1
         try:
             replies = self.transport.exchange(requests, self.timeout)
@@ -183,35 +150,39 @@ class FanOutSpace:
             raise
         except Exception as err:  # noqa: BLE001 - whatever was sent, its outcome is unknown
             return _Outcome({}, {}, {t: f"transport raised {err!r}" for t in requests})
-        ok, failed, unknown = {}, {}, {}
+        out = _Outcome({}, {}, {})
         for t, msg in requests.items():
-            r = replies.get(t)
-            if r is None:
-                unknown[t] = f"no reply to {msg['op']} within {self.timeout:g}s"
-            elif not isinstance(r, dict) or r.get("seq") != seqs[t] or r.get("op") != msg["op"] \
-                    or r.get("status") not in ("ok", "error", UNDELIVERED):
-                unknown[t] = f"malformed reply to {msg['op']}: {str(r)[:120]}"
-            elif r["status"] == "ok":
-                ok[t] = r
-            elif r["status"] == UNDELIVERED:  # the listener is gone: so are its tensors
-                failed[t] = {**r, "error_type": "unreachable"}
-            else:
-                failed[t] = r
-            if isinstance(r, dict) and isinstance(r.get("free"), int):
-                self.device.info[t] = MemInfo(r["free"], r["total"])
-        return _Outcome(ok, failed, unknown)
+            self._classify(t, msg, replies.get(t), out)
+        return out
 
-    def _all(self, op: str, **fields: Any) -> dict[WorkerId, dict[str, Any]]:
-        return {t: {"op": op, **fields} for t in self.targets}
+    def _classify(self, t: WorkerId, msg: Request, raw: Answer, out: _Outcome) -> None:
+        r = raw if raw is None or isinstance(raw, Reply) else reply_or_raw(raw)
+        if r is None:
+            out.unknown[t] = f"no reply to {msg.op} within {self.timeout:g}s"
+            return
+        if not isinstance(r, Reply) or r.seq != msg.seq or r.op != msg.op:
+            out.unknown[t] = f"malformed reply to {msg.op}: {str(raw)[:120]}"
+            return
+        if r.status is Status.OK:
+            out.ok[t] = r
+        elif r.status is Status.UNDELIVERED:  # the listener is gone: so are its tensors
+            out.failed[t] = dataclasses.replace(r, error_type=ErrorType.UNREACHABLE)
+        else:
+            out.failed[t] = r
+        if r.free is not None and r.total is not None:
+            self.device.info[t] = MemInfo(r.free, r.total)
+
+    def _all(self, kind: type[Request], **fields: Any) -> dict[WorkerId, Request]:
+        return {t: kind(**fields) for t in self.targets}
 
     @staticmethod
     def _fatal(out: _Outcome) -> bool:
         """A target whose state is unknown or gone (the pool cannot go on)."""
-        return bool(out.unknown) or any(r.get("error_type") in FATAL for r in out.failed.values())
+        return bool(out.unknown) or any(r.error_type in FATAL for r in out.failed.values())
 
     @staticmethod
     def _why(out: _Outcome) -> str:
-        parts = [f"{t}: {r.get('error_type')}: {r.get('message')}" for t, r in out.failed.items()]
+        parts = [f"{t}: {r.error_type}: {r.message}" for t, r in out.failed.items()]
         parts += [f"{t}: {why}" for t, why in out.unknown.items()]
         return "; ".join(parts)
 
@@ -222,20 +193,20 @@ class FanOutSpace:
             self.check_ok()
             if page in self.mapped or page in self.retained or page in self.quarantined:
                 raise StateConsistencyError(f"page {page} is already backed or quarantined")
-            out = self._send(self._all("map", pages=[page]))
+            out = self._send(self._all(MapRequest, pages=[page]))
             if not out.failed and not out.unknown:
                 self.mapped.add(page)
                 return
             why = self._why(out)
             # roll back exactly what this call newly mapped, on the targets that said so
-            undo = {t: {"op": "unmap", "pages": r.get("newly_mapped", [])}
-                    for t, r in out.ok.items() if r.get("newly_mapped")}
+            undo: dict[WorkerId, Request] = {t: UnmapRequest(pages=r.newly_mapped)
+                                             for t, r in out.ok.items() if r.newly_mapped}
             back = self._send(undo) if undo else _Outcome({}, {}, {})
             if self._fatal(out) or self._fatal(back):
                 self._emit(page, "free", "unknown", f"map_unknown: {why} {self._why(back)}")
                 raise self._fail(f"map of page {page}: outcome unknown ({why}"
                                  f"{'; rollback: ' + self._why(back) if back.unknown else ''})")
-            bad = [t for t, r in out.failed.items() if r.get("error_type") == "map_quarantined"]
+            bad = [t for t, r in out.failed.items() if r.error_type is ErrorType.MAP_QUARANTINED]
             bad += list(back.failed)
             if bad:
                 self.quarantined.add(page)
@@ -272,22 +243,22 @@ class FanOutSpace:
                 return self._unmap_folded(page)
             self._check_mapped(page)
             txid = uuid.uuid4().hex
-            out = self._send(self._all("prepare", txid=txid, pages=[page]))
+            out = self._send(self._all(PrepareRequest, txid=txid, pages=[page]))
             if not out.failed and not out.unknown and all(
-                    r.get("state") == "prepared" for r in out.ok.values()):
+                    r.state == "prepared" for r in out.ok.values()):
                 self.mapped.discard(page)
                 self.retained[page] = txid
                 return txid
             why = self._why(out) or "a target did not stay prepared"
             self._abort(page, txid, why)  # raises StateConsistencyError if the abort is unsure
             # a lost prepare reply is resolved by the abort; a failed or gone worker is not
-            if any(r.get("error_type") in FATAL for r in out.failed.values()):
+            if any(r.error_type in FATAL for r in out.failed.values()):
                 raise self._fail(f"prepare {txid} of page {page}: {why}")
             raise DeviceError("unmap", f"page {page}: prepare {txid} failed ({why}); aborted "
                                        "on every target, the page stays mapped")
 
     def _abort(self, page: int, txid: str, why: str) -> None:
-        out = self._send(self._all("abort", txid=txid))
+        out = self._send(self._all(AbortRequest, txid=txid))
         if out.failed or out.unknown:
             self._emit(page, "mapped", "unknown", f"abort {txid} unsure: {self._why(out)}")
             raise self._fail(f"abort {txid} of page {page} after ({why}) is unsure: "
@@ -304,7 +275,7 @@ class FanOutSpace:
             left = list(self.targets)
             why = ""
             for _ in range(self.commit_attempts):
-                out = self._send({t: {"op": "commit", "txid": txid} for t in left})
+                out = self._send({t: CommitRequest(txid=txid) for t in left})
                 if out.failed:
                     self._emit(page, "retained", "unknown", f"commit {txid}: {self._why(out)}")
                     raise self._fail(f"commit {txid} of page {page}: {self._why(out)}")
@@ -332,14 +303,14 @@ class FanOutSpace:
         with a retried commit, never an abort: the handles may already be released."""
         self._check_mapped(page)
         txid = uuid.uuid4().hex
-        out = self._send(self._all("prepare", txid=txid, pages=[page], commit=True))
+        out = self._send(self._all(PrepareRequest, txid=txid, pages=[page], commit=True))
         for attempt in range(self.commit_attempts + 1):
-            if out.ok and out.ok[self.targets[0]].get("state") == "committed":
+            if out.ok and out.ok[self.targets[0]].state == "committed":
                 self.mapped.discard(page)
                 return txid
             if out.failed:
                 r = next(iter(out.failed.values()))
-                if r.get("error_type") in ("device", "aborted", "not_prepared"):
+                if r.error_type in (ErrorType.DEVICE, ErrorType.ABORTED, ErrorType.NOT_PREPARED):
                     # the worker restored the page or never saw the prepare (now fenced)
                     self._emit(page, "mapped", "mapped", f"unmap_aborted {txid}: "
                                                          f"{self._why(out)}")
@@ -348,7 +319,7 @@ class FanOutSpace:
                 self._emit(page, "mapped", "unknown", f"unmap {txid}: {self._why(out)}")
                 raise self._fail(f"unmap {txid} of page {page}: {self._why(out)}")
             if attempt < self.commit_attempts:
-                out = self._send(self._all("commit", txid=txid))
+                out = self._send(self._all(CommitRequest, txid=txid))
         self._emit(page, "mapped", "unknown", f"unmap {txid} unconfirmed: {self._why(out)}")
         raise self._fail(f"state_consistency_unknown: unmap {txid} of page {page} "
                          f"unconfirmed ({self._why(out)})")
@@ -358,9 +329,9 @@ class FanOutSpace:
         """True once every target confirmed it finished queued work through ``epoch``."""
         with self._lock:
             self.check_ok()
-            out = self._send(self._all("barrier", epoch=epoch))
+            out = self._send(self._all(BarrierRequest, epoch=epoch))
             done = not out.failed and not out.unknown and all(
-                r.get("epoch") == epoch for r in out.ok.values())
+                r.epoch == epoch for r in out.ok.values())
             if not done:
                 self._emit(-1, f"barrier@{epoch}", "incomplete", self._why(out) or "epoch")
             return done
@@ -374,25 +345,28 @@ class FanOutSpace:
         return owner.release_retired_through(marker)
 
     # -- health and inspection ---------------------------------------------------------------
-    def ping(self) -> dict[WorkerId, dict[str, Any]]:
+    def ping(self) -> dict[WorkerId, Reply]:
         """Ask every target for its state; an unreachable or failed target fails the pool (its
         tensors, or what we know of them, are gone)."""
         with self._lock:
-            out = self._send(self._all("state"))
+            out = self._send(self._all(StateRequest))
             if out.unknown or out.failed:
                 raise self._fail(f"health check: {self._why(out)}")
-            bad = {t: r["failed"] for t, r in out.ok.items() if r.get("failed")}
+            bad = {t: r.failed for t, r in out.ok.items() if r.failed}
             if bad:
                 raise self._fail(f"health check: worker failed: {bad}")
             return out.ok
 
-    def inconsistencies(self, states: Mapping[WorkerId, Mapping[str, Any]]) -> list[str]:
-        """Compare worker states (``state`` replies) with this view: each live page must be
-        mapped on every target or none. Quarantined pages are exempt."""
+    def inconsistencies(self, states: Mapping[WorkerId, Reply | Mapping[str, Any]]) -> list[str]:
+        """Compare worker states (``state`` replies, typed or as JSON objects) with this view:
+        each live page must be mapped on every target or none. Quarantined pages are exempt."""
         problems = []
         for t in self.targets:
             s = states[t]
-            held = set(s["mapped"]) | set(s["retained"])
+            if isinstance(s, Reply):
+                held = set(s.mapped or ()) | set(s.retained or ())
+            else:
+                held = set(s["mapped"]) | set(s["retained"])
             want = self.mapped | set(self.retained)
             for p in sorted((held ^ want) - self.quarantined):
                 problems.append(f"page {p}: {'held' if p in held else 'missing'} on {t}")
@@ -408,7 +382,7 @@ class FanOutSpace:
                     except (DeviceError, StateConsistencyError):
                         break
             try:
-                self._send(self._all("close"))
+                self._send(self._all(CloseRequest))
             except TransportError:
                 pass
 

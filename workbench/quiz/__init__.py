@@ -15,4 +15,4 @@ def __getattr__(name: str):
         from workbench.quiz import widget
 
         return getattr(widget, name)
-    raise AttributeError(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")  # the module protocol

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
+from workbench.errors import ConfigError
 from workbench.quiz.schema import Question, Quiz
 
 
@@ -26,21 +27,27 @@ class Grade(NamedTuple):
 
 def grade(q: Question, response: int | Iterable[int] | float) -> Grade:
     """Grade ``response``: a choice index (single), indices (multiple) or a number (numeric).
-    Raises ValueError for a response of the wrong shape (the widget never sends one)."""
+    Raises ConfigError (a ValueError) for a response of the wrong shape (the widget never
+    sends one)."""
     if q.kind == "single":
         if isinstance(response, bool) or not isinstance(response, int) \
                 or not 0 <= response < len(q.choices):
-            raise ValueError(f"{q.id}: expected a choice index 0..{len(q.choices) - 1}, "
-                             f"got {response!r}")
+            raise ConfigError(f"quiz {q.id}: response {response!r}",
+                              "a single-choice question takes one choice index",
+                              f"answer with an int in 0..{len(q.choices) - 1}")
         c = q.choices[response]
         return Grade(c.correct, float(c.correct), (c.feedback,), q.explanation)
     if q.kind == "multiple":
         if isinstance(response, (int, float, str)):
-            raise ValueError(f"{q.id}: expected a collection of choice indices")
+            raise ConfigError(f"quiz {q.id}: response {response!r}",
+                              "a multiple-choice question takes a collection of choice indices",
+                              "answer with a list of ints, e.g. [0, 2]")
         picked = set(response)
         if any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(q.choices)
                for i in picked):
-            raise ValueError(f"{q.id}: choice indices must lie in 0..{len(q.choices) - 1}")
+            raise ConfigError(f"quiz {q.id}: response {sorted(picked, key=repr)!r}",
+                              "a choice index lies outside the question's choices",
+                              f"use ints in 0..{len(q.choices) - 1}")
         right = q.correct_indices
         notes = [q.choices[i].feedback for i in sorted(picked)]
         notes += [f"Missed: {q.choices[i].text} - {q.choices[i].feedback}"
@@ -50,7 +57,8 @@ def grade(q: Question, response: int | Iterable[int] | float) -> Grade:
         score = max(0.0, (len(picked & right) - len(picked - right)) / len(right))
         return Grade(False, score, tuple(notes) or ("Pick at least one choice.",), q.explanation)
     if isinstance(response, bool) or not isinstance(response, (int, float)):
-        raise ValueError(f"{q.id}: expected a number, got {response!r}")
+        raise ConfigError(f"quiz {q.id}: response {response!r}",
+                          "a numeric question takes a number", "answer with an int or float")
     assert q.answer is not None and q.feedback is not None
     diff = float(response) - q.answer
     if abs(diff) <= q.tolerance + 1e-12 * max(1.0, abs(q.answer)):

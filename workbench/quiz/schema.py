@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workbench.errors import ConfigError
+from workbench.errors import ConfigError, NotFoundError
 
 KINDS = ("single", "multiple", "numeric")
 _Q_KEYS = {"id", "kind", "prompt", "explanation", "source", "choices", "answer", "tolerance",
@@ -71,7 +71,8 @@ class Quiz:
         for q in self.questions:
             if q.id == qid:
                 return q
-        raise KeyError(qid)
+        raise NotFoundError(f"question {qid!r}", "this quiz has no question with that id",
+                            f"use one of {', '.join(q.id for q in self.questions)}")
 
 
 def _fail(where: str, why: str, fix: str) -> QuizSchemaError:

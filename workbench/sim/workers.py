@@ -10,7 +10,10 @@ the coordinator gave up on it — which is how the abort-before-prepare fence is
 
 :class:`SimCluster` is a coordinator :class:`~workbench.core.coordinator.Transport`: ``exchange``
 runs the SimPy environment until every reply is in or the timeout fires. Drive it from plain
-code (not from inside a SimPy process). Messages travel as JSON, as on the real wire.
+code (not from inside a SimPy process). Messages travel as JSON, as on the real wire: a typed
+request is written with ``to_json``, serialised, read back by the worker's JSON boundary
+(:meth:`~workbench.core.worker.WorkerState.handle`), and its reply decoded into a typed
+:class:`~workbench.core.messages.Reply` on arrival.
 """
 
 from __future__ import annotations
@@ -22,10 +25,12 @@ from typing import Any
 
 import simpy
 
-from workbench.core.coordinator import Reply, TransportError, WorkerId, targets_for
+from workbench.core.coordinator import Answer, TransportError, WorkerId, targets_for
 from workbench.core.device import FaultyDevice
 from workbench.core.geometry import KVGeometry
+from workbench.core.messages import Request, StateRequest, reply_or_raw
 from workbench.core.worker import WorkerState
+from workbench.errors import ConfigError
 from workbench.sim.device import SimDevice
 
 FAULT_KINDS = ("drop_request", "delay_request", "crash_before", "crash_after", "drop_reply",
@@ -47,7 +52,8 @@ class Fault:
 
     def __post_init__(self) -> None:
         if self.kind not in FAULT_KINDS:
-            raise ValueError(f"fault kind {self.kind!r} is not one of {FAULT_KINDS}")
+            raise ConfigError(f"fault kind {self.kind!r}", f"not one of {', '.join(FAULT_KINDS)}",
+                              "name a step of a message's life")
 
 
 @dataclass(slots=True)
@@ -96,8 +102,8 @@ class SimCluster:
             raise TransportError(f"no listener for {', '.join(gone)}: start those workers "
                                  "before the pool (nothing was sent)")
 
-    def exchange(self, requests: Mapping[WorkerId, dict[str, Any]],
-                 timeout: float) -> dict[WorkerId, Reply]:
+    def exchange(self, requests: Mapping[WorkerId, Request],
+                 timeout: float) -> dict[WorkerId, Answer]:
         if not requests:
             return {}
         env, box, waiting = self.env, {}, set(requests)
@@ -107,14 +113,14 @@ class SimCluster:
         def receiver(t: WorkerId) -> Callable[[dict[str, Any]], None]:
             def got(reply: dict[str, Any]) -> None:
                 if is_open[0] and t in waiting:
-                    box[t] = reply
+                    box[t] = reply_or_raw(reply)
                     waiting.discard(t)
                     if not waiting and not done.triggered:
                         done.succeed()
             return got
 
         for t, msg in requests.items():
-            env.process(self._deliver(t, json.loads(json.dumps(msg)), receiver(t)))
+            env.process(self._deliver(t, _wire(msg.to_json()), receiver(t)))
         env.run(until=env.any_of([done, env.timeout(timeout)]))
         is_open[0] = False
         return {t: box.get(t) for t in requests}
@@ -160,7 +166,7 @@ class SimCluster:
             if self._hit("crash_after", w.wid, op):
                 self.crash(w.wid)
                 continue
-            self.env.process(self._reply(w.wid, json.loads(json.dumps(reply)), reply_to))
+            self.env.process(self._reply(w.wid, _wire(reply), reply_to))
 
     def _reply(self, t: WorkerId, reply: dict[str, Any], reply_to: Callable[[dict], None]):
         op = reply.get("op")
@@ -190,10 +196,15 @@ class SimCluster:
         """Each worker's state read directly (no message); a dead worker holds nothing."""
         out = {}
         for t, w in self.workers.items():
-            s = w.state.handle({"op": "state"})
+            s = w.state.apply(StateRequest()).to_json()
             s["alive"] = w.alive
             out[t] = s
         return out
 
     def device_bytes(self, t: WorkerId) -> int:
         return sum(self.workers[t].device.inner.allocations.values())
+
+
+def _wire(obj: dict[str, Any]) -> Any:
+    """What the other end reads: the object serialised to JSON text and parsed back."""
+    return json.loads(json.dumps(obj))

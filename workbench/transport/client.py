@@ -27,14 +27,23 @@ from pathlib import Path
 from typing import Any
 
 from workbench.core.coordinator import (
-    UNDELIVERED,
+    Answer,
     FanOutSpace,
-    Reply,
     TransportError,
     WorkerId,
     targets_for,
 )
 from workbench.core.geometry import KVGeometry
+from workbench.core.messages import (
+    SERVER_REQUESTS,
+    ExitRequest,
+    Reply,
+    Request,
+    StateRequest,
+    Status,
+    decode_request,
+    reply_or_raw,
+)
 from workbench.transport import wire
 from workbench.transport.paths import make_pool_dir, remove_pool_dir, socket_path
 
@@ -69,11 +78,20 @@ class SocketTransport:
         if s is None:
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             s.settimeout(self.connect_timeout)
-            try:
-                s.connect(str(self.paths[t]))
-            except OSError:
-                s.close()
-                raise
+            give_up = time.monotonic() + self.connect_timeout
+            while True:
+                try:
+                    s.connect(str(self.paths[t]))
+                    break
+                except BlockingIOError:  # the listener's backlog is full: it is busy, not gone
+                    if time.monotonic() < give_up:
+                        time.sleep(0.005)
+                        continue
+                    s.close()
+                    raise
+                except OSError:
+                    s.close()
+                    raise
             self.conns[t] = s
         return s
 
@@ -82,10 +100,10 @@ class SocketTransport:
         if s is not None:
             s.close()
 
-    def exchange(self, requests: Mapping[WorkerId, dict[str, Any]],
-                 timeout: float) -> dict[WorkerId, Reply]:
+    def exchange(self, requests: Mapping[WorkerId, Request],
+                 timeout: float) -> dict[WorkerId, Answer]:
         deadline = time.monotonic() + timeout
-        replies: dict[WorkerId, Reply] = {t: None for t in requests}
+        replies: dict[WorkerId, Answer] = {t: None for t in requests}
         sel = selectors.DefaultSelector()
         readers: dict[WorkerId, wire.FrameReader] = {}
         try:
@@ -93,12 +111,12 @@ class SocketTransport:
                 try:
                     s = self._conn(t)
                 except OSError as err:  # never connected: certainly not delivered
-                    replies[t] = {"status": UNDELIVERED, "op": msg["op"], "seq": msg.get("seq"),
-                                  "message": f"connect to {self.paths[t]} failed: {err}"}
+                    replies[t] = Reply(status=Status.UNDELIVERED, op=msg.op, seq=msg.seq,
+                                       message=f"connect to {self.paths[t]} failed: {err}")
                     continue
                 try:
                     s.settimeout(max(0.001, deadline - time.monotonic()))
-                    wire.send(s, msg)
+                    wire.send(s, msg.to_json())
                 except OSError:
                     self._close(t)  # part of a frame may have gone out: unknown
                     continue
@@ -122,8 +140,8 @@ class SocketTransport:
                         self._close(t)
                         continue
                     for f in frames:
-                        if f.get("seq") == requests[t].get("seq"):
-                            replies[t] = f
+                        if f.get("seq") == requests[t].seq:
+                            replies[t] = reply_or_raw(f)
                     if replies[t] is not None:
                         sel.unregister(key.fileobj)
                         key.fileobj.setblocking(True)
@@ -203,18 +221,22 @@ class WorkerGroup:
         return FanOutSpace(self.geometry, self.transport, targets_for(self.tp, self.pp, pp_rank),
                            **kw)
 
-    def send(self, t: WorkerId, msg: dict[str, Any], timeout: float = 30.0) -> Reply:
-        """One message to one worker (tests, inspection)."""
-        msg = {**msg, "seq": -int(time.monotonic_ns() % (1 << 40))}
-        return self.transport.exchange({t: msg}, timeout)[t]
+    def send(self, t: WorkerId, msg: Request | Mapping[str, Any],
+             timeout: float = 30.0) -> dict[str, Any] | None:
+        """One message to one worker (tests, inspection): its reply as a JSON object, or None.
+        A dict is checked as a request first (ProtocolError if it is not one)."""
+        req = msg if isinstance(msg, Request) else decode_request(dict(msg), SERVER_REQUESTS)
+        req.seq = -int(time.monotonic_ns() % (1 << 40))
+        r = self.transport.exchange({t: req}, timeout)[t]
+        return r.to_json() if isinstance(r, Reply) else r
 
     def inject(self, t: WorkerId, **faults: Any) -> None:
         r = self.send(t, {"op": "inject", **faults})
         if not r or r.get("status") != "ok":
             raise TransportError(f"inject on {t} failed: {r}")
 
-    def states(self, timeout: float = 30.0) -> dict[WorkerId, Reply]:
-        return {t: self.send(t, {"op": "state"}, timeout) for t in self.procs}
+    def states(self, timeout: float = 30.0) -> dict[WorkerId, dict[str, Any] | None]:
+        return {t: self.send(t, StateRequest(), timeout) for t in self.procs}
 
     def kill(self, t: WorkerId, sig: int) -> None:
         self.procs[t].send_signal(sig)
@@ -230,7 +252,7 @@ class WorkerGroup:
         for t, proc in self.procs.items():
             if proc.poll() is None and transport is not None:
                 try:
-                    transport.exchange({t: {"op": "exit", "seq": 0}}, 5.0)
+                    transport.exchange({t: ExitRequest(seq=0)}, 5.0)
                 except Exception:  # noqa: BLE001 - shutdown goes on regardless
                     pass
         if transport is not None:

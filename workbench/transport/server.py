@@ -1,16 +1,25 @@
 """A worker OS process: one TP rank / PP stage listening on its Unix socket.
 
 Run as ``python -m workbench.transport.server '<json config>'`` (WorkerGroup does this). It owns a
-:class:`~workbench.core.worker.WorkerState` on its own device — a SimDevice (``backend="sim"``),
-host memory (``"host"``: memfd pages in an mmap range) or the CUDA device
-(``workbench.gpu.make_device``, ``"gpu"``) — and serves frames serially
-from a single thread, so the state machine never runs concurrently with itself. It exits (and
-removes its socket) on ``exit``, on SIGTERM/SIGINT, or when its parent process goes away.
+:class:`~workbench.core.worker.WorkerState` on its own device, chosen by
+:func:`workbench.backends.make_device` — a SimDevice (``backend="sim"``), host memory (``"host"``:
+memfd pages in an mmap range) or the CUDA device (``"gpu"``) — and serves frames from a single
+thread, so the state machine never runs concurrently with itself. It exits (and removes its
+socket) on ``exit``, on SIGTERM/SIGINT, or when its parent process goes away.
 
-``inject`` (test hook; the socket is private to the user) arms faults in this process: a device
-call that fails (``device: {op: k}`` → the k-th next call), a reply that is never sent and its
-connection dropped (``drop_reply: op``), a reply held back ``seconds`` (``stall``), or the
-process dying right after it applied a message (``die_after: op``).
+One bad peer never stops it serving the others: every connection is non-blocking with its own
+frame buffer, and a frame begun must be complete within :data:`FRAME_TIMEOUT` or the connection
+is dropped. A frame that cannot be decoded (too long, nested too deep, not a JSON object) drops
+its connection (the peer's framing can no longer be trusted); a well-framed JSON object that is
+not a request of a known op is answered with a typed ``bad_request`` error frame and the
+connection stays open.
+
+``inject`` (test hook; the socket is private to the user, in a 0700 directory) arms faults in
+this process: a device call that fails (``device: {op: k}`` → the k-th next call), a reply that
+is never sent and its connection dropped (``drop_reply: op``), a reply held back ``seconds``
+(``stall``), or the process dying right after it applied a message (``die_after: op``). An
+``inject`` that is not exactly that (unknown field, unknown op or call, k or seconds out of
+range) is refused with ``bad_request`` and arms nothing.
 """
 
 from __future__ import annotations
@@ -22,28 +31,52 @@ import signal
 import socket
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench.core.device import FaultyDevice
+from workbench import backends
+from workbench.core.device import Device, FaultyDevice
 from workbench.core.geometry import KVGeometry
+from workbench.core.messages import (
+    SERVER_REQUESTS,
+    ErrorType,
+    InjectRequest,
+    Reply,
+    decode_request,
+    echo_of,
+)
 from workbench.core.worker import WorkerState
+from workbench.errors import FrameError, ProtocolError, WorkbenchError
 from workbench.transport import wire
 
+FRAME_TIMEOUT = 5.0  # seconds from a frame's first byte to its last; a stalled peer is dropped
+SEND_TIMEOUT = 5.0  # a peer that does not read its replies is dropped after this
+MAX_CONNS = 64  # connections beyond this are closed at once (the coordinator keeps one each)
+BACKLOG = 128
+TICK = 0.5  # how often the parent and overdue frames are checked while idle
 
-def make_device(cfg: dict[str, Any]):
-    if cfg.get("backend", "sim") == "gpu":
-        from workbench.gpu import make_device as gpu_device  # lazy: CPU hosts never import CUDA
 
-        return gpu_device()
-    if cfg.get("backend") == "host":  # real memory: memfd pages mapped into an mmap range
-        from workbench.host.device import HostDevice
+def make_device(cfg: dict[str, Any]) -> Device:
+    """The worker's device, by name, from the one device chooser (:mod:`workbench.backends`)."""
+    backend, name = cfg.get("backend", "sim"), cfg["name"]
+    if backend == "sim":
+        return backends.make_device("sim", preset=cfg.get("preset", "h200"),
+                                    capacity=cfg.get("capacity"), name=f"sim-{name}")
+    if backend == "host":  # real memory: memfd pages mapped into an mmap range
+        return backends.make_device("host", capacity=cfg.get("capacity"), name=f"host-{name}")
+    # gpu (or whatever else backends can honour): the CUDA device sizes itself; a name it
+    # cannot honour is its one-line ConfigError, which WorkerGroup reports from the log
+    return backends.make_device(backend)
 
-        return HostDevice(capacity=cfg.get("capacity"), name=f"host-{cfg['name']}")
-    from workbench.sim.device import SimDevice
 
-    return SimDevice(cfg.get("preset", "h200"), capacity=cfg.get("capacity"),
-                     name=f"sim-{cfg['name']}")
+@dataclass(slots=True)
+class Conn:
+    """One peer: its socket, its partial frame, and when that frame must be complete."""
+
+    sock: socket.socket
+    reader: wire.FrameReader = field(default_factory=wire.FrameReader)
+    deadline: float | None = None
 
 
 class Server:
@@ -58,6 +91,7 @@ class Server:
         self.stall: dict[str, float] = {}
         self.die_after: set[str] = set()
         self.running = True
+        self.conns: dict[socket.socket, Conn] = {}
         old = os.umask(0o077)
         try:
             self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -66,7 +100,8 @@ class Server:
             self.sock.bind(str(self.path))
         finally:
             os.umask(old)
-        self.sock.listen(16)
+        self.sock.listen(BACKLOG)
+        self.sock.setblocking(False)
         self.sel = selectors.DefaultSelector()
         self.sel.register(self.sock, selectors.EVENT_READ, None)
 
@@ -75,63 +110,121 @@ class Server:
             while self.running:
                 if os.getppid() != self.parent:
                     break  # the coordinator died: our tensors have no owner
-                for key, _ in self.sel.select(timeout=0.5):
+                for key, _ in self.sel.select(timeout=self._wait()):
                     if key.data is None:
-                        conn, _ = self.sock.accept()
-                        conn.setblocking(True)
-                        conn.settimeout(10.0)
-                        self.sel.register(conn, selectors.EVENT_READ, "conn")
+                        self._accept()
                     else:
-                        self._serve_one(key.fileobj)
+                        self._readable(key.data)
+                    if not self.running:
+                        break
+                self._expire()
         finally:
             self.shutdown()
 
-    def _drop(self, conn: socket.socket) -> None:
-        self.sel.unregister(conn)
-        conn.close()
+    def _wait(self) -> float:
+        due = [c.deadline for c in self.conns.values() if c.deadline is not None]
+        return max(0.0, min([TICK, *(d - time.monotonic() for d in due)]))
 
-    def _serve_one(self, conn: socket.socket) -> None:
+    def _expire(self) -> None:
+        """Drop every peer whose frame is overdue: half a frame then silence wedges nobody."""
+        now = time.monotonic()
+        for c in [c for c in self.conns.values() if c.deadline is not None and c.deadline <= now]:
+            self._drop(c)
+
+    def _accept(self) -> None:
+        """Drain the backlog: a flood of connects must not leave the coordinator's refused."""
+        while True:
+            try:
+                sock, _ = self.sock.accept()
+            except OSError:  # backlog empty, or the peer gave up before we got to it
+                return
+            if len(self.conns) >= MAX_CONNS:
+                sock.close()
+                continue
+            sock.setblocking(False)
+            c = Conn(sock)
+            self.conns[sock] = c
+            self.sel.register(sock, selectors.EVENT_READ, c)
+
+    def _drop(self, c: Conn) -> None:
+        if self.conns.pop(c.sock, None) is not None:
+            self.sel.unregister(c.sock)
+        c.sock.close()
+
+    def _readable(self, c: Conn) -> None:
         try:
-            msg = wire.recv(conn)
-        except (OSError, ConnectionError, wire.FrameError):
-            self._drop(conn)
+            data = c.sock.recv(65536)
+        except BlockingIOError:
             return
-        op = msg.get("op")
-        if op == "inject":
-            reply = self._inject(msg)
+        except OSError:
+            data = b""
+        if not data:
+            self._drop(c)
+            return
+        try:
+            frames = c.reader.feed(data)
+        except FrameError:
+            self._drop(c)
+            return
+        if not c.reader.partial:
+            c.deadline = None
+        elif frames or c.deadline is None:  # a new frame began: its own deadline
+            c.deadline = time.monotonic() + FRAME_TIMEOUT
+        for msg in frames:
+            if not self._answer(c, msg):
+                return
+
+    def _answer(self, c: Conn, msg: dict[str, Any]) -> bool:
+        """Apply one message and send its reply; False when the connection is gone."""
+        try:
+            req = decode_request(msg, SERVER_REQUESTS)
+        except ProtocolError as err:
+            op, seq = echo_of(msg)
+            reply = Reply.error(ErrorType.BAD_REQUEST, str(err), op=op, seq=seq,
+                                worker=self.state.name)
+            return self._send(c, reply.to_json())
+        op = req.op
+        if isinstance(req, InjectRequest):
+            reply = self._inject(req)
         elif op == "exit":
             self.running = False
-            reply = {"status": "ok", "op": "exit", "seq": msg.get("seq")}
+            reply = Reply.ok(op=op, seq=req.seq)
         else:
-            reply = self.state.handle(msg)
+            reply = self.state.apply(req)
         if op in self.die_after:
             os._exit(17)  # a crash right after applying, before any reply
         if op in self.drop_reply:
             self.drop_reply.discard(op)
-            self._drop(conn)  # the caller sees the connection end: outcome unknown to it
-            return
+            self._drop(c)  # the caller sees the connection end: outcome unknown to it
+            return False
         if op in self.stall:
             time.sleep(self.stall.pop(op))
-        try:
-            wire.send(conn, reply)
-        except OSError:
-            self._drop(conn)
+        return self._send(c, reply.to_json())
 
-    def _inject(self, msg: dict[str, Any]) -> dict[str, Any]:
-        for op, k in (msg.get("device") or {}).items():
-            self.device.fail_next(op, int(k))
-        if msg.get("drop_reply"):
-            self.drop_reply.add(msg["drop_reply"])
-        if msg.get("stall"):
-            self.stall[msg["stall"]] = float(msg.get("seconds", 5.0))
-        if msg.get("die_after"):
-            self.die_after.add(msg["die_after"])
-        return {"status": "ok", "op": "inject", "seq": msg.get("seq")}
+    def _send(self, c: Conn, obj: dict[str, Any]) -> bool:
+        try:
+            c.sock.settimeout(SEND_TIMEOUT)
+            wire.send(c.sock, obj)
+            c.sock.setblocking(False)
+        except (OSError, FrameError):
+            self._drop(c)
+            return False
+        return True
+
+    def _inject(self, req: InjectRequest) -> Reply:
+        for call, k in req.device.items():
+            self.device.fail_next(call, k)
+        if req.drop_reply:
+            self.drop_reply.add(req.drop_reply)
+        if req.stall:
+            self.stall[req.stall] = req.seconds
+        if req.die_after:
+            self.die_after.add(req.die_after)
+        return Reply.ok(op=req.op, seq=req.seq, worker=self.state.name)
 
     def shutdown(self) -> None:
-        for key in list(self.sel.get_map().values()):
-            if key.data == "conn":
-                key.fileobj.close()
+        for c in list(self.conns.values()):
+            self._drop(c)
         self.sel.close()
         self.sock.close()
         try:
@@ -158,7 +251,11 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    server = Server(cfg)
+    try:
+        server = Server(cfg)
+    except WorkbenchError as err:  # e.g. a backend this host cannot honour: one line, no trace
+        print(f"{type(err).__name__}: {err}", file=sys.stderr, flush=True)
+        return 1
     print("ready", flush=True)
     server.serve()
     return 0

@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from workbench.core.geometry import KVGeometry
+from workbench.errors import ConfigError
 from workbench.viz.style import FONT, pool_color
 
 
@@ -30,11 +31,13 @@ def request_spans(geo: KVGeometry, block_ids: list[int], num_tokens: int,
                   view: str = "vllm") -> list[Span]:
     """The boxes of the three lanes for one request."""
     if view not in ("vllm", "sglang"):
-        raise ValueError(f"view {view!r}: use 'vllm' or 'sglang'")
+        raise ConfigError(f"view {view!r}", "the block table is drawn as vLLM or SGLang sees it",
+                          "use view='vllm' or view='sglang'")
     bs = geo.block_size
     need = -(-num_tokens // bs)
     if len(block_ids) < need:
-        raise ValueError(f"{num_tokens} tokens need {need} blocks of {bs}, got {len(block_ids)}")
+        raise ConfigError(f"{num_tokens} tokens", f"they need {need} blocks of {bs}, got "
+                          f"{len(block_ids)}", "pass a block id for every block the tokens fill")
     pages = {geo.block_page(b) for b in block_ids[:need]}
     shade = {p: pool_color(i) for i, p in enumerate(sorted(pages))}
     spans: list[Span] = []

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 import plotly.graph_objects as go
 
+from workbench.core.messages import Reply
 from workbench.viz.style import FONT
 
 
@@ -94,18 +95,21 @@ class RecordingTransport:
     def exchange(self, requests, timeout: float):
         t0 = self.inner.now()
         for t, msg in requests.items():
-            self.messages.append(Message(self.name, str(t), _label(msg), t0))
+            self.messages.append(Message(self.name, str(t), _label(msg.to_json()), t0))
         replies = self.inner.exchange(requests, timeout)
         t1 = self.inner.now()
         for t, msg in requests.items():
             r = replies.get(t)
             if r is None:
-                self.messages.append(Message(str(t), self.name, f"no reply to {msg['op']}", t1,
+                self.messages.append(Message(str(t), self.name, f"no reply to {msg.op}", t1,
                                              False))
+            elif not isinstance(r, Reply):
+                self.messages.append(Message(str(t), self.name, f"{msg.op}: malformed reply",
+                                             t1, False))
             else:
-                status = r.get("state") or r.get("status", "?")
-                self.messages.append(Message(str(t), self.name, f"{msg['op']}: {status}", t1,
-                                             r.get("status") == "ok"))
+                status = r.state or r.status
+                self.messages.append(Message(str(t), self.name, f"{msg.op}: {status}", t1,
+                                             r.is_ok))
         return replies
 
     def __getattr__(self, name: str):  # cluster helpers (states, crash, settle...) pass through

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from workbench.core.events import Event, EventLog, PageState
+from workbench.errors import ConfigError
 
 STATES = [s.value for s in PageState]
 MAPPED = ("in_use", "reserved", "retired")
@@ -43,8 +44,9 @@ class Recording:
     def add_pool(self, kv) -> None:
         """Register a KVCacheManager built with ``events=self.log``."""
         if kv.events is not self.log:
-            raise ValueError(f"pool {kv.name!r} writes to another EventLog; build it with "
-                             "events=recording.log")
+            raise ConfigError(f"pool {kv.name!r}", "it writes to another EventLog, so the "
+                              "recording would miss its events",
+                              "build it with events=recording.log")
         g = kv.geometry
         self.pools[kv.name] = PoolInfo(kv.name, g.num_pages, g.page_id_bytes,
                                        g.page_size // g.block_bytes)

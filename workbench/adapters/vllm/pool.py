@@ -90,7 +90,9 @@ class ElasticBlockPool(BlockPool):
 
     def get_new_blocks(self, num_blocks: int):
         if num_blocks > self.get_num_free_blocks():
-            raise ValueError(f"Cannot get {num_blocks} free blocks from the pool")
+            raise PoolExhausted(f"Cannot get {num_blocks} free blocks from the pool: "
+                                f"{self.get_num_free_blocks()} are free; free blocks (or preempt "
+                                "a request) before asking for more")
         ids = self._peek(num_blocks)
         fresh = [i for i in ids if i not in self.backing.held]
         self.backing.hold(ids)  # all or nothing; raises PoolExhausted before any change
