@@ -11,7 +11,7 @@ from workbench.cli import app
 
 @app.command()
 def serve(
-    model: str = typer.Option("tiny", help="Model preset: tiny or llama3-8b (random weights)."),
+    model: str = typer.Option("tiny", help="Model preset: tiny or llama-3.1-8b (random weights)."),
     device: str = typer.Option("auto", help="cuda, cpu, or auto (cuda when available)."),
     kv: str = typer.Option("vmm", help="KV memory: vmm (workbench pool pages) or static."),
     style: str = typer.Option("block", help="KV indexing: block (vLLM) or token (SGLang)."),
