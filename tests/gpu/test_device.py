@@ -150,7 +150,7 @@ def test_make_device_ignores_sim_knobs():
 def _tiles(dev, va, size) -> bool:
     """Zero pieces and mappings cover ``[va, va+size)`` exactly, without overlap."""
     spans = [(s, n) for s, n in dev.zero._size.items() if va <= s < va + size]
-    spans += [(s, n) for s, (n, _) in dev._maps.items() if va <= s < va + size]
+    spans += [(s, n) for s, (n, _) in dev.mappings.items() if va <= s < va + size]
     pos = va
     for s, n in sorted(spans):
         if s != pos:

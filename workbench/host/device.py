@@ -104,9 +104,8 @@ class HostDevice(DriverRefusals):
         self.populate = populate  # prefault on map: residency tracks map/unmap exactly
         self._busy = 0.0
         self._next_handle = 1
-        self.reservations: dict[int, int] = {}  # va -> size
+        self._init_tables()  # reservations: va -> size; mappings: va -> (size, handle)
         self.allocations: dict[int, tuple[int, int]] = {}  # handle -> (fd, size)
-        self.mappings: dict[int, tuple[int, int]] = {}  # va -> (size, handle)
         self.writable: set[int] = set()
 
     # -- time --------------------------------------------------------------------------------

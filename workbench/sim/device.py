@@ -68,10 +68,9 @@ class SimDevice(DriverRefusals):
         self._busy = 0.0
         self._next_va = 1 << 40
         self._next_handle = 1
-        self.reservations: dict[int, int] = {}  # va -> size
+        self._init_tables()  # reservations: va -> size; mappings: va -> (size, handle)
         self.allocations: dict[int, int] = {}  # handle -> size
         self._allocated = 0  # sum of allocations, kept so mem_info() is O(1)
-        self.mappings: dict[int, tuple[int, int]] = {}  # va -> (size, handle)
         self.occupied: dict[str, int] = {}  # owner -> bytes held outside any pool (weights...)
 
     # -- time --------------------------------------------------------------------------------
