@@ -137,14 +137,31 @@ def test_close_gives_everything_back(cuda_dev):
 
 def test_make_device_ignores_sim_knobs():
     pytest.importorskip("cuda.bindings.driver")
-    from workbench.gpu import make_device
+    from workbench.backends import BackendUnavailable, make_device
 
     try:
-        dev = make_device(preset="h200", capacity=1 << 30)
-    except DeviceError as err:
+        dev = make_device("gpu", preset="h200", capacity=1 << 30, env=None)
+    except BackendUnavailable as err:
         pytest.skip(f"no usable CUDA device: {err}")
-    assert dev.granularity > 0
+    assert dev.granularity > 0 and dev.index == 0
     dev.close()
+
+
+def test_cuda_n_names_the_gpu_and_bad_indices_are_refused():
+    pytest.importorskip("cuda.bindings.driver")
+    from workbench.backends import BackendUnavailable, cuda_device_count, make_device, probe
+
+    n = cuda_device_count()
+    if n == 0:
+        pytest.skip("no CUDA GPU is visible")
+    dev = make_device(f"cuda:{n - 1}", zero_page=False)
+    assert dev.index == n - 1 and dev.name.startswith(f"cuda:{n - 1} ")
+    dev.close()
+    assert probe(f"cuda:{n}") == (False, f"backend 'cuda:{n}': this host shows {n} CUDA GPU(s), "
+                                         f"cuda:0 to cuda:{n - 1}. Fix: pick one of those, or "
+                                         "use backend='sim'")
+    with pytest.raises(BackendUnavailable, match="shows"):
+        make_device(f"cuda:{n}")
 
 
 def _tiles(dev, va, size) -> bool:

@@ -260,6 +260,17 @@ class CudaDevice(DriverRefusals):
         call("cuMemcpyDtoH", self._cu.cuMemcpyDtoH, ptr, va, nbytes)
         return bytes(buf)
 
+    def tensor(self, va: int, nbytes: int, dtype: Any = None):
+        """A flat torch CUDA tensor over ``[va, va+nbytes)`` (inside one reservation); no copy,
+        no ownership. The KV views of :mod:`workbench.tensors` are cut from it."""
+        from workbench.gpu.tensors import from_pointer  # torch only when views are asked for
+
+        if not self._inside(va, nbytes):
+            raise DeviceError("view", f"{va:#x}+{nbytes} is outside every reservation")
+        self._bind()
+        t = from_pointer(va, nbytes, self.index)
+        return t if dtype is None else t.view(dtype)
+
     def synchronize(self) -> None:
         self._bind()
         call("cuCtxSynchronize", self._cu.cuCtxSynchronize)
