@@ -86,7 +86,7 @@ def _parse(name: str) -> tuple[Backend, int | None]:
             raise _unavailable(name, "the GPU index must be a whole number (cuda:0, cuda:1, ...)",
                                "write cuda:N with N >= 0, or use backend='sim'")
         return REGISTRY["gpu"], int(index)
-    raise _unavailable(name, "not a device name",
+    raise _unavailable(name, "unknown device name",
                        f"use one of {', '.join(BACKENDS)} or cuda:N")
 
 

@@ -35,7 +35,7 @@ def test_sim_and_host_are_built_and_sim_knobs_are_dropped_for_host():
 
 
 @pytest.mark.parametrize("name, message", [
-    ("banana", "backend 'banana': not a device name. Fix: use one of sim, host, gpu or cuda:N"),
+    ("banana", "backend 'banana': unknown device name. Fix: use one of sim, host, gpu or cuda:N"),
     ("cuda:x", "backend 'cuda:x': the GPU index must be a whole number (cuda:0, cuda:1, ...). "
                "Fix: write cuda:N with N >= 0, or use backend='sim'"),
     ("cuda:-1", "backend 'cuda:-1': the GPU index must be a whole number (cuda:0, cuda:1, ...). "
