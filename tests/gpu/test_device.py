@@ -6,9 +6,9 @@ import pytest
 
 from workbench.core.device import Device
 from workbench.errors import DeviceError
+from workbench.units import align_up
 
 pytestmark = pytest.mark.gpu
-MiB = 1 << 20
 
 
 def test_protocol_and_granularity(cuda_dev):
@@ -70,7 +70,7 @@ def test_driver_errors_are_typed_not_fatal(cuda_dev):
     free, total = cuda_dev.mem_info()
     g = cuda_dev.granularity
     with pytest.raises(DeviceError) as err:
-        cuda_dev.create(-(-4 * total // g) * g)  # four devices' worth
+        cuda_dev.create(align_up(4 * total, g))  # four devices' worth
     assert err.value.op == "create" and err.value.code
     cuda_dev.create(g)  # the context is still fine
 

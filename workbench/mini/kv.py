@@ -32,6 +32,7 @@ from workbench.core.ledger import KVCacheManager
 from workbench.errors import ConfigError
 from workbench.mini.model import ModelConfig
 from workbench.tensors import KVTensors
+from workbench.units import MiB
 
 STYLES = ("block", "token")
 BACKENDS = ("vmm", "static")
@@ -43,9 +44,9 @@ class KVSpec:
 
     style: str = "block"
     backend: str = "static"
-    kv_bytes: int = 64 << 20  # pool capacity (all layers, K and V)
+    kv_bytes: int = 64 * MiB  # pool capacity (all layers, K and V)
     block_size: int = 16  # tokens per block (``block``) or per SGLang page (``token``)
-    page_size: int = 2 << 20
+    page_size: int = 2 * MiB
     min_reserved_pages: int = 0
     max_reserved_pages: int = 4
     gpu_utilization: float = 0.95  # elastic pools: share of the device's memory they may map
