@@ -262,6 +262,17 @@ def _ownership(bp, kv: KVCacheManager) -> list[tuple[int, int, int]]:
     return out
 
 
+def _cached_prefix(bp, hashes: list) -> list[int]:
+    """The blocks of the longest cached prefix of ``hashes`` (a vLLM prefix-cache hit)."""
+    hit: list[int] = []
+    for h in hashes:
+        got = bp.get_cached_block(h)
+        if got is None:
+            break
+        hit.append(got[0])
+    return hit
+
+
 def prefix_sharing(*, steps: int = 30, arrivals: int = 2, max_cached_tokens: int = -1,
                    page_aware: bool = True, shared: float = 0.6, num_pages: int = 16,
                    seed: int = 0, backend: str = "sim", reset_at: int | None = None,
@@ -306,12 +317,7 @@ def prefix_sharing(*, steps: int = 30, arrivals: int = 2, max_cached_tokens: int
             head = prompts[rng.randrange(2)] if rng.random() < shared else []
             tokens = head + [rng.randrange(1, 50_000) for _ in range(rng.randint(40, 300))]
             hashes = hash_chain(tokens, bs)
-            hit: list[int] = []
-            for h in hashes:
-                got = bp.get_cached_block(h)
-                if got is None:
-                    break
-                hit.append(got[0])
+            hit = _cached_prefix(bp, hashes)
             res.queries += 1
             res.hits += len(hit)
             bp.touch(hit)
