@@ -1,29 +1,191 @@
-"""Pick a device by name: ``make_device("sim")`` on any laptop, ``make_device("gpu")`` on a CUDA
-host, ``make_device("host")`` for real engines on a CPU. The core above is the same for all."""
+"""The one place a name becomes a :class:`~workbench.core.device.Device`.
+
+====================  ===========================================================================
+name                  device
+====================  ===========================================================================
+``sim``               a simulated GPU (SimPy clock, VMM latency presets); works everywhere
+``host``              this machine's memory through mmap/memfd (real engines on a CPU)
+``gpu``, ``cuda:N``   CUDA virtual memory on GPU ``N`` (``gpu`` is ``cuda:0``)
+====================  ===========================================================================
+
+Each name has a lazy factory (nothing heavy is imported until a device is built) and a cheap
+probe. A name that cannot be honoured here (a typo, no CUDA GPU visible, cuda-python or torch
+missing, a GPU index this host lacks) raises :class:`BackendUnavailable` with one line saying
+what to do; :func:`probe` asks the same question without building anything.
+
+In a notebook, importing this module makes every :class:`~workbench.errors.WorkbenchError`
+show as that one line (``error: ...``) instead of a traceback, and stop the run there; ``%tb``
+still prints the full traceback.
+"""
 
 from __future__ import annotations
 
+import ctypes
+import importlib.util
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
 from workbench.core.device import Device
-from workbench.errors import ConfigError
-
-BACKENDS = ("sim", "gpu", "host")
+from workbench.errors import ConfigError, WorkbenchError
 
 
-def make_device(backend: str = "sim", **kw) -> Device:
-    if backend == "sim":
-        from workbench.sim.device import SimDevice
+class BackendUnavailable(ConfigError):
+    """A device name this process cannot honour: unknown, or its hardware/software is missing."""
 
-        return SimDevice(**kw)
-    if backend == "gpu":
+
+@dataclass(frozen=True, slots=True)
+class Backend:
+    name: str
+    summary: str
+    build: Callable[..., Device]  # imports its backend only when called
+    ignores: tuple[str, ...] = ()  # keys a shared trace may carry that do not apply here
+
+
+def _sim(**kw: Any) -> Device:
+    from workbench.sim.device import SimDevice
+
+    return SimDevice(**kw)
+
+
+def _host(**kw: Any) -> Device:
+    from workbench.host.device import HostDevice
+
+    return HostDevice(**kw)
+
+
+def _cuda(**kw: Any) -> Device:
+    from workbench.gpu.device import CudaDevice
+
+    return CudaDevice(**kw)
+
+
+_SIM_ONLY = ("preset", "env")  # knobs that only describe the simulated GPU
+REGISTRY: dict[str, Backend] = {
+    "sim": Backend("sim", "simulated GPU (SimPy, VMM latency presets)", _sim),
+    "host": Backend("host", "host memory (mmap reservation + memfd pages)", _host, _SIM_ONLY),
+    "gpu": Backend("gpu", "CUDA virtual memory (cuda-python, torch views)", _cuda,
+                   (*_SIM_ONLY, "capacity")),
+}
+BACKENDS = tuple(REGISTRY)  # the names a CLI offers; "cuda:N" is accepted too
+
+
+def _unavailable(name: str, why: str, fix: str = "use backend='sim'") -> BackendUnavailable:
+    return BackendUnavailable(f"backend {name!r}", why, fix)
+
+
+def _parse(name: str) -> tuple[Backend, int | None]:
+    """The backend a name selects and, for ``cuda:N``, the GPU index."""
+    if name in REGISTRY:
+        return REGISTRY[name], 0 if name == "gpu" else None
+    kind, sep, index = str(name).partition(":")
+    if kind == "cuda" and sep:
+        if not index.isdigit():
+            raise _unavailable(name, "the GPU index must be a whole number (cuda:0, cuda:1, ...)",
+                               "write cuda:N with N >= 0, or use backend='sim'")
+        return REGISTRY["gpu"], int(index)
+    raise _unavailable(name, "unknown device name",
+                       f"use one of {', '.join(BACKENDS)} or cuda:N")
+
+
+@lru_cache(maxsize=1)
+def cuda_device_count() -> int:
+    """CUDA GPUs the driver shows this process (honours CUDA_VISIBLE_DEVICES); 0 when there is
+    no driver. Asks libcuda directly, so it needs neither cuda-python nor torch; like building a
+    CUDA device it initialises the driver in this process."""
+    for lib in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
         try:
-            from workbench.gpu import make_device as make_gpu
-        except ImportError as err:
-            raise ConfigError("backend 'gpu'", f"cannot be loaded ({err})",
-                              "run on a CUDA host with torch and cuda-python installed "
-                              "(pip install 'workbench[gpu]'), or use backend='sim'") from err
-        return make_gpu(**kw)
-    if backend == "host":
-        from workbench.host.device import HostDevice
+            cu = ctypes.CDLL(lib)
+            break
+        except OSError:
+            continue
+    else:
+        return 0
+    count = ctypes.c_int(0)
+    if cu.cuInit(0) != 0 or cu.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return 0
+    return count.value
 
-        return HostDevice(**kw)
-    raise ConfigError(f"backend {backend!r}", "unknown", f"use one of {', '.join(BACKENDS)}")
+
+def _has_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a parent package is missing or half-installed
+        return False
+
+
+def _gpu_problem(name: str, index: int) -> BackendUnavailable | None:
+    count = cuda_device_count()
+    if count == 0:
+        return _unavailable(name, "no CUDA GPU is visible here")
+    if index >= count:
+        return _unavailable(name, f"this host shows {count} CUDA GPU(s), cuda:0 to "
+                            f"cuda:{count - 1}", "pick one of those, or use backend='sim'")
+    has_cuda_python = _has_module("cuda.bindings") or _has_module("cuda.cuda")  # 12.x layout
+    for ok, what in ((has_cuda_python, "cuda-python"), (_has_module("torch"), "torch")):
+        if not ok:
+            return _unavailable(name, f"{what} is not installed",
+                                "pip install 'workbench[gpu]' (and a CUDA build of torch), "
+                                "or use backend='sim'")
+    return None
+
+
+def _problem(name: str) -> tuple[Backend, int | None, BackendUnavailable | None]:
+    try:
+        backend, index = _parse(name)
+    except BackendUnavailable as err:
+        return REGISTRY["sim"], None, err
+    if backend.name == "gpu":
+        return backend, index, _gpu_problem(name, index or 0)
+    return backend, index, None
+
+
+def probe(name: str) -> tuple[bool, str]:
+    """Whether ``name`` can be built here, and why not (``""`` when it can); builds nothing."""
+    _, _, err = _problem(name)
+    return (True, "") if err is None else (False, str(err))
+
+
+def make_device(backend: str = "sim", **kw: Any) -> Device:
+    """A new device for ``backend`` (see the module table); ``kw`` go to its constructor, minus
+    the keys that only describe the simulated GPU when the device is real."""
+    chosen, index, err = _problem(backend)
+    if err is not None:
+        raise err
+    kw = {k: v for k, v in kw.items() if k not in chosen.ignores}
+    if index is not None:
+        if kw.setdefault("device_index", index) != index:
+            raise ConfigError(f"device_index={kw['device_index']} with backend {backend!r}",
+                              "the name already picks a GPU", "pass one of the two")
+    try:
+        return chosen.build(**kw)
+    except WorkbenchError as exc:
+        if chosen.name != "gpu" or isinstance(exc, ConfigError):
+            raise
+        raise _unavailable(backend, f"the CUDA device cannot be opened ({exc})",
+                           "check the GPU with nvidia-smi, or use backend='sim'") from exc
+
+
+# -- notebooks: a WorkbenchError is one line, not a traceback -------------------------------------
+def _one_line(shell: Any, etype: type, value: BaseException, tb: Any,
+              tb_offset: int | None = None) -> None:
+    sys.last_type, sys.last_value, sys.last_traceback = etype, value, tb  # for %tb and %debug
+    shell._showtraceback(etype, value, ["error: " + " ".join(str(value).split())])
+
+
+def install_notebook_errors() -> bool:
+    """In IPython, show a WorkbenchError as ``error: <message>`` and stop the run (the cell
+    still fails, so "run all" halts there). Other handlers a user installed are left alone."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is None or not hasattr(shell, "set_custom_exc"):
+        return False
+    if shell.custom_exceptions not in ((), (WorkbenchError,)):
+        return False
+    shell.set_custom_exc((WorkbenchError,), _one_line)
+    return True
+
+
+install_notebook_errors()

@@ -6,9 +6,9 @@ import pytest
 
 from workbench.core.device import Device
 from workbench.errors import DeviceError
+from workbench.units import align_up
 
 pytestmark = pytest.mark.gpu
-MiB = 1 << 20
 
 
 def test_protocol_and_granularity(cuda_dev):
@@ -70,7 +70,7 @@ def test_driver_errors_are_typed_not_fatal(cuda_dev):
     free, total = cuda_dev.mem_info()
     g = cuda_dev.granularity
     with pytest.raises(DeviceError) as err:
-        cuda_dev.create(-(-4 * total // g) * g)  # four devices' worth
+        cuda_dev.create(align_up(4 * total, g))  # four devices' worth
     assert err.value.op == "create" and err.value.code
     cuda_dev.create(g)  # the context is still fine
 
@@ -137,20 +137,37 @@ def test_close_gives_everything_back(cuda_dev):
 
 def test_make_device_ignores_sim_knobs():
     pytest.importorskip("cuda.bindings.driver")
-    from workbench.gpu import make_device
+    from workbench.backends import BackendUnavailable, make_device
 
     try:
-        dev = make_device(preset="h200", capacity=1 << 30)
-    except DeviceError as err:
+        dev = make_device("gpu", preset="h200", capacity=1 << 30, env=None)
+    except BackendUnavailable as err:
         pytest.skip(f"no usable CUDA device: {err}")
-    assert dev.granularity > 0
+    assert dev.granularity > 0 and dev.index == 0
     dev.close()
+
+
+def test_cuda_n_names_the_gpu_and_bad_indices_are_refused():
+    pytest.importorskip("cuda.bindings.driver")
+    from workbench.backends import BackendUnavailable, cuda_device_count, make_device, probe
+
+    n = cuda_device_count()
+    if n == 0:
+        pytest.skip("no CUDA GPU is visible")
+    dev = make_device(f"cuda:{n - 1}", zero_page=False)
+    assert dev.index == n - 1 and dev.name.startswith(f"cuda:{n - 1} ")
+    dev.close()
+    assert probe(f"cuda:{n}") == (False, f"backend 'cuda:{n}': this host shows {n} CUDA GPU(s), "
+                                         f"cuda:0 to cuda:{n - 1}. Fix: pick one of those, or "
+                                         "use backend='sim'")
+    with pytest.raises(BackendUnavailable, match="shows"):
+        make_device(f"cuda:{n}")
 
 
 def _tiles(dev, va, size) -> bool:
     """Zero pieces and mappings cover ``[va, va+size)`` exactly, without overlap."""
     spans = [(s, n) for s, n in dev.zero._size.items() if va <= s < va + size]
-    spans += [(s, n) for s, (n, _) in dev._maps.items() if va <= s < va + size]
+    spans += [(s, n) for s, (n, _) in dev.mappings.items() if va <= s < va + size]
     pos = va
     for s, n in sorted(spans):
         if s != pos:

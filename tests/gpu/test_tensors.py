@@ -72,6 +72,22 @@ def test_from_pointer_is_a_view(cuda_dev, torch_mod):
     cuda_dev.unreserve(va, 2 * g)
 
 
+def test_device_tensor_is_the_view_source(cuda_dev, torch_mod):
+    """CudaDevice.tensor is what workbench.tensors lays every view over: the reservation itself."""
+    from workbench.errors import DeviceError
+
+    torch = torch_mod
+    g = cuda_dev.granularity
+    va = cuda_dev.reserve(2 * g)
+    t = cuda_dev.tensor(va, 2 * g)
+    assert t.is_cuda and t.dtype == torch.uint8 and t.data_ptr() == va and t.numel() == 2 * g
+    assert cuda_dev.tensor(va, g, torch.bfloat16).numel() == g // 2
+    with pytest.raises(DeviceError, match="outside every reservation"):
+        cuda_dev.tensor(va + g, 2 * g)
+    del t
+    cuda_dev.unreserve(va, 2 * g)
+
+
 @pytest.mark.parametrize("layout", LAYOUTS, ids=lambda x: x.value)
 def test_vllm_write_through_block_lands_in_that_block(cuda_dev, torch_mod, layout):
     from workbench.gpu.tensors import KVTensors

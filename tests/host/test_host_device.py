@@ -11,8 +11,7 @@ from workbench.core.ledger import KVCacheManager
 from workbench.errors import DeviceError
 from workbench.host.device import HostDevice, meminfo, rss_shmem
 from workbench.sim.device import SimDevice
-
-MiB = 1 << 20
+from workbench.units import MiB
 
 
 @pytest.fixture

@@ -8,10 +8,9 @@ from workbench.config import PoolConfig
 from workbench.core.geometry import KVGeometry, Layout
 from workbench.core.ledger import KVCacheManager
 from workbench.host.device import HostDevice
+from workbench.units import MiB
 
 torch = pytest.importorskip("torch")
-
-MiB = 1 << 20
 
 
 @pytest.mark.parametrize("layout", list(Layout))

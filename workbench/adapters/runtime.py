@@ -1,7 +1,8 @@
 """What every engine adapter shares: the process's device per engine device string, and config.
 
-One device object per physical device per process, shared by every pool on it (as a GPU is):
-``"cpu"`` is the host device; GPU devices plug in here when a GPU backend exists.
+One device object per physical device per process, shared by every pool on it (as a GPU is),
+built by :mod:`workbench.backends`: the engine's ``"cpu"`` is the host device. CUDA devices are
+refused here until the adapters' GPU path is tested (a later issue).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from workbench.backends import make_device
 from workbench.config import PoolConfig
 from workbench.core.device import Device
 from workbench.core.geometry import KVGeometry
@@ -27,9 +29,7 @@ def device_for(engine_device: Any) -> Device:
             raise ConfigError(f"KV device {key!r}", "the workbench adapters have only the host "
                               "device (CPU) so far", "run the engine on CPU, or unset "
                               "WORKBENCH_KV_AUTOPATCH to use the engine's own allocator")
-        from workbench.host.device import HostDevice
-
-        _devices[key] = HostDevice()
+        _devices[key] = make_device("host")
     return _devices[key]
 
 

@@ -23,6 +23,7 @@ process that calls into the core yields ``busy_s`` after minus before.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right, insort
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple, Protocol, runtime_checkable
@@ -57,19 +58,114 @@ class Device(Protocol):
     def busy_s(self) -> float: ...
 
 
-class DriverRefusals:
-    """The refusals a CUDA driver makes, checked the same way by every bookkeeping device.
+class SpanTable(dict):
+    """``va -> size`` with the starts kept sorted, so "which span holds this address" is a bisect
+    rather than a scan (a 32-layer pool in the per-layer layout maps thousands of spans). Every
+    write goes through ``[]=``, ``del``, ``pop`` or ``clear``, which keep the index in step."""
 
-    A device keeps ``reservations`` (va -> size) and ``mappings`` (va -> (size, handle)) and
-    calls these before touching real memory, so a core bug fails alike on every backend.
+    __slots__ = ("starts",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.starts: list[int] = []
+
+    def __setitem__(self, va: int, value) -> None:
+        if va not in self:
+            insort(self.starts, va)
+        dict.__setitem__(self, va, value)
+
+    def __delitem__(self, va: int) -> None:
+        dict.__delitem__(self, va)
+        del self.starts[bisect_left(self.starts, va)]
+
+    def pop(self, va: int, *default):
+        if va in self:
+            value = self[va]
+            del self[va]
+            return value
+        return dict.pop(self, va, *default)
+
+    def clear(self) -> None:
+        dict.clear(self)
+        self.starts.clear()
+
+    def update(self, *args, **kw) -> None:
+        for va, value in dict(*args, **kw).items():
+            self[va] = value
+
+    def span(self, va: int) -> int:
+        return self[va]
+
+    def holding(self, va: int) -> int | None:
+        """The start of the span that contains ``va``, or None."""
+        i = bisect_right(self.starts, va) - 1
+        if i >= 0 and va < self.starts[i] + self.span(self.starts[i]):
+            return self.starts[i]
+        return None
+
+    def any_within(self, va: int, size: int) -> bool:
+        """Whether a span starts inside ``[va, va+size)``."""
+        i = bisect_left(self.starts, va)
+        return i < len(self.starts) and self.starts[i] < va + size
+
+
+class MapTable(SpanTable):
+    """``va -> (size, handle)``, also counting how many spans map each handle."""
+
+    __slots__ = ("handles",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.handles: Counter[int] = Counter()
+
+    def __setitem__(self, va: int, value: tuple[int, int]) -> None:
+        old = self.get(va)
+        if old is not None:
+            self._drop_handle(old[1])
+        SpanTable.__setitem__(self, va, value)
+        self.handles[value[1]] += 1
+
+    def __delitem__(self, va: int) -> None:
+        handle = self[va][1]
+        SpanTable.__delitem__(self, va)
+        self._drop_handle(handle)
+
+    def _drop_handle(self, handle: int) -> None:
+        self.handles[handle] -= 1
+        if not self.handles[handle]:
+            del self.handles[handle]
+
+    def clear(self) -> None:
+        SpanTable.clear(self)
+        self.handles.clear()
+
+    def span(self, va: int) -> int:
+        return self[va][0]
+
+
+class DriverRefusals:
+    """The refusals a CUDA driver makes, one copy for every device (sim, host and CUDA).
+
+    A device keeps ``reservations`` (a :class:`SpanTable`, va -> size) and ``mappings`` (a
+    :class:`MapTable`, va -> (size, handle)) and calls these checks before touching real memory,
+    so a core bug fails alike on every backend. "Already mapped" is the driver's overlap rule:
+    a map onto *any* byte that is already mapped is refused, not only one at the same start.
     """
 
     granularity: int
-    reservations: dict[int, int]
-    mappings: dict[int, tuple[int, int]]
+    reservations: SpanTable
+    mappings: MapTable
+
+    def _init_tables(self) -> None:
+        self.reservations = SpanTable()
+        self.mappings = MapTable()
 
     def _inside(self, va: int, size: int) -> bool:
-        return any(r <= va and va + size <= r + n for r, n in self.reservations.items())
+        r = self.reservations.holding(va)
+        return r is not None and va + size <= r + self.reservations[r]
+
+    def _overlaps(self, va: int, size: int) -> bool:
+        return self.mappings.holding(va) is not None or self.mappings.any_within(va, size)
 
     def _refuse_size(self, op: str, size: int) -> None:
         if not isinstance(size, int) or size <= 0 or size % self.granularity:
@@ -78,7 +174,7 @@ class DriverRefusals:
     def _refuse_unreserve(self, va: int, size: int) -> None:
         if self.reservations.get(va) != size:
             raise DeviceError("unreserve", f"no reservation of {size} bytes at {va:#x}")
-        if any(va <= m < va + size for m in self.mappings):
+        if self.mappings.any_within(va, size):
             raise DeviceError("unreserve", "range still has mappings")
 
     def _refuse_map(self, va: int, size: int, handle: int, handle_size: int | None) -> None:
@@ -86,17 +182,18 @@ class DriverRefusals:
             raise DeviceError("map", f"handle {handle} is not a live {size}-byte allocation")
         if not self._inside(va, size):
             raise DeviceError("map", f"{va:#x}+{size} is outside every reservation")
-        if va in self.mappings:
-            raise DeviceError("map", f"{va:#x} is already mapped")
+        if self._overlaps(va, size):
+            raise DeviceError("map", f"{va:#x}+{size} is already mapped (overlaps a mapping)")
 
     def _refuse_unmapped(self, op: str, va: int, size: int) -> None:
-        if self.mappings.get(va, (None,))[0] != size:
+        m = self.mappings.get(va)
+        if m is None or m[0] != size:
             raise DeviceError(op, f"{va:#x}+{size} is not mapped")
 
     def _refuse_release(self, handle: int, known: bool) -> None:
         if not known:
             raise DeviceError("release", f"unknown handle {handle}")
-        if any(h == handle for _, h in self.mappings.values()):
+        if handle in self.mappings.handles:
             raise DeviceError("release", f"handle {handle} is still mapped")
 
 

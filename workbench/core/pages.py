@@ -267,11 +267,6 @@ class PageAllocator:
             self._park_or_unmap(page)
         return len(due)
 
-    def reuse_retired(self, page: int) -> None:
-        """A retired page handed out again before release: retirement is cancelled."""
-        del self.retired[page]
-        self._move(page, IN_USE, "unretire")
-
     # -- limits ------------------------------------------------------------------------------
     def set_limit_pages(self, target: int) -> bool:
         """Move the limit to ``target`` page ids; True once the pool fits (converged)."""

@@ -1,9 +1,10 @@
 """A real GPU behind the device interface: CUDA virtual memory through ``cuda.bindings.driver``.
 
-Same call semantics and refusals as :class:`~workbench.sim.device.SimDevice` (map over a mapping,
-unmap of nothing, release of a mapped or unknown handle all raise DeviceError before the driver is
-touched), so the core behaves identically on both; every driver status becomes a DeviceError and
-nothing aborts.
+The refusals are the ones the simulated and host devices make, from the one copy in
+:class:`~workbench.core.device.DriverRefusals` (map onto any mapped byte, unmap of nothing, release
+of a mapped or unknown handle all raise DeviceError before the driver is touched), so the core
+behaves identically on every backend; every driver status becomes a DeviceError and nothing
+aborts.
 
 Unbacked ranges show the shared zero page (:mod:`workbench.gpu.zeropage`), mapped read-only where
 the driver allows it (``zero_access``), so reading an unbacked block gives zeros and writing one
@@ -18,19 +19,17 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from bisect import bisect_left, bisect_right, insort
 from time import perf_counter
 from typing import Any
 
-from workbench.core.device import MemInfo
+from workbench.core.device import DriverRefusals, MemInfo
 from workbench.errors import DeviceError
 from workbench.gpu.driver import call, driver, fail
 from workbench.gpu.zeropage import ZeroPage
+from workbench.units import MiB, ceil_div
 
-MiB = 1 << 20
 
-
-class CudaDevice:
+class CudaDevice(DriverRefusals):
     """One CUDA device's physical memory as seen by this process (its primary context).
 
     ``mem_info_ttl_s``: cuMemGetInfo costs ~7 µs and the core asks before every map, so a reading
@@ -71,12 +70,8 @@ class CudaDevice:
             if zero_page else None)
 
         self._busy = 0.0
-        self._res: dict[int, int] = {}  # va -> size
-        self._res_starts: list[int] = []
+        self._init_tables()  # reservations: va -> size; mappings: va -> (size, handle id)
         self._alloc: dict[int, tuple[Any, int]] = {}  # handle id -> (driver handle, size)
-        self._maps: dict[int, tuple[int, int]] = {}  # va -> (size, handle id)
-        self._map_starts: list[int] = []
-        self._mapped_handles: dict[int, int] = {}  # handle id -> va
         self.occupied: dict[str, list[int]] = {}  # owner -> handles held outside any pool
         self.mem_info_ttl_s = mem_info_ttl_s
         self._info: tuple[float, int, int] | None = None  # (time, free, total)
@@ -114,25 +109,6 @@ class CudaDevice:
     def now(self) -> float:
         return perf_counter()
 
-    # -- checks shared with the simulated device ---------------------------------------------
-    def _check_size(self, op: str, size: int) -> None:
-        if not isinstance(size, int) or size <= 0 or size % self.granularity:
-            raise DeviceError(op, f"size {size} is not a positive multiple of {self.granularity}")
-
-    def _inside_reservation(self, va: int, size: int) -> bool:
-        i = bisect_right(self._res_starts, va) - 1
-        if i < 0:
-            return False
-        r = self._res_starts[i]
-        return va + size <= r + self._res[r]
-
-    def _overlaps_mapping(self, va: int, size: int) -> bool:
-        starts = self._map_starts
-        i = bisect_right(starts, va)
-        if i and starts[i - 1] + self._maps[starts[i - 1]][0] > va:
-            return True
-        return i < len(starts) and starts[i] < va + size
-
     @property
     def held_bytes(self) -> int:
         """Physical bytes this object holds now: live allocations plus zero pieces."""
@@ -154,7 +130,7 @@ class CudaDevice:
     def reserve(self, size: int) -> int:
         t0 = perf_counter()
         try:
-            self._check_size("reserve", size)
+            self._refuse_size("reserve", size)
             self._bind()
             cu = self._cu
             va = int(call("reserve", cu.cuMemAddressReserve, size, self.granularity, 0, 0))
@@ -164,8 +140,7 @@ class CudaDevice:
                 except DeviceError:
                     cu.cuMemAddressFree(va, size)
                     raise
-            self._res[va] = size
-            insort(self._res_starts, va)
+            self.reservations[va] = size
             return va
         finally:
             self._busy += perf_counter() - t0
@@ -173,25 +148,18 @@ class CudaDevice:
     def unreserve(self, va: int, size: int) -> None:
         t0 = perf_counter()
         try:
-            if self._res.get(va) != size:
-                raise DeviceError("unreserve", f"no reservation of {size} bytes at {va:#x}")
-            i = bisect_left(self._map_starts, va)
-            if i < len(self._map_starts) and self._map_starts[i] < va + size:
-                raise DeviceError("unreserve", "range still has mappings")
+            self._refuse_unreserve(va, size)
             self._bind()
             if self.zero is not None:
                 self.zero.release_range(va, size)
             call("unreserve", self._cu.cuMemAddressFree, va, size)
-            del self._res[va]
-            self._res_starts.remove(va)
+            del self.reservations[va]
         finally:
             self._busy += perf_counter() - t0
 
     def create(self, size: int) -> int:
         t0 = perf_counter()
-        if not isinstance(size, int) or size <= 0 or size % self.granularity:
-            raise DeviceError("create", f"size {size} is not a positive multiple of "
-                                        f"{self.granularity}")
+        self._refuse_size("create", size)
         if threading.get_ident() not in self._bound:
             self._bind()
         err, h = self._cu.cuMemCreate(size, self._prop, 0)
@@ -207,12 +175,7 @@ class CudaDevice:
     def map(self, va: int, size: int, handle: int) -> None:
         t0 = perf_counter()
         entry = self._alloc.get(handle)
-        if entry is None or entry[1] != size:
-            raise DeviceError("map", f"handle {handle} is not a live {size}-byte allocation")
-        if not self._inside_reservation(va, size):
-            raise DeviceError("map", f"{va:#x}+{size} is outside every reservation")
-        if self._overlaps_mapping(va, size):
-            raise DeviceError("map", f"{va:#x} is already mapped")
+        self._refuse_map(va, size, handle, entry[1] if entry is not None else None)
         if threading.get_ident() not in self._bound:
             self._bind()
         zero = self.zero
@@ -226,15 +189,11 @@ class CudaDevice:
                 raise fail("map", err)
         finally:
             self._busy += perf_counter() - t0
-        self._maps[va] = (size, handle)
-        insort(self._map_starts, va)
-        self._mapped_handles[handle] = va
+        self.mappings[va] = (size, handle)
 
     def set_access(self, va: int, size: int) -> None:
         t0 = perf_counter()
-        m = self._maps.get(va)
-        if m is None or m[0] != size:
-            raise DeviceError("set_access", f"{va:#x}+{size} is not mapped")
+        self._refuse_unmapped("set_access", va, size)
         if threading.get_ident() not in self._bound:
             self._bind()
         err = self._cu.cuMemSetAccess(va, size, self._rw, 1)[0]
@@ -244,18 +203,14 @@ class CudaDevice:
 
     def unmap(self, va: int, size: int) -> None:
         t0 = perf_counter()
-        entry = self._maps.get(va)
-        if entry is None or entry[0] != size:
-            raise DeviceError("unmap", f"{va:#x}+{size} is not mapped")
+        self._refuse_unmapped("unmap", va, size)
         if threading.get_ident() not in self._bound:
             self._bind()
         err = self._cu.cuMemUnmap(va, size)[0]
         if err:
             self._busy += perf_counter() - t0
             raise fail("unmap", err)
-        del self._maps[va]
-        del self._map_starts[bisect_left(self._map_starts, va)]
-        del self._mapped_handles[entry[1]]
+        del self.mappings[va]
         if self.zero is not None:
             self._rezero(va, size)
         self._busy += perf_counter() - t0
@@ -270,10 +225,7 @@ class CudaDevice:
     def release(self, handle: int) -> None:
         t0 = perf_counter()
         entry = self._alloc.get(handle)
-        if entry is None:
-            raise DeviceError("release", f"unknown handle {handle}")
-        if handle in self._mapped_handles:
-            raise DeviceError("release", f"handle {handle} is still mapped")
+        self._refuse_release(handle, entry is not None)
         if threading.get_ident() not in self._bound:
             self._bind()
         err = self._cu.cuMemRelease(entry[0])[0]
@@ -292,7 +244,7 @@ class CudaDevice:
         g = self.granularity
         held: list[int] = []
         try:
-            for _ in range(-(-nbytes // g)):
+            for _ in range(ceil_div(nbytes, g)):
                 held.append(self.create(g))
         except DeviceError:
             for hid in held:
@@ -308,23 +260,34 @@ class CudaDevice:
         call("cuMemcpyDtoH", self._cu.cuMemcpyDtoH, ptr, va, nbytes)
         return bytes(buf)
 
+    def tensor(self, va: int, nbytes: int, dtype: Any = None):
+        """A flat torch CUDA tensor over ``[va, va+nbytes)`` (inside one reservation); no copy,
+        no ownership. The KV views of :mod:`workbench.tensors` are cut from it."""
+        from workbench.gpu.tensors import from_pointer  # torch only when views are asked for
+
+        if not self._inside(va, nbytes):
+            raise DeviceError("view", f"{va:#x}+{nbytes} is outside every reservation")
+        self._bind()
+        t = from_pointer(va, nbytes, self.index)
+        return t if dtype is None else t.view(dtype)
+
     def synchronize(self) -> None:
         self._bind()
         call("cuCtxSynchronize", self._cu.cuCtxSynchronize)
 
     @property
     def mapped_bytes(self) -> int:
-        return sum(s for s, _ in self._maps.values())
+        return sum(s for s, _ in self.mappings.values())
 
     def close(self) -> None:
         """Give back everything this object holds: mappings, handles, reservations, zero page."""
         self._bind()
-        for va, (size, _) in list(self._maps.items()):
+        for va, (size, _) in list(self.mappings.items()):
             self.unmap(va, size)
         for hid in list(self._alloc):
             self.release(hid)
         self.occupied.clear()
-        for va, size in list(self._res.items()):
+        for va, size in list(self.reservations.items()):
             self.unreserve(va, size)
         if self.zero is not None:
             self.zero.close()

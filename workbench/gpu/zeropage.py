@@ -25,8 +25,7 @@ from typing import Any
 
 from workbench.errors import DeviceError
 from workbench.gpu.driver import call, fail
-
-MiB = 1 << 20
+from workbench.units import MiB
 
 
 class ZeroPage:

@@ -30,8 +30,7 @@ from typing import Any
 
 from workbench.core.device import DriverRefusals, MemInfo
 from workbench.errors import ConfigError, DeviceError
-
-MiB = 1 << 20
+from workbench.units import MiB, align_up
 
 PROT_NONE, PROT_READ, PROT_WRITE = 0x0, 0x1, 0x2
 MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS = 0x01, 0x02, 0x10, 0x20
@@ -104,9 +103,8 @@ class HostDevice(DriverRefusals):
         self.populate = populate  # prefault on map: residency tracks map/unmap exactly
         self._busy = 0.0
         self._next_handle = 1
-        self.reservations: dict[int, int] = {}  # va -> size
+        self._init_tables()  # reservations: va -> size; mappings: va -> (size, handle)
         self.allocations: dict[int, tuple[int, int]] = {}  # handle -> (fd, size)
-        self.mappings: dict[int, tuple[int, int]] = {}  # va -> (size, handle)
         self.writable: set[int] = set()
 
     # -- time --------------------------------------------------------------------------------
@@ -140,7 +138,7 @@ class HostDevice(DriverRefusals):
                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
         if raw in (None, MAP_FAILED):
             raise _errno("reserve", f"mmap of {size} bytes")
-        va = -(-raw // self.granularity) * self.granularity
+        va = align_up(raw, self.granularity)
         head, tail = va - raw, raw + self.granularity - va
         if head:
             libc().munmap(raw, head)

@@ -25,11 +25,14 @@ from dataclasses import dataclass
 
 import torch
 
+from workbench.backends import make_device
 from workbench.config import PoolConfig
 from workbench.core.geometry import KVGeometry, Layout
 from workbench.core.ledger import KVCacheManager
 from workbench.errors import ConfigError
 from workbench.mini.model import ModelConfig
+from workbench.tensors import KVTensors
+from workbench.units import MiB
 
 STYLES = ("block", "token")
 BACKENDS = ("vmm", "static")
@@ -41,9 +44,9 @@ class KVSpec:
 
     style: str = "block"
     backend: str = "static"
-    kv_bytes: int = 64 << 20  # pool capacity (all layers, K and V)
+    kv_bytes: int = 64 * MiB  # pool capacity (all layers, K and V)
     block_size: int = 16  # tokens per block (``block``) or per SGLang page (``token``)
-    page_size: int = 2 << 20
+    page_size: int = 2 * MiB
     min_reserved_pages: int = 0
     max_reserved_pages: int = 4
     gpu_utilization: float = 0.95  # elastic pools: share of the device's memory they may map
@@ -86,36 +89,21 @@ class KVStore:
                         gpu_utilization=spec.gpu_utilization)
         if spec.backend == "vmm":
             pool_device = pool_device or _vmm_device(self.device)
-        else:
-            from workbench.sim.device import SimDevice
-
-            # The ledger still runs; a simulated device only keeps its page bookkeeping.
-            pool_device = SimDevice("h200", capacity=1 << 50)
+        else:  # the ledger still runs; a simulated device only keeps its page bookkeeping
+            pool_device = make_device("sim", capacity=1 << 50)
         self.manager = KVCacheManager(g, pool_device, name=name, config=pc)
         space = self.manager.space
-        self.k: list[torch.Tensor] = []
-        self.v: list[torch.Tensor] = []
-        if spec.backend == "vmm" and self.device.type == "cuda":
-            from workbench.gpu.tensors import KVTensors  # the GPU backend's views, no copies
-
-            self._views = KVTensors(space, torch.bfloat16, self.device.index or 0)
-            self._flat = self._views.raw
-            for layer in range(g.num_layers):
-                self.k.append(self._views.block_tensor(layer, 0))
-                self.v.append(self._views.block_tensor(layer, 1))
-            return
-        if spec.backend == "vmm":
-            self._flat = _flat_over(pool_device, space.base, space.size, self.device)
-        else:
-            self._flat = torch.zeros(space.size, dtype=torch.uint8, device=self.device)
-        flat16 = self._flat.view(torch.bfloat16)
-        shape = (g.num_blocks, g.block_size, g.kv_heads, g.head_dim)
-        inner = (g.kv_heads * g.head_dim, g.head_dim, 1)
-        for layer in range(g.num_layers):
-            for buf, out in ((0, self.k), (1, self.v)):
-                vs = space.view(layer, buf)
-                out.append(torch.as_strided(flat16, shape, (vs.block_stride // 2, *inner),
-                                            vs.offset // 2))
+        raw = (None if spec.backend == "vmm"
+               else torch.zeros(space.size, dtype=torch.uint8, device=self.device))
+        # one view implementation for CUDA, host and static memory: only the bytes differ
+        self._views: KVTensors | None = KVTensors(space, torch.bfloat16, raw=raw)
+        on = self._views.raw.device
+        if (on.type, on.index or 0) != (self.device.type, self.device.index or 0):
+            raise ConfigError(f"KV device {self.device}", f"the pool's memory is on {on}",
+                              "pass a pool_device built for that torch device (or leave it None)")
+        self._flat: torch.Tensor | None = self._views.raw
+        self.k: list[torch.Tensor] = [self._views.block_tensor(i, 0) for i in range(g.num_layers)]
+        self.v: list[torch.Tensor] = [self._views.block_tensor(i, 1) for i in range(g.num_layers)]
 
     # -- sizes ---------------------------------------------------------------------------------
     @property
@@ -147,19 +135,7 @@ class KVStore:
 
 def _vmm_device(device: torch.device):
     if device.type == "cuda":
-        from workbench.backends import make_device
-
         # No zero page: the kernels never read a block they were not given (masked loads, the
         # null block for padding), so a stray access should fault, not read zeros.
-        return make_device("gpu", device_index=device.index or 0, zero_page=False)
-    from workbench.host.device import HostDevice
-
-    return HostDevice()
-
-
-def _flat_over(pool_device, va: int, nbytes: int, device: torch.device) -> torch.Tensor:
-    inner = getattr(pool_device, "inner", pool_device)  # FaultyDevice wraps
-    if not hasattr(inner, "tensor"):
-        raise ConfigError(f"pool device {type(inner).__name__}", "gives no tensor views",
-                          "use the host device (CPU) or the gpu backend (CUDA) for vmm KV")
-    return inner.tensor(va, nbytes, torch.uint8)
+        return make_device(f"cuda:{device.index or 0}", zero_page=False)
+    return make_device("host")

@@ -9,25 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
-from typing import NamedTuple
 
 from workbench.core.device import DriverRefusals, MemInfo
 from workbench.errors import ConfigError, DeviceError
+from workbench.hardware import GPU_PRESETS, Provenance, VMMLatency
+from workbench.units import MiB
 
-MiB = 1 << 20
-GiB = 1 << 30
 _mem_info = partial(tuple.__new__, MemInfo)
-
-
-class VMMLatency(NamedTuple):
-    """Seconds per 2 MiB of each VMM call (map/unmap scale with the bytes they cover)."""
-
-    reserve: float
-    create: float
-    map: float
-    set_access: float
-    unmap: float
-    release: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,17 +24,12 @@ class DevicePreset:
     capacity: int
     granularity: int
     latency: VMMLatency
+    provenance: Provenance | None = None  # None: made up here (tests, a static control pool)
 
 
-# h200: measured on this project's H200 (per 2 MiB page). a100: kvcached's bench_vmm.
-PRESETS = {
-    "h200": DevicePreset("h200", 141 * GiB, 2 * MiB,
-                         VMMLatency(5e-6, 20e-6, 6e-6, 53e-6, 31e-6, 22e-6)),
-    "a100": DevicePreset("a100", 80 * GiB, 2 * MiB,
-                         VMMLatency(5e-6, 193e-6, 1.5e-6, 36e-6, 26e-6, 22e-6)),
-    "h100": DevicePreset("h100", 80 * GiB, 2 * MiB,
-                         VMMLatency(5e-6, 20e-6, 6e-6, 53e-6, 31e-6, 22e-6)),
-}
+# One per GPU in workbench.hardware, which says which latencies were measured and where.
+PRESETS = {k: DevicePreset(k, g.memory_bytes, g.granularity, g.vmm, g.provenance)
+           for k, g in GPU_PRESETS.items()}
 
 
 class SimDevice(DriverRefusals):
@@ -68,10 +51,9 @@ class SimDevice(DriverRefusals):
         self._busy = 0.0
         self._next_va = 1 << 40
         self._next_handle = 1
-        self.reservations: dict[int, int] = {}  # va -> size
+        self._init_tables()  # reservations: va -> size; mappings: va -> (size, handle)
         self.allocations: dict[int, int] = {}  # handle -> size
         self._allocated = 0  # sum of allocations, kept so mem_info() is O(1)
-        self.mappings: dict[int, tuple[int, int]] = {}  # va -> (size, handle)
         self.occupied: dict[str, int] = {}  # owner -> bytes held outside any pool (weights...)
 
     # -- time --------------------------------------------------------------------------------

@@ -19,10 +19,9 @@ from workbench.backends import make_device
 from workbench.config import PoolConfig
 from workbench.core.geometry import KVGeometry
 from workbench.core.ledger import KVCacheManager
+from workbench.errors import ConfigError
+from workbench.units import GiB, MiB, ceil_div
 from workbench.viz.trace import Recording
-
-MiB = 1 << 20
-GiB = 1 << 30
 
 # A small MHA model: 4 layers x 32 KV heads x 128 dims, bf16 -> 128 KiB blocks, 16 per 2 MiB page
 # (256 tokens a page), so a handful of requests fills and empties pages visibly.
@@ -47,7 +46,7 @@ class Req:
 def _grow(kv: KVCacheManager, r: Req, new_tokens: int) -> bool:
     """Give ``r`` blocks for ``new_tokens`` more tokens; False on a miss (nothing changes)."""
     bs = kv.geometry.block_size
-    need = -(-(r.tokens + new_tokens) // bs) - len(r.blocks)
+    need = ceil_div(r.tokens + new_tokens, bs) - len(r.blocks)
     if need > 0:
         ids = kv.alloc(need)
         if ids is None:
@@ -86,9 +85,11 @@ def one_request(num_tokens: int = 100, *, block_size: int = 16, others: int = 2,
     if held:
         kv.free(held.pop(0))
         rec.mark("request 0 finished")
-    ours = kv.alloc(-(-num_tokens // block_size))
+    ours = kv.alloc(ceil_div(num_tokens, block_size))
     if ours is None:
-        raise ValueError(f"{num_tokens} tokens do not fit in this small pool; use fewer tokens")
+        raise ConfigError(f"num_tokens={num_tokens}", "the request does not fit in this small "
+                          f"pool of {geo.num_blocks} blocks after the others took theirs",
+                          "use fewer tokens")
     rec.mark("our request admitted")
     return kv, ours, rec
 
@@ -149,10 +150,8 @@ def colocation(*, steps: int = 48, phase: int = 8, busy: int = 6, idle: int = 1,
     step ``limit_at``."""
     rng = random.Random(seed)
     rec = Recording()
-    kw = dict(device_kw)
-    if backend == "sim":
-        kw.setdefault("capacity", int(device_gib * GiB))
-    dev = make_device(backend, **kw)
+    # a device of device_gib: sim and host honour the capacity, a real GPU is what it is
+    dev = make_device(backend, **{"capacity": int(device_gib * GiB), **device_kw})
     names = ["a", "b", "c"]
     pools: dict[str, KVCacheManager] = {}
     for n in names:  # each pool could take 2/3 of the device: together they oversubscribe it
@@ -263,6 +262,17 @@ def _ownership(bp, kv: KVCacheManager) -> list[tuple[int, int, int]]:
     return out
 
 
+def _cached_prefix(bp, hashes: list) -> list[int]:
+    """The blocks of the longest cached prefix of ``hashes`` (a vLLM prefix-cache hit)."""
+    hit: list[int] = []
+    for h in hashes:
+        got = bp.get_cached_block(h)
+        if got is None:
+            break
+        hit.append(got[0])
+    return hit
+
+
 def prefix_sharing(*, steps: int = 30, arrivals: int = 2, max_cached_tokens: int = -1,
                    page_aware: bool = True, shared: float = 0.6, num_pages: int = 16,
                    seed: int = 0, backend: str = "sim", reset_at: int | None = None,
@@ -307,16 +317,11 @@ def prefix_sharing(*, steps: int = 30, arrivals: int = 2, max_cached_tokens: int
             head = prompts[rng.randrange(2)] if rng.random() < shared else []
             tokens = head + [rng.randrange(1, 50_000) for _ in range(rng.randint(40, 300))]
             hashes = hash_chain(tokens, bs)
-            hit: list[int] = []
-            for h in hashes:
-                got = bp.get_cached_block(h)
-                if got is None:
-                    break
-                hit.append(got[0])
+            hit = _cached_prefix(bp, hashes)
             res.queries += 1
             res.hits += len(hit)
             bp.touch(hit)
-            new = bp.get_new_blocks(-(-len(tokens) // bs) - len(hit))
+            new = bp.get_new_blocks(ceil_div(len(tokens), bs) - len(hit))
             if new is None:
                 bp.free_blocks(reversed(hit))
                 res.misses["pool"] += 1

@@ -32,7 +32,6 @@ EDGES: list[tuple[str, str, str]] = [
     ("in_use", "reserved", "park (reserve budget)"),
     ("reserved", "in_use", "reuse"),
     ("in_use", "retired", "retire (async)"),
-    ("retired", "in_use", "unretire"),
     ("in_use", "prepared", "last block freed"),
     ("retired", "prepared", "barrier passed"),
     ("reserved", "prepared", "trim / shrink"),

@@ -12,6 +12,7 @@ import os
 
 from workbench.adapters import runtime
 from workbench.adapters.vllm.backing import BlockBacking
+from workbench.backends import make_device
 from workbench.core.geometry import KVGeometry, Layout
 from workbench.core.vspace import KVSpace
 
@@ -37,10 +38,8 @@ def require_worker() -> bool:
 
 def standalone_backing(num_blocks: int) -> BlockBacking:
     global _sim
-    from workbench.sim.device import SimDevice
-
     if _sim is None:
-        _sim = SimDevice("h200", name="vllm-scheduler-only")
+        _sim = make_device("sim", name="vllm-scheduler-only")
     cfg = runtime.pool_config(contiguous_layout=False)
     geo = KVGeometry(num_layers=1, kv_heads=1, head_dim=4096, block_size=1,
                      num_blocks=max(2, num_blocks), num_buffers=1, dtype_bytes=1,

@@ -31,6 +31,7 @@ from typing import NamedTuple
 
 from workbench.engines.models import ModelSpec, get_model
 from workbench.errors import ConfigError
+from workbench.hardware import GPU_PRESETS, H200_MINI_FIT  # noqa: F401 - H200_MINI_FIT re-exported
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,18 +44,10 @@ class GPUSpec:
     fitted: tuple[tuple[str, float], ...] | None = None
 
 
-# H200 fit: 830 measured steps of the mini engine (workbench.mini: eager PyTorch, Triton paged
-# decode, no CUDA graphs) with the Llama-3.1-8B shape, `python -m workbench.bench.calibrate`;
-# median error 15%, p90 39%. It describes that engine, not vLLM: use it for the mini engine's
-# sim-vs-GPU comparison (`StepTimeModel.preset(m, "h200", fitted=True)`).
-H200_MINI_FIT = (("flops_eff", 0.53), ("bw_eff", 0.55), ("step_overhead_s", 0.0127),
-                 ("seq_overhead_s", 0.0))
-
-GPUS: dict[str, GPUSpec] = {
-    "a100": GPUSpec("a100-80g", 312e12, 2.039e12, 80 << 30),
-    "h100": GPUSpec("h100-sxm", 989e12, 3.35e12, 80 << 30),
-    "h200": GPUSpec("h200", 989e12, 4.8e12, 141 << 30, fitted=H200_MINI_FIT),
-}
+# One record per GPU in workbench.hardware (memory, peaks, the fitted fields and where each number
+# comes from); H200_MINI_FIT is the H200 fit of the mini engine described there.
+GPUS: dict[str, GPUSpec] = {k: GPUSpec(g.model, g.peak_flops, g.peak_bw, g.memory_bytes,
+                                       fitted=g.step_fit) for k, g in GPU_PRESETS.items()}
 
 
 class StepCost(NamedTuple):

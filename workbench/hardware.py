@@ -1,0 +1,102 @@
+"""One record per GPU: what the simulator and the step-time model know about it, and where from.
+
+The simulated device (:mod:`workbench.sim.device`) takes a GPU's memory, VMM granularity and the
+latency of each VMM call; the roofline step-time model (:mod:`workbench.engines.sim.steptime`) takes
+its memory, peak dense BF16 FLOP/s and HBM bandwidth, and optionally step-time fields fitted to
+measured steps. Both read them from here, so a GPU is described once.
+
+Every record says what was measured and where (:class:`Provenance`). A VMM call not measured on
+that GPU is listed by ``vmm_unmeasured``: it carries the number of the GPU named in
+``vmm_copied_from``, or, without one, an estimate the ``vmm`` text explains. The h100's latencies
+are all the h200's, so a result that depends on them is an h200 result under another name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from workbench.errors import ConfigError
+from workbench.units import GiB, MiB
+
+VMM_CALLS = ("reserve", "create", "map", "set_access", "unmap", "release")
+
+
+class VMMLatency(NamedTuple):
+    """Seconds per 2 MiB of each VMM call (map/unmap scale with the bytes they cover)."""
+
+    reserve: float
+    create: float
+    map: float
+    set_access: float
+    unmap: float
+    release: float
+
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    vmm: str  # where the measured VMM latencies come from
+    vmm_measured: tuple[str, ...]  # calls measured on this GPU (see VMM_CALLS)
+    vmm_copied_from: str | None  # the GPU whose numbers stand in for the other calls (None:
+    # they are estimates, explained in ``vmm``)
+    roofline: str  # where peak FLOP/s and bandwidth come from
+    step_fit: str | None = None  # where the fitted step-time fields come from
+
+    @property
+    def vmm_unmeasured(self) -> tuple[str, ...]:
+        """VMM calls whose latency is a stand-in, not a measurement on this GPU."""
+        return tuple(c for c in VMM_CALLS if c not in self.vmm_measured)
+
+
+@dataclass(frozen=True, slots=True)
+class GPUPreset:
+    key: str  # the preset name: "h200"
+    model: str  # the part: "h200", "a100-80g", "h100-sxm"
+    memory_bytes: int
+    granularity: int  # VMM allocation granularity (bytes)
+    vmm: VMMLatency
+    peak_flops: float  # dense BF16 FLOP/s
+    peak_bw: float  # HBM bytes/s
+    provenance: Provenance
+    # Step-time fields fitted to measured steps on this GPU (None: not measured yet).
+    step_fit: tuple[tuple[str, float], ...] | None = None
+
+
+# H200 fit: 830 measured steps of the mini engine (workbench.mini: eager PyTorch, Triton paged
+# decode, no CUDA graphs) with the Llama-3.1-8B shape, `python -m workbench.bench.calibrate`;
+# median error 15%, p90 39%. It describes that engine, not vLLM: use it for the mini engine's
+# sim-vs-GPU comparison (`StepTimeModel.preset(m, "h200", fitted=True)`).
+H200_MINI_FIT = (("flops_eff", 0.53), ("bw_eff", 0.55), ("step_overhead_s", 0.0127),
+                 ("seq_overhead_s", 0.0))
+
+_H200_VMM = VMMLatency(5e-6, 20e-6, 6e-6, 53e-6, 31e-6, 22e-6)
+_DATASHEET = "NVIDIA data sheet (dense BF16, SXM)"
+
+GPU_PRESETS: dict[str, GPUPreset] = {
+    "h200": GPUPreset(
+        "h200", "h200", 141 * GiB, 2 * MiB, _H200_VMM, 989e12, 4.8e12,
+        Provenance("this project's H200, per 2 MiB call (DESIGN.md, Backends); reserve is an "
+                   "estimate, not among the recorded measurements",
+                   ("create", "map", "set_access", "unmap", "release"), None, _DATASHEET,
+                   "830 mini-engine steps on this project's H200 (workbench.bench.calibrate)"),
+        step_fit=H200_MINI_FIT),
+    "a100": GPUPreset(
+        "a100", "a100-80g", 80 * GiB, 2 * MiB,
+        VMMLatency(_H200_VMM.reserve, 193e-6, 1.5e-6, 36e-6, 26e-6, _H200_VMM.release),
+        312e12, 2.039e12,
+        Provenance("kvcached's bench_vmm on an A100", ("create", "map", "set_access", "unmap"),
+                   "h200", _DATASHEET)),
+    "h100": GPUPreset(
+        "h100", "h100-sxm", 80 * GiB, 2 * MiB, _H200_VMM, 989e12, 3.35e12,
+        Provenance("not measured: every call is the h200's number", (), "h200", _DATASHEET)),
+}
+
+
+def gpu_preset(key: str) -> GPUPreset:
+    if key not in GPU_PRESETS:
+        raise ConfigError(f"gpu {key!r}", "has no preset", f"use one of {', '.join(GPU_PRESETS)}")
+    return GPU_PRESETS[key]
+
+
+__all__ = ["GPU_PRESETS", "H200_MINI_FIT", "GPUPreset", "Provenance", "VMMLatency", "VMM_CALLS",
+           "gpu_preset"]
