@@ -148,6 +148,20 @@ def probe(name: str) -> tuple[bool, str]:
     return (True, "") if err is None else (False, str(err))
 
 
+def kind(name: str) -> str:
+    """The registry entry ``name`` selects (``cuda:N`` -> ``gpu``); an unknown name is refused."""
+    return _parse(name)[0].name
+
+
+def require(name: str) -> str:
+    """The backend kind ``name`` selects (``cuda:N`` -> ``gpu``), or :class:`BackendUnavailable`
+    when it cannot be built here; builds nothing."""
+    chosen, _, err = _problem(name)
+    if err is not None:
+        raise err
+    return chosen.name
+
+
 def make_device(backend: str = "sim", **kw: Any) -> Device:
     """A new device for ``backend`` (see the module table); ``kw`` go to its constructor, minus
     the keys that only describe the simulated GPU when the device is real."""

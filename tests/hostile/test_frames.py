@@ -345,7 +345,7 @@ def test_a_backend_nobody_can_honour_fails_the_start_in_one_line(monkeypatch):
         with pytest.raises(TransportError, match=r"exited \(1\) while starting") as err:
             WorkerGroup(GEO, tp=1, name="banana", backend="banana")
         tail = str(err.value).split("while starting: ", 1)[1]
-        assert re.fullmatch(r"ConfigError: [^\n]*'banana'[^\n]*\n", tail), tail  # one line
+        assert re.fullmatch(r"BackendUnavailable: [^\n]*'banana'[^\n]*\n", tail), tail  # one line
         assert list(Path(base, "s").iterdir()) == []  # no pool directory left behind
     finally:
         shutil.rmtree(base, ignore_errors=True)

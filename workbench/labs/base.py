@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from workbench.errors import ConfigError, WorkbenchError
+from workbench.errors import ConfigError
 from workbench.labs.record import LabRecord
 
 Progress = Callable[[int, int, str], None]  # progress(done, total, what)
@@ -65,38 +65,20 @@ class Lab(ABC):
                               "its parameters", f"use one of {', '.join(names)}")
 
     def check_backend(self, backend: str) -> None:
-        """Refuse (ConfigError, one line) unless this lab can run on ``backend`` here."""
-        from workbench.backends import BACKENDS
+        """Refuse (one ConfigError line) an unknown backend name, one this lab does not support,
+        and one that cannot be used here (``gpu`` without a CUDA GPU); nothing has run yet."""
+        from workbench.backends import kind, require
 
-        if backend not in BACKENDS:
-            raise ConfigError(f"backend {backend!r}", "is not a backend name",
-                              f"use one of {', '.join(self.backends)}")
-        if backend not in self.backends:
+        if kind(backend) not in self.backends:
             raise ConfigError(f"lab {self.name!r} on backend {backend!r}",
                               "is not supported by this lab",
                               f"use --backend {' or '.join(self.backends)}")
-        if backend != "sim":
-            probe_backend(backend)
+        require(backend)
 
     @abstractmethod
     def run(self, params: Any, backend: str = "sim",
             progress: Progress | None = None) -> LabResult:
         """Run the lab; call :meth:`check_backend` first (the registry's ``run_lab`` does)."""
-
-
-def probe_backend(backend: str) -> None:
-    """Make (and drop) a device of ``backend``; a failure becomes one ConfigError line."""
-    from workbench.backends import make_device
-
-    try:
-        dev = make_device(backend)
-    except (WorkbenchError, ImportError, OSError) as err:
-        why = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise ConfigError(f"backend {backend!r}", f"cannot be used here ({why})",
-                          "run on a host with that device, or use --backend sim") from None
-    close = getattr(dev, "close", None)
-    if close is not None:
-        close()
 
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")

@@ -66,7 +66,7 @@ def make_device(cfg: dict[str, Any]) -> Device:
     if backend == "host":  # real memory: memfd pages mapped into an mmap range
         return backends.make_device("host", capacity=cfg.get("capacity"), name=f"host-{name}")
     # gpu (or whatever else backends can honour): the CUDA device sizes itself; a name it
-    # cannot honour is its one-line ConfigError, which WorkerGroup reports from the log
+    # cannot honour is its one-line BackendUnavailable, which WorkerGroup reports from the log
     return backends.make_device(backend)
 
 
