@@ -126,7 +126,8 @@ def test_cli_refuses_gpu_colocation_where_no_gpu_is_usable(tmp_path):
                          text=True, timeout=120)
     assert out.returncode == 2 and not target.exists()
     (line,) = out.stderr.strip().splitlines()
-    assert line.startswith("error: backend 'gpu': ") and "use backend='sim'" in line and "Traceback" not in out.stderr
+    assert line.startswith("error: backend 'gpu': ") and "use backend='sim'" in line
+    assert "Traceback" not in out.stderr
 
 
 def test_text_params_round_trip_by_field_type():

@@ -15,11 +15,17 @@ import dataclasses
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
+from enum import Enum
 from typing import Any, ClassVar, NamedTuple
 
 from workbench.core.device import VMM_OPS
 from workbench.errors import ProtocolError
+
+
+class StrEnum(str, Enum):  # enum.StrEnum is Python >= 3.11; the project supports 3.10
+    def __str__(self) -> str:
+        return str(self.value)
+
 
 MAX_STR = 4096  # a txid is 32 hex digits, an error message a few hundred characters
 MAX_FAULT_CALLS = 1 << 20  # inject: "fail the k-th next call" with k up to this
