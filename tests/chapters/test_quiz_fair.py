@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from workbench.quiz import (
     ChoiceOrder,
+    EmptyAnswerError,
     Scorebook,
     grade,
     learner_token,
@@ -211,6 +212,28 @@ def test_first_attempt_counts_and_explanation_follows_it(no_score_file):
     assert "Already answered, first score kept: 0 / 1" in card.feedback.value
     assert qw.book.score == 0 and qw.book.attempts == {card.q.id: 2}  # ... and not counted
     assert qw.score.value.startswith("<b>Score 0 / ")
+
+
+SINGLES_04 = [q for q in load_chapter_quiz("04_colocation_and_limits").questions
+              if q.kind == "single"]
+
+
+@given(st.lists(st.tuples(st.sampled_from(SINGLES_04), st.one_of(st.none(), st.integers(0, 3))),
+                max_size=30))
+def test_score_is_the_sum_of_first_non_empty_attempts(answers):
+    book = Scorebook(load_chapter_quiz("04_colocation_and_limits"))
+    first: dict[str, float] = {}
+    tries: dict[str, int] = {}
+    for q, r in answers:
+        if r is None:
+            with pytest.raises(EmptyAnswerError):
+                book.answer(q.id, r)
+            continue
+        g = book.answer(q.id, r)
+        assert g.correct == q.choices[r].correct
+        first.setdefault(q.id, g.score)
+        tries[q.id] = tries.get(q.id, 0) + 1
+    assert book.first == first and book.attempts == tries and book.score == sum(first.values())
 
 
 def test_first_score_survives_a_kernel_restart(monkeypatch, tmp_path):
