@@ -11,7 +11,7 @@ import nbformat
 ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = ROOT / "chapters"
 NOTEBOOKS = sorted(CHAPTERS.glob("[0-9][0-9]_*.ipynb"))
-QUIZZES = sorted((CHAPTERS / "quizzes").glob("*.json"))
+QUIZZES = sorted((ROOT / "workbench" / "quiz" / "data").glob("*.json"))  # with the package
 
 
 def run_notebook(path: Path, *, timeout: int = 120, env: dict[str, str] | None = None):

@@ -22,6 +22,8 @@ import pytest
 
 pytest.importorskip("nbformat", reason="the notebook stack is not installed (make setup)")
 
+from workbench.quiz import load_chapter_quiz
+
 from .nbrun import CHAPTERS, ROOT
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -125,9 +127,10 @@ def _run_all(page, attempts: int = 3) -> None:
 
 
 def _first_question() -> tuple[str, str]:
-    q = json.loads((CHAPTERS / "quizzes" / f"{CHAPTER}.json").read_text())["questions"][0]
-    right = next(c for c in q["choices"] if c["correct"])
-    return right["text"], right["feedback"]
+    """The right choice of Q1, found by its text: the learner's shuffle decides where it shows."""
+    q = load_chapter_quiz(CHAPTER).questions[0]
+    right = next(c for c in q.choices if c.correct)
+    return right.text, right.feedback
 
 
 @pytest.mark.timeout(300)

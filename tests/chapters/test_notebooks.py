@@ -8,6 +8,8 @@ import pytest
 
 nbformat = pytest.importorskip("nbformat", reason="no notebook stack here (make setup)")
 
+from workbench.quiz import quiz_names  # noqa: E402
+
 from .nbrun import CHAPTERS, NOTEBOOKS, run_notebook  # noqa: E402
 
 EXPECTED = ["00_start_here", "01_block_token_page", "02_elastic_memory",
@@ -31,8 +33,8 @@ def test_chapter_structure(path):
     text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     for heading in ("## Summary", "## Exercises", "## Quiz"):
         assert heading in text, f"{path.name} lacks {heading}"
-    assert f"quizzes/{path.stem}.json" in "\n".join(c.source for c in nb.cells)
-    assert (CHAPTERS / "quizzes" / f"{path.stem}.json").exists()
+    assert f'show_quiz("{path.stem}")' in "\n".join(c.source for c in nb.cells)
+    assert path.stem in quiz_names()
 
 
 @pytest.mark.timeout(LIMIT_S + 60)

@@ -12,7 +12,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from workbench.errors import ConfigError, NotFoundError
-from workbench.quiz import QuizSchemaError, Scorebook, grade, load_quiz, parse_quiz
+from workbench.quiz import (
+    EmptyAnswerError,
+    QuizSchemaError,
+    Scorebook,
+    grade,
+    load_chapter_quiz,
+    load_quiz,
+    parse_quiz,
+    quiz_names,
+)
 from workbench.quiz.schema import parse_question
 
 from .nbrun import NOTEBOOKS, QUIZZES
@@ -39,12 +48,20 @@ def _numeric(**kw):
 
 # -- the chapters' quiz files ------------------------------------------------------------------
 def test_every_chapter_has_a_quiz_file():
-    assert [p.stem for p in QUIZZES] == [p.stem for p in NOTEBOOKS]
+    assert [p.stem for p in QUIZZES] == [p.stem for p in NOTEBOOKS] == quiz_names()
+
+
+def test_chapter_quiz_loads_by_name_only():
+    assert load_chapter_quiz("02_elastic_memory") == load_quiz(QUIZZES[2])
+    with pytest.raises(NotFoundError, match="named by its chapter, not by a path"):
+        load_chapter_quiz("quizzes/02_elastic_memory.json")
+    with pytest.raises(NotFoundError, match="use one of 00_start_here, 01_block_token_page"):
+        load_chapter_quiz("99_no_such_chapter")
 
 
 @pytest.mark.parametrize("path", QUIZZES, ids=lambda p: p.stem)
 def test_quiz_file_loads_and_has_enough_own_questions(path):
-    quiz = load_quiz(path)
+    quiz = load_chapter_quiz(path.stem)
     assert quiz.chapter == path.stem[:2]
     own = [q for q in quiz.questions if q.source != SEED_13]
     assert len(own) >= 4, f"{path.name}: only {len(own)} questions of our own"
@@ -136,7 +153,7 @@ def test_single_choice_feedback_is_the_choice_feedback():
     assert grade(q, 0) == (True, 1.0, ("fa",), "e")
     g = grade(q, 2)
     assert not g.correct and g.score == 0 and g.feedback == ("fc",)
-    for bad in (3, -1, True, "0", None):
+    for bad in (3, -1, True, "0", 1.0):  # None is an empty answer: test_empty_answer_is_refused
         with pytest.raises(ConfigError, match=r"single-choice question takes one choice index"):
             grade(q, bad)
 
@@ -155,7 +172,7 @@ MULTI = parse_question(_single(kind="multiple", choices=[
     for t, c in (("a", True), ("b", True), ("c", False), ("d", False), ("e", True))]))
 
 
-@given(st.sets(st.integers(0, 4)))
+@given(st.sets(st.integers(0, 4), min_size=1))
 def test_multiple_choice_score_properties(picked):
     g = grade(MULTI, picked)
     right = {0, 1, 4}
@@ -163,7 +180,15 @@ def test_multiple_choice_score_properties(picked):
     assert g.correct == (picked == right) == (g.score == 1.0)
     assert g.score == max(0.0, (len(picked & right) - len(picked - right)) / 3) or g.correct
     # every chosen choice and every missed correct one gets a feedback line
-    assert len(g.feedback) == len(picked) + len(right - picked) or not (picked or right)
+    assert len(g.feedback) == len(picked) + len(right - picked)
+
+
+@pytest.mark.parametrize("q, empty", [(MULTI, set()), (MULTI, []), (MULTI, None),
+                                      (parse_question(_single()), None),
+                                      (parse_question(_numeric()), None)])
+def test_empty_answer_is_refused(q, empty):
+    with pytest.raises(EmptyAnswerError, match=f"quiz {q.id}: no answer: .*then press Check"):
+        grade(q, empty)
 
 
 @given(st.floats(allow_nan=False, allow_infinity=False, min_value=-1e6, max_value=1e6),
@@ -176,23 +201,23 @@ def test_numeric_grading_matches_tolerance(x, tol):
         assert g.feedback == (("too low",) if x < 64 else ("too high",))
 
 
-def test_scorebook_keeps_best_and_saves(tmp_path):
+def test_scorebook_keeps_first_and_saves(tmp_path):
     quiz = parse_quiz({"chapter": "09", "title": "t", "questions": [_single(), _numeric()]})
     path = tmp_path / "scores.json"
     book = Scorebook(quiz, path=path)
-    book.answer("q", 1)
-    book.answer("q", 0)
-    book.answer("q", 2)  # a later wrong answer keeps the best score
-    assert book.best == {"q": 1.0} and book.attempts == {"q": 3} and book.last == {"q": False}
-    assert book.summary() == "Score 1 / 2 (1 of 2 answered)"
+    book.answer("q", 1)  # wrong first: 0 is kept
+    assert book.answer("q", 0).correct  # a right retry is graded but does not count
+    book.answer("q", 2)
+    assert book.first == {"q": 0.0} and book.attempts == {"q": 3} and book.last == {"q": False}
+    assert book.summary() == "Score 0 / 2 (1 of 2 answered; first attempts count)"
     saved = json.loads(path.read_text())
-    assert saved["09"]["score"] == 1.0 and saved["09"]["attempts"] == {"q": 3}
+    assert saved["09"]["score"] == 0.0 and saved["09"]["attempts"] == {"q": 3}
     other = copy.deepcopy(saved)
     other["05"] = {"score": 2}
     path.write_text(json.dumps(other))
     book.answer("n", 64)
     merged = json.loads(path.read_text())
-    assert merged["05"] == {"score": 2} and merged["09"]["score"] == 2.0
+    assert merged["05"] == {"score": 2} and merged["09"]["score"] == 1.0
     with pytest.raises(NotFoundError, match="question 'nope': this quiz has no question"):
         book.answer("nope", 0)
 
@@ -210,21 +235,18 @@ def test_scores_path_from_env(monkeypatch, tmp_path):
 def test_quiz_widget_records_score(no_score_file):
     from workbench.quiz import QuizWidget
 
-    quiz = load_quiz(QUIZZES[2])
-    qw = QuizWidget(quiz)
+    quiz = load_chapter_quiz("02_elastic_memory")
+    qw = QuizWidget(quiz, token="learner-a")
     card = qw.cards[0]
-    assert card.check() is None and "Pick an answer" in card.feedback.value
-    wrong = next(i for i, c in enumerate(card.q.choices) if not c.correct)
-    card.select(wrong)
+    assert card.check() is None and "Pick an answer first" in card.feedback.value
+    right = next(iter(card.q.correct_indices))
+    card.select_choices(right)
     card.button.click()
-    assert "Not quite" in card.feedback.value and qw.book.score == 0
-    card.select(next(iter(card.q.correct_indices)))
-    card.button.click()
-    assert "Correct" in card.feedback.value
+    assert "Correct" in card.feedback.value and "Why:" in card.feedback.value
     assert qw.score.value.startswith("<b>Score 1 /")
     for c in qw.cards:
         if c.q.kind == "multiple":
-            c.select(sorted(c.q.correct_indices))
+            c.select_choices(sorted(c.q.correct_indices))
             assert c.check().correct
         if c.q.kind == "numeric":
             c.select(c.q.answer)

@@ -1,4 +1,5 @@
-"""Quiz questions as data: one JSON file per chapter, checked here before anything shows them.
+"""Quiz questions as data: one JSON file per chapter (``workbench/quiz/data/NN_name.json``,
+shipped with the package), checked here before anything shows them.
 
 A quiz file::
 
@@ -178,7 +179,7 @@ def load_quiz(path: str | Path) -> Quiz:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as err:
         raise _fail(f"quiz file {path}", "does not exist",
-                    "run the chapter from the chapters/ folder") from err
+                    "check the path (chapters load theirs by name: load_chapter_quiz)") from err
     except json.JSONDecodeError as err:
         raise _fail(f"quiz file {path}", f"is not valid JSON ({err})", "fix the JSON") from err
     return parse_quiz(data, where=str(path))
