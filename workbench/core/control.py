@@ -25,8 +25,9 @@ from workbench.config import check_ipc_name
 from workbench.core.events import Event, PageState
 from workbench.errors import ConfigError, ControlError
 from workbench.procs import pid_alive
+from workbench.settings import settings
 
-SHM_DIR = Path(os.environ.get("WORKBENCH_KV_SHM_DIR", "/dev/shm"))
+SHM_DIR = Path(settings(only="shm_dir").shm_dir)
 PREFIX = "wbkv_"
 MAGIC = b"WBKVSEG\x00"
 VERSION = 1
