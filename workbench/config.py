@@ -14,7 +14,7 @@ from workbench.errors import ConfigError
 ENV_PREFIX = "WORKBENCH_KV_"
 MiB = 1 << 20
 
-_SIZE = re.compile(r"^\s*(\d{1,20})(?:\.(\d{1,9}))?\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*(-?\d{1,20})(?:\.(\d{1,9}))?\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 MAX_SIZE = (1 << 62) - 1  # control segments store sizes as int64: leave headroom for sums
 
@@ -35,7 +35,8 @@ def parse_size(text: str | int) -> int:
             raise ConfigError(f"size {text!r}", "not a size",
                               "write a number with an optional unit: 4096, 512MiB, 8G")
         whole, frac, unit = m.group(1), m.group(2) or "", _UNITS[m.group(3).lower()]
-        value = (int(whole + frac) * unit) // 10 ** len(frac)
+        value = int(whole + frac) * unit
+        value = -(-value // 10 ** len(frac)) if value < 0 else value // 10 ** len(frac)
     if value < 0:
         raise ConfigError(f"size {text!r}", "is negative", "use a size of 0 or more")
     if value > MAX_SIZE:

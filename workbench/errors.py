@@ -42,3 +42,12 @@ class PoolFailedError(StateConsistencyError):
 
 class ControlError(WorkbenchError):
     """A control-plane request (kvctl) that cannot be carried out; nothing was written."""
+
+
+class PoolClosedError(WorkbenchError, RuntimeError):
+    """A call on a pool after its ``close()``: its pages and its reservation are gone."""
+
+    def __init__(self, pool: str):
+        self.pool = pool
+        super().__init__(f"pool {pool} is closed: close() gave its pages and reservation back. "
+                         f"Fix: build a new pool, or drop the call")
