@@ -14,7 +14,7 @@ from workbench.errors import ConfigError
 ENV_PREFIX = "WORKBENCH_KV_"
 MiB = 1 << 20
 
-_SIZE = re.compile(r"^\s*(-?\d{1,20})(?:\.(\d{1,9}))?\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*(-?\d{1,40})(?:\.(\d{1,9}))?\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 MAX_SIZE = (1 << 62) - 1  # control segments store sizes as int64: leave headroom for sums
 
@@ -57,7 +57,7 @@ _IPC = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 def check_ipc_name(name: str) -> str:
     """IPC names become file names under /dev/shm: no separators, no dots-only, at most 64."""
-    if not _IPC.match(name or "") or set(name) <= {"."}:
+    if not isinstance(name, str) or not _IPC.fullmatch(name) or set(name) <= {"."}:
         raise ConfigError(f"IPC name {name!r}",
                           "must be 1-64 characters of letters, digits, '_', '-' or '.' "
                           "(no path separators)", "pick a name like 'llama_a'")

@@ -69,8 +69,9 @@ def _int_in(lo: int, hi: int):
 def _size(raw: Any, hi: int) -> int:
     try:
         value = parse_size(raw.strip() if isinstance(raw, str) else raw)
-    except ConfigError:
-        raise ValueError("not a size") from None
+    except ConfigError as err:
+        raise ValueError("out of range" if err.why.startswith("is larger") else "not a size") \
+            from None
     if value < GRANULE or value > hi:
         raise ValueError("out of range")
     if value % GRANULE:
@@ -193,12 +194,14 @@ def _build(ours: tuple[tuple[str, str], ...]) -> Settings:
 def _refusal(err: ValidationError, raw: Mapping[str, str]) -> ConfigError:
     first = err.errors()[0]
     field = str(first["loc"][0]) if first["loc"] else ""
-    if not field:  # the cross-field check
-        lo, hi = var("min_reserved_pages"), var("max_reserved_pages")
-        shown = f"{lo}={_shown(raw.get(lo, '5'))} with {hi}={_shown(raw.get(hi, '10'))}"
-        return ConfigError(shown,
-                           "the minimum reserve exceeds the maximum",
-                           f"use {ACCEPTED['min_reserved_pages']}")
+    if not field:  # the cross-field check: name what was set first, a default as such
+        pair = [(var(f), Settings.model_fields[f].default)
+                for f in ("min_reserved_pages", "max_reserved_pages")]
+        pair.sort(key=lambda nd: nd[0] not in raw)
+        shown = " with ".join(f"{n}={_shown(raw[n])}" if n in raw else f"{n} at its default {d}"
+                              for n, d in pair)
+        return ConfigError(shown, "the minimum reserve exceeds the maximum",
+                           f"use min <= max, each an integer from 0 to {MAX_RESERVE}")
     why = str(first.get("ctx", {}).get("error", first["msg"]))
     return ConfigError(f"{var(field)}={_shown(raw.get(var(field)))}", why,
                        f"use {ACCEPTED[field]}")
