@@ -14,7 +14,7 @@ and lines starting with ``#`` are skipped)::
     {"op": "trim", "pool": "a"}
     {"op": "refill", "pool": "a"}
     {"op": "fail", "call": "map", "nth": 1}   the nth next call of that kind fails
-    {"op": "occupy", "owner": "weights", "bytes": "1G"}            sim only: memory outside pools
+    {"op": "occupy", "owner": "weights", "bytes": "1G"}            sim, gpu: memory outside pools
     {"op": "close", "pool": "a"}
 
 Every line is checked before anything runs (``workbench.core.trace``): a bad line stops the load
