@@ -24,7 +24,6 @@ from workbench.core.vspace import KVSpace
 from workbench.errors import ConfigError, PoolClosedError, WorkbenchError
 
 NULL_BLOCK = 0
-_PLAIN = frozenset({int})  # free's fast path: every id exactly an int (no 2.0, no True)
 
 
 @dataclass(slots=True)
@@ -257,18 +256,22 @@ class KVCacheManager(PoolLimits):
 
     def free(self, ids: Iterable[int]) -> None:
         """Free block ids alloc returned. Every id is checked before anything is touched."""
-        self._check_open()
+        if self.closed:
+            raise PoolClosedError(self.name)
         self.pages.check_ok()
         given = ids
         try:
             ids = list(ids)
             unique = set(ids)
+            # 2.0 and True hash and compare like 2 and 1, so membership alone would let them in:
+            # a float (or numpy int) makes the sum's type differ; True can only pass as 1
             ok = (len(unique) == len(ids) and unique <= self.allocated
-                  and self.null_block not in unique and set(map(type, ids)) <= _PLAIN)
+                  and self.null_block not in unique and type(sum(ids)) is int
+                  and (1 not in unique or type(ids[ids.index(1)]) is int))
         except TypeError:  # not iterable, or an unhashable id
             ok = False
         if not ok:  # the slow path names the first bad id, or normalises integer types
-            ids = checked_free_ids(self, ids if isinstance(ids, list) else given)
+            ids = checked_free_ids(self, given if isinstance(given, (str, bytes)) else ids)
         self._free_ids(ids)
         self.poll_control()
         self._publish()
