@@ -168,3 +168,22 @@ def test_a_replay_that_stops_leaves_the_other_pools_segments_gone(backend):
     with pytest.raises(ConfigError, match=r"^line 3: IPC name 'wbhostile_\d+_0': in use by "):
         replay(ops, lambda **kw: make_device(backend, **kw))
     _run(ops, backend, note=lambda _: None)
+
+
+def test_a_fifo_is_refused_not_read(tmp_path):
+    fifo = tmp_path / "t.jsonl"
+    os.mkfifo(fifo)
+    r = subprocess.run([sys.executable, "-m", "workbench", "replay", str(fifo)],
+                       capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stderr) == (2, f"error: {fifo}: not a regular file. Fix: pass a "
+                                           "trace file\n")
+
+
+def test_a_device_line_on_a_backend_without_presets_is_one_line():
+    made = []
+    with pytest.raises(ConfigError) as err:
+        replay([{"op": "device", "preset": "h200", "capacity": "4G"}],
+               lambda **kw: made.append(make_device("host", **kw)))
+    assert str(err.value) == ("line 1: device op: this backend takes no preset, capacity. Fix: "
+                              "drop the device line (it describes the simulated GPU)")
+    assert made == []

@@ -213,9 +213,17 @@ def replay(ops: Iterable[Any], make_device: Callable[..., Device],
     checked = check_trace(ops)
     events = events if events is not None else EventLog()
     dev_kw: dict[str, Any] = {}
+    line = 1
     if checked and checked[0]["op"] == "device":
-        dev_kw = {k: v for k, v in checked.pop(0).items() if k != "op" and k[0] != "_"}
-    run = _Run(_TracedDevice(make_device(**dev_kw)), events)
+        first = checked.pop(0)
+        line = first["_line"]
+        dev_kw = {k: v for k, v in first.items() if k != "op" and k[0] != "_"}
+    try:
+        device = make_device(**dev_kw)
+    except TypeError:  # a backend without presets (host, gpu) given a device op
+        raise ConfigError(f"line {line}: device op", f"this backend takes no {', '.join(dev_kw)}",
+                          "drop the device line (it describes the simulated GPU)") from None
+    run = _Run(_TracedDevice(device), events)
     try:
         for op in checked:
             run.step(op)

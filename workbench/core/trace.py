@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -214,7 +215,10 @@ def load_trace(path: str | Path) -> list[dict]:
     """Read and check a JSON-lines trace; blank lines and ``#`` lines are skipped."""
     path = Path(path)
     try:
-        if path.stat().st_size > MAX_TRACE_BYTES:
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):  # a FIFO would block the read forever
+            raise ConfigError(str(path), "not a regular file", "pass a trace file")
+        if st.st_size > MAX_TRACE_BYTES:
             raise ConfigError(str(path), f"larger than {MAX_TRACE_BYTES} bytes",
                               "split the trace")
         text = path.read_text(encoding="utf-8")
