@@ -274,3 +274,15 @@ def test_occupy_on_a_device_without_it_is_an_op_error():
     assert r.results[0].result == {
         "error": "ConfigError", "message": "line 1: occupy: this device holds no memory outside "
         "pools. Fix: use occupy on the sim or gpu backend only"}
+
+
+def test_a_pool_the_device_cannot_hold_stops_the_replay_and_leaks_nothing():
+    made = []
+    with pytest.raises(ConfigError) as err:
+        replay([{"op": "device", "preset": "h200", "capacity": "24MiB"}, POOL,
+                {"op": "alloc", "pool": "a", "n": 10},
+                {"op": "pool", "pool": "b", "num_layers": 4}],  # 16 MiB per page id: no room
+               lambda **kw: made.append(SimDevice(**kw)) or made[-1])
+    assert str(err.value) == ("line 4: pool 'b': could not back the null block's page. Fix: "
+                              "free device memory or raise the memory limit")
+    assert _held(made[0]) == ({}, {}, {})
