@@ -22,7 +22,7 @@ def checked_free_ids(kv: KVCacheManager, ids: object) -> list[int]:
     """The ids of a ``free(ids)`` call as plain ints, or a ConfigError naming the first bad one:
     not a list of ids, not an integer (a float such as 2.0 or a bool is refused), outside the
     pool, the null block, not allocated, or listed twice."""
-    if isinstance(ids, (str, bytes, dict)) or not hasattr(ids, "__iter__"):
+    if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
         raise ConfigError(f"free({_short(ids)})", "needs an iterable of block ids",
                           "pass the list of ids alloc returned")
     out: list[int] = []
