@@ -286,3 +286,25 @@ def test_a_pool_the_device_cannot_hold_stops_the_replay_and_leaks_nothing():
     assert str(err.value) == ("line 4: pool 'b': could not back the null block's page. Fix: "
                               "free device memory or raise the memory limit")
     assert _held(made[0]) == ({}, {}, {})
+
+
+def test_a_memory_limit_below_one_page_id_is_refused_at_load(tmp_path):
+    trace = _trace(tmp_path, {**POOL, "memory_limit": 0})
+    with pytest.raises(ConfigError) as err:
+        load_trace(trace)
+    assert str(err.value) == (f"{trace}:1: memory_limit=0: below one page id (8388608 bytes), "
+                              "where the null block lives. Fix: raise it or leave it unset")
+
+
+def test_a_pool_config_limit_is_clamped_to_capacity_or_refused():
+    geo = KVGeometry(num_layers=2, kv_heads=8, head_dim=128, block_size=16, num_blocks=256)
+    dev = SimDevice()
+    kv = KVCacheManager(geo, dev, config=PoolConfig(memory_limit=1 << 40))
+    assert kv.limit_bytes == kv.capacity_bytes
+    kv.close()
+    with pytest.raises(ConfigError) as err:
+        KVCacheManager(geo, dev, name="p", config=PoolConfig(memory_limit=1 << 20))
+    assert str(err.value) == ("memory_limit=1048576 for pool 'p': limit 1048576 is below one "
+                              "page id (8388608 bytes); the null block lives on page 0. Fix: "
+                              "raise it to at least one page id or leave it unset")
+    assert _held(dev) == ({}, {}, {})

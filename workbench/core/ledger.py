@@ -18,7 +18,7 @@ from workbench.core.device import Device
 from workbench.core.events import EventLog
 from workbench.core.geometry import KVGeometry, Layout
 from workbench.core.ledger_check import check_invariants, checked_free_ids
-from workbench.core.limits import LimitResult, PoolLimits
+from workbench.core.limits import LimitOutcome, LimitResult, PoolLimits
 from workbench.core.pages import PageAllocator
 from workbench.core.vspace import KVSpace
 from workbench.errors import ConfigError, PoolClosedError, WorkbenchError
@@ -113,8 +113,11 @@ class KVCacheManager(PoolLimits):
         self.revision = 0
         self._pending: LimitResult | None = None
         self.null_block: int | None = None
-        if self.config.memory_limit is not None:
-            self.set_limit(self.config.memory_limit)
+        if self.config.memory_limit is not None:  # above capacity is no limit; below a page
+            r = self.set_limit(min(self.config.memory_limit, self.capacity_bytes))  # refused
+            if r.outcome is LimitOutcome.REJECTED:
+                raise ConfigError(f"memory_limit={self.config.memory_limit} for pool {name!r}",
+                                  r.reason, "raise it to at least one page id or leave it unset")
         if reserve_null_block:
             ids = self.alloc(1)
             if ids != [NULL_BLOCK]:

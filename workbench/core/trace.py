@@ -176,11 +176,15 @@ def _pool_parts(op: dict) -> tuple[KVGeometry, PoolConfig]:
         raise ConfigError(f"pool of {geo.virtual_bytes} virtual bytes",
                           f"more than {MAX_VIRTUAL} bytes of address space",
                           "use fewer blocks, layers or heads")
+    limit = op.get("memory_limit")
+    if limit is not None and limit < geo.page_id_bytes:
+        raise ConfigError(f"memory_limit={limit}", f"below one page id ({geo.page_id_bytes} "
+                          "bytes), where the null block lives", "raise it or leave it unset")
     cfg = PoolConfig(page_size=geo.page_size, contiguous_layout=layout is Layout.CONTIGUOUS,
                      prealloc=op.get("prealloc", True),
                      min_reserved_pages=op.get("min_reserved", 2),
                      max_reserved_pages=op.get("max_reserved", 4),
-                     memory_limit=op.get("memory_limit"),
+                     memory_limit=limit,
                      gpu_utilization=op.get("gpu_utilization", 1.0),
                      ipc_name=op.get("ipc_name"))
     return geo, cfg
