@@ -11,46 +11,18 @@ request, else the emptiest one, so requests pack into few pages and whole pages 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 from workbench.config import PoolConfig
 from workbench.core.device import Device
 from workbench.core.events import EventLog
 from workbench.core.geometry import KVGeometry, Layout
-from workbench.core.ledger_check import check_invariants, checked_free_ids
+from workbench.core.ledger_state import PoolSnapshot, check_invariants, checked_free_ids
 from workbench.core.limits import LimitOutcome, LimitResult, PoolLimits
 from workbench.core.pages import PageAllocator
 from workbench.core.vspace import KVSpace
 from workbench.errors import ConfigError, PoolClosedError, WorkbenchError
 
 NULL_BLOCK = 0
-
-
-@dataclass(slots=True)
-class PoolSnapshot:
-    name: str
-    page_id_bytes: int
-    num_pages: int
-    block_size: int
-    used_blocks: int
-    available_blocks: int
-    counts: dict[str, int]
-    limit_bytes: int
-    limit_pages: int
-    revision: int
-    shrinking: bool
-    failed: str | None
-    misses: int
-    page_states: list[str] = field(default_factory=list)
-
-    @property
-    def mapped_bytes(self) -> int:
-        c = self.counts
-        return (c["in_use"] + c["reserved"] + c["retired"]) * self.page_id_bytes
-
-    @property
-    def reserved_bytes(self) -> int:
-        return self.counts["reserved"] * self.page_id_bytes
 
 
 class KVCacheManager(PoolLimits):

@@ -31,7 +31,8 @@ from typing import Any, NamedTuple
 
 from workbench.core.device import Device, FaultyDevice
 from workbench.core.events import EventLog
-from workbench.core.ledger import KVCacheManager, PoolSnapshot
+from workbench.core.ledger import KVCacheManager
+from workbench.core.ledger_state import PoolSnapshot
 from workbench.core.trace import OPS, check_trace, load_trace
 from workbench.errors import ConfigError, DeviceError, WorkbenchError
 

@@ -1,4 +1,5 @@
-"""Checks on the block ledger: the ids a caller hands to ``free`` and the invariants tests assert.
+"""Reading the block ledger without changing it: its snapshot, the check of the ids a caller hands
+to ``free``, and the invariants tests assert.
 
 ``free`` takes a fast path when every id is a plain ``int``, distinct and allocated; anything else
 comes here, which either names the first bad id (nothing in the ledger touched yet) or returns
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import numbers
 import operator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from workbench.core.events import PageState
@@ -16,6 +18,33 @@ from workbench.errors import ConfigError, StateConsistencyError
 
 if TYPE_CHECKING:
     from workbench.core.ledger import KVCacheManager
+
+
+@dataclass(slots=True)
+class PoolSnapshot:
+    name: str
+    page_id_bytes: int
+    num_pages: int
+    block_size: int
+    used_blocks: int
+    available_blocks: int
+    counts: dict[str, int]
+    limit_bytes: int
+    limit_pages: int
+    revision: int
+    shrinking: bool
+    failed: str | None
+    misses: int
+    page_states: list[str] = field(default_factory=list)
+
+    @property
+    def mapped_bytes(self) -> int:
+        c = self.counts
+        return (c["in_use"] + c["reserved"] + c["retired"]) * self.page_id_bytes
+
+    @property
+    def reserved_bytes(self) -> int:
+        return self.counts["reserved"] * self.page_id_bytes
 
 
 def checked_free_ids(kv: KVCacheManager, ids: object) -> list[int]:
