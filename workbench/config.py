@@ -5,32 +5,44 @@ Our own prefix means an installed kvcached (``KVCACHED_*``) is never affected, n
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 
 from workbench.errors import ConfigError
+from workbench.names import check_name
 
 ENV_PREFIX = "WORKBENCH_KV_"
 MiB = 1 << 20
 
-_SIZE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*(-?\d{1,40})(?:\.(\d{1,9}))?\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+MAX_SIZE = (1 << 62) - 1  # control segments store sizes as int64: leave headroom for sums
 
 
 def parse_size(text: str | int) -> int:
-    """``8G``, ``512MiB``, ``1.5g``, ``4096`` → bytes (binary units). Raises ConfigError."""
+    """``8G``, ``512MiB``, ``1.5g``, ``4096`` → bytes (binary units). Raises ConfigError.
+
+    Exact integer arithmetic (no float), so a huge number is refused as too large rather than
+    overflowing; a bool is not a size."""
+    if isinstance(text, bool) or not isinstance(text, (int, str)):
+        raise ConfigError(f"size {text!r}", "not a size",
+                          "write a number with an optional unit: 4096, 512MiB, 8G")
     if isinstance(text, int):
         value = text
     else:
-        m = _SIZE.match(str(text))
+        m = _SIZE.match(text)
         if not m:
             raise ConfigError(f"size {text!r}", "not a size",
                               "write a number with an optional unit: 4096, 512MiB, 8G")
-        value = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+        whole, frac, unit = m.group(1), m.group(2) or "", _UNITS[m.group(3).lower()]
+        value = int(whole + frac) * unit
+        value = -(-value // 10 ** len(frac)) if value < 0 else value // 10 ** len(frac)
     if value < 0:
         raise ConfigError(f"size {text!r}", "is negative", "use a size of 0 or more")
+    if value > MAX_SIZE:
+        raise ConfigError(f"size {text!r}", f"is larger than {MAX_SIZE} bytes",
+                          "use a size below 4 EiB")
     return value
 
 
@@ -41,16 +53,9 @@ def format_size(n: int) -> str:
     return f"{n} B"
 
 
-_IPC = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-
-
 def check_ipc_name(name: str) -> str:
-    """IPC names become file names under /dev/shm: no separators, no dots-only, at most 64."""
-    if not _IPC.match(name or "") or set(name) <= {"."}:
-        raise ConfigError(f"IPC name {name!r}",
-                          "must be 1-64 characters of letters, digits, '_', '-' or '.' "
-                          "(no path separators)", "pick a name like 'llama_a'")
-    return name
+    """IPC names become file names under /dev/shm: checked in one place (workbench.names)."""
+    return check_name(name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,35 +94,11 @@ class PoolConfig:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides) -> PoolConfig:
-        """Read ``WORKBENCH_KV_<FIELD>`` variables, e.g. ``WORKBENCH_KV_PAGE_SIZE=4MiB``."""
-        env = os.environ if env is None else env
-        values: dict[str, object] = {}
-        for f in fields(cls):
-            raw = env.get(ENV_PREFIX + f.name.upper())
-            if raw is None:
-                continue
-            values[f.name] = _coerce(f.name, f.type, raw)
-        return replace(cls(**values), **overrides) if overrides else cls(**values)
+        """The pool knobs of ``WORKBENCH_KV_<FIELD>`` (see :class:`Settings`), e.g.
+        ``WORKBENCH_KV_PAGE_SIZE=4MiB``; ``overrides`` win over the environment."""
+        from workbench.settings import settings
 
-
-def _coerce(name: str, typ: object, raw: str):
-    var = ENV_PREFIX + name.upper()
-    t = str(typ)
-    try:
-        if "bool" in t:
-            low = raw.strip().lower()
-            if low in ("1", "true", "yes", "on"):
-                return True
-            if low in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(raw)
-        if name in ("page_size", "memory_limit"):
-            return parse_size(raw)
-        if "float" in t:
-            return float(raw)
-        if "int" in t:
-            return int(raw)
-        return raw
-    except (ValueError, ConfigError) as err:
-        raise ConfigError(f"{var}={raw!r}", f"cannot be read as {t}",
-                          f"fix or unset {var}") from err
+        s = settings(env)
+        values = {f.name: getattr(s, f.name) for f in fields(cls) if f.name in s.model_fields_set}
+        values.update(overrides)
+        return cls(**values)

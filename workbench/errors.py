@@ -78,3 +78,12 @@ class FrameError(ProtocolError):
 
 class PeerClosedError(WorkbenchError, ConnectionError):
     """The peer of a socket closed the connection (before or in the middle of a frame)."""
+
+
+class PoolClosedError(WorkbenchError, RuntimeError):
+    """A call on a pool after its ``close()``: its pages and its reservation are gone."""
+
+    def __init__(self, pool: str):
+        self.pool = pool
+        super().__init__(f"pool {pool} is closed: close() gave its pages and reservation back. "
+                         f"Fix: build a new pool, or drop the call")

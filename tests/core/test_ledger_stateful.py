@@ -12,6 +12,9 @@ refills and injected device failures, and after every step checks:
 
 from __future__ import annotations
 
+import os
+
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -30,7 +33,7 @@ from workbench.core.events import Event, PageState
 from workbench.core.geometry import KVGeometry, Layout
 from workbench.core.ledger import KVCacheManager
 from workbench.core.limits import LimitOutcome
-from workbench.errors import PoolFailedError, StateConsistencyError
+from workbench.errors import ConfigError, PoolClosedError, PoolFailedError, StateConsistencyError
 from workbench.sim.device import MiB, SimDevice
 
 POOLS = ("a", "b")
@@ -105,6 +108,35 @@ class LedgerMachine(RuleBasedStateMachine):
         assert not set(ids) & self.owned[name], "a block was issued twice"
         self.owned[name] |= set(ids)
         return (name, ids)
+
+    @rule(name=st.sampled_from(POOLS), data=st.data())
+    def hostile_free(self, name, data):
+        """A free with any bad id (a float or bool twin of an owned id, out of range, unowned,
+        listed twice, the null block) is refused whole, and the ledger is exactly as before."""
+        pool = self.pools[name]
+        if not self._healthy(name):
+            return
+        owned = sorted(self.owned[name])
+        n = pool.geometry.num_blocks
+        twin = st.sampled_from(owned) if owned else st.just(1)
+        bad = data.draw(st.one_of(
+            twin.map(float), twin.map(lambda b: b == 1), st.integers(n, n + 5),
+            st.integers(-5, -1), st.just(0), st.just("1"), st.none(),
+            st.integers(1, n - 1).filter(lambda b: b not in self.owned[name]),
+            twin.map(lambda b: [b])))
+        ids = data.draw(st.permutations(owned[:3] + [bad]))
+        if len(owned) and data.draw(st.booleans()):
+            ids = [owned[0], owned[0]]  # a duplicate instead
+        before = (set(pool.allocated), {p: list(s) for p, s in pool.free_blocks.items()},
+                  pool.num_free, pool.pages.counts.copy())
+        try:
+            pool.free(ids)
+        except ConfigError:
+            pass
+        else:
+            raise AssertionError(f"free({ids!r}) was accepted")
+        assert before == (set(pool.allocated), {p: list(s) for p, s in pool.free_blocks.items()},
+                          pool.num_free, pool.pages.counts.copy())
 
     @rule(entry=consumes(allocations))
     def free(self, entry):
@@ -195,3 +227,72 @@ TestLedgerMachine = LedgerMachine.TestCase
 
 def test_state_consistency_error_is_typed():
     assert issubclass(PoolFailedError, StateConsistencyError)
+
+
+def _pool(**cfg) -> KVCacheManager:
+    geo = KVGeometry(num_layers=2, kv_heads=4, head_dim=128, block_size=16, num_blocks=300)
+    return KVCacheManager(geo, SimDevice("h200"), name="p1",
+                          config=PoolConfig(min_reserved_pages=1, max_reserved_pages=2, **cfg))
+
+
+@pytest.mark.parametrize("call, args", [
+    ("alloc", (1,)), ("free", ([1],)), ("set_limit", (1 << 30,)), ("trim", ()), ("refill", ()),
+    ("try_to_reserve", (1,)), ("free_reserved", ()), ("capture_marker", ()),
+    ("release_retired_through", (0,)),
+])
+def test_every_call_on_a_closed_pool_is_refused(call, args):
+    kv = _pool()
+    kv.alloc(3)
+    assert kv.close() == []
+    with pytest.raises(PoolClosedError) as err:
+        getattr(kv, call)(*args)
+    assert str(err.value) == ("pool p1 is closed: close() gave its pages and reservation back. "
+                              "Fix: build a new pool, or drop the call")
+    assert kv.close() == [] and kv.snapshot().name == "p1"  # idempotent, still observable
+
+
+@pytest.mark.parametrize("ids, message", [
+    ([2.0], "free of block 2.0: a block id is an int. Fix: free the ids alloc gave, unchanged"),
+    ([True], "free of block True: a block id is an int. Fix: free the ids alloc gave, unchanged"),
+    ([1, 1], "free of block 1: it is not allocated (double free?). Fix: free each id once, "
+             "after alloc returned it"),
+    ([300], "free of block 300: not a block id of pool 'p1'. Fix: free the ids alloc gave"),
+    ([0], "free of block 0: the null block is never freed. Fix: drop block 0 from the list"),
+    ([[1]], "free of block [1]: a block id is an int. Fix: free the ids alloc gave, unchanged"),
+    (5, "free(5): needs an iterable of block ids. Fix: pass the list of ids alloc returned"),
+    ("12", "free('12'): needs an iterable of block ids. Fix: pass the list of ids alloc returned"),
+])
+def test_free_checks_every_id_before_touching_the_ledger(ids, message):
+    kv = _pool()
+    got = kv.alloc(4)
+    before = (set(kv.allocated), {p: list(s) for p, s in kv.free_blocks.items()}, kv.num_free)
+    with pytest.raises(ConfigError) as err:
+        kv.free(ids)
+    assert str(err.value) == message
+    assert before == (set(kv.allocated), {p: list(s) for p, s in kv.free_blocks.items()},
+                      kv.num_free)
+    kv.free(got)  # the valid free still works, and leaves only plain ints behind
+    kv.check_invariants()
+    assert kv.used_blocks == 0
+    kv.close()
+
+
+def test_free_accepts_integer_types_by_value():
+    np = pytest.importorskip("numpy")
+    kv = _pool()
+    got = kv.alloc(4)
+    kv.free(np.array(got, dtype=np.int64))  # numpy ints: accepted, stored as plain ints
+    kv.check_invariants()
+    assert kv.used_blocks == 0 and sorted(kv.alloc(4)) == got
+    kv.close()
+
+
+def test_a_pool_that_fails_to_start_gives_its_reservation_back():
+    dev = SimDevice("h200")
+    taken = f"wbtest_taken_{os.getpid()}"
+    first = _pool(ipc_name=taken)
+    geo = KVGeometry(num_layers=2, kv_heads=4, head_dim=128, block_size=16, num_blocks=300)
+    with pytest.raises(ConfigError, match="in use by live process"):
+        KVCacheManager(geo, dev, name="p2", config=PoolConfig(ipc_name=taken))
+    assert (dev.allocations, dev.mappings, dev.reservations) == ({}, {}, {})
+    first.close()

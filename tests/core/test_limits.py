@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -39,6 +40,24 @@ def test_revision_outcomes():
     assert kv.limit_bytes == pages(kv, 8) and kv.revision == 5
     assert [e.dst for e in kv.events if e.page < 0] == [
         "applied", "stale", "conflict", "rejected", "rejected", "rejected"]
+
+
+@pytest.mark.parametrize("limit, revision, reason", [
+    (True, None, "limit True is not an int"),
+    (2.0 * (1 << 20), None, "limit 2097152.0 is not an int"),
+    ("64MiB", None, "limit '64MiB' is not an int"),
+    (1 << 30, 2.0, "revision 2.0 is not an int in [0, 4611686018427387903]"),
+    (1 << 30, True, "revision True is not an int in [0, 4611686018427387903]"),
+    (1 << 30, -1, "revision -1 is not an int in [0, 4611686018427387903]"),
+    (1 << 30, 1 << 63, "revision 9223372036854775808 is not an int in [0, 4611686018427387903]"),
+])
+def test_impossible_requests_are_rejected_and_change_nothing(limit, revision, reason):
+    kv = make()
+    kv.set_limit(pages(kv, 8), revision=5)
+    r = kv.set_limit(limit, revision)
+    assert (r.outcome, r.reason, r.limit, r.revision) == (O.REJECTED, reason, pages(kv, 8), 5)
+    assert kv.limit_bytes == pages(kv, 8) and kv.revision == 5
+    assert kv.events.events[-1].dst == "rejected"
 
 
 def test_shrink_defers_never_revokes_and_converges():

@@ -7,12 +7,12 @@ engine pays for one finder on ``sys.meta_path`` and nothing else.
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 
 from workbench.adapters import hook
 from workbench.adapters.registry import EnginePlan
 from workbench.adapters.versions import dist_version
+from workbench.settings import settings
 
 ENV = "WORKBENCH_KV_AUTOPATCH"
 
@@ -27,8 +27,7 @@ _plans: dict[str, EnginePlan] = {}
 
 
 def enabled(env: dict[str, str] | None = None) -> bool:
-    return (os.environ if env is None else env).get(ENV, "").strip().lower() in (
-        "1", "true", "yes", "on")
+    return settings(env, only="autopatch").autopatch
 
 
 def load_plan(engine: str) -> EnginePlan:

@@ -13,6 +13,7 @@ import json
 import os
 import platform
 import sys
+import warnings
 from dataclasses import asdict
 from importlib import metadata
 
@@ -37,15 +38,18 @@ def _dist_commit(dist: str) -> str | None:
 def _config() -> dict:
     from workbench.adapters import boot, pth
     from workbench.config import ENV_PREFIX, PoolConfig
+    from workbench.settings import unknown_names
 
     env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIX)}
     try:
-        cfg = asdict(PoolConfig.from_env())
+        with warnings.catch_warnings():  # unknown names are listed below, not warned about
+            warnings.simplefilter("ignore")
+            cfg, enabled = asdict(PoolConfig.from_env()), boot.enabled()
         err = None
     except Exception as e:  # noqa: BLE001 - shown, not raised: doctor reports bad config
-        cfg, err = None, str(e)
-    return {"env": env, "pool_config": cfg, "config_error": err,
-            "autopatch_enabled": boot.enabled(), "pth": str(pth.path()),
+        cfg, err, enabled = None, str(e), False
+    return {"env": env, "pool_config": cfg, "config_error": err, "unknown_env": unknown_names(),
+            "autopatch_enabled": enabled, "pth": str(pth.path()),
             "pth_installed": pth.installed()}
 
 
@@ -123,6 +127,8 @@ def _print(m: dict) -> None:
         echo("           " + " ".join(f"{k}={v}" for k, v in c["pool_config"].items()))
     for k, v in c["env"].items():
         echo(f"           {k}={v}")
+    for k in c["unknown_env"]:
+        echo(f"           UNKNOWN SETTING: {k} is not a workbench setting (a typo?)")
     for engine, e in m["engines"].items():
         if not e["installed"]:
             echo(f"{engine:<10} not installed")
@@ -148,4 +154,6 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Print the manifes
     else:
         _print(m)
     failed = any(e.get("check", {}).get("state") == "failed" for e in m["engines"].values())
+    # --check refuses what a plain run only reports: a bad or an unknown WORKBENCH_KV_* name
+    failed = failed or (check and bool(m["config"]["config_error"] or m["config"]["unknown_env"]))
     raise typer.Exit(1 if failed else 0)

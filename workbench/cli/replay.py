@@ -13,7 +13,7 @@ from workbench.backends import BACKENDS, make_device
 from workbench.cli import app
 from workbench.config import format_size
 from workbench.core.replay import load_trace, replay
-from workbench.errors import ConfigError
+from workbench.errors import WorkbenchError
 
 
 @app.command("replay")
@@ -28,7 +28,7 @@ def replay_cmd(trace: Path = typer.Argument(..., exists=True, dir_okay=False,
         if backend != "sim" and ops and ops[0].get("op") == "device":
             ops.pop(0)  # device presets describe the simulated GPU only
         result = replay(ops, lambda **kw: make_device(backend, **kw))
-    except ConfigError as err:
+    except WorkbenchError as err:  # a bad line, or a pool that cannot be made: one line
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
     if as_json:
@@ -44,7 +44,7 @@ def replay_cmd(trace: Path = typer.Argument(..., exists=True, dir_okay=False,
     for r in result.results:
         if isinstance(r.result, dict) and "error" in r.result:
             console.print(f"[red]line {r.line} {r.op}: {r.result['error']}: "
-                          f"{r.result['message']}[/red]")
+                          f"{r.result['message']}[/red]", soft_wrap=True)  # one line each
     s = Table("pool", "used blocks", "free", "reserved", "in use", "reclaimed", "quarantined",
               "mapped", "limit", "misses", "failed")
     for name, p in result.pools.items():

@@ -81,7 +81,7 @@ class ControlSegment:
     def __init__(self, name: str, path: Path, seg: _Mapped, pool):
         self.name, self.path, self.seg, self.pool = name, path, seg, pool
         self._seen = 0
-        self._unsubscribe = pool.events.subscribe(self._on_event)
+        self._unsubscribe = pool.events.subscribe(self._on_event, pool=pool.name)
 
     @classmethod
     def create(cls, name: str, pool) -> ControlSegment:

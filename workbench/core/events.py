@@ -56,22 +56,42 @@ event_from_tuple: Callable[[tuple[float, str, int, str, str, str]], Event] = \
 
 
 class EventLog:
-    """An append-only list of events with subscribers (plots subscribe to watch a run live)."""
+    """An append-only list of events with subscribers (plots subscribe to watch a run live).
+
+    Several pools may share one log (a replay, a recording). A subscriber that acts on one pool's
+    events (its control segment writes page states by index) subscribes with ``pool=name`` and
+    is routed only that pool's events: another pool's page 900 never reaches a 64-page segment.
+    """
 
     def __init__(self, keep: bool = True):
         self.events: list[Event] = []
         self.keep = keep
         self._subscribers: list[Callable[[Event], None]] = []
+        self._routes: dict[str, list[Callable[[Event], None]]] = {}  # pool -> its subscribers
 
     def emit(self, event: Event) -> None:
         if self.keep:
             self.events.append(event)
         for fn in self._subscribers:
             fn(event)
+        if self._routes:
+            for fn in self._routes.get(event[1], ()):  # event[1] is the pool (hot path)
+                fn(event)
 
-    def subscribe(self, fn: Callable[[Event], None]) -> Callable[[], None]:
-        self._subscribers.append(fn)
-        return lambda: self._subscribers.remove(fn)
+    def subscribe(self, fn: Callable[[Event], None],
+                  pool: str | None = None) -> Callable[[], None]:
+        """Call ``fn`` on every event, or only on ``pool``'s events. Returns the unsubscribe."""
+        if pool is None:
+            self._subscribers.append(fn)
+            return lambda: self._subscribers.remove(fn)
+        self._routes.setdefault(pool, []).append(fn)
+        return lambda: self._unroute(pool, fn)
+
+    def _unroute(self, pool: str, fn: Callable[[Event], None]) -> None:
+        fns = self._routes[pool]
+        fns.remove(fn)
+        if not fns:
+            del self._routes[pool]
 
     def __iter__(self) -> Iterator[Event]:
         return iter(self.events)

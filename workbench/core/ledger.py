@@ -11,48 +11,21 @@ request, else the emptiest one, so requests pack into few pages and whole pages 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 from workbench.config import PoolConfig
 from workbench.core.device import Device
-from workbench.core.events import Event, EventLog, PageState
+from workbench.core.events import EventLog
 from workbench.core.geometry import KVGeometry, Layout
-from workbench.core.limits import LimitOutcome, LimitResult
+from workbench.core.ledger_state import PoolSnapshot, check_invariants, checked_free_ids
+from workbench.core.limits import LimitOutcome, LimitResult, PoolLimits
 from workbench.core.pages import PageAllocator
 from workbench.core.vspace import KVSpace
-from workbench.errors import ConfigError, StateConsistencyError
+from workbench.errors import ConfigError, PoolClosedError, WorkbenchError
 
 NULL_BLOCK = 0
 
 
-@dataclass(slots=True)
-class PoolSnapshot:
-    name: str
-    page_id_bytes: int
-    num_pages: int
-    block_size: int
-    used_blocks: int
-    available_blocks: int
-    counts: dict[str, int]
-    limit_bytes: int
-    limit_pages: int
-    revision: int
-    shrinking: bool
-    failed: str | None
-    misses: int
-    page_states: list[str] = field(default_factory=list)
-
-    @property
-    def mapped_bytes(self) -> int:
-        c = self.counts
-        return (c["in_use"] + c["reserved"] + c["retired"]) * self.page_id_bytes
-
-    @property
-    def reserved_bytes(self) -> int:
-        return self.counts["reserved"] * self.page_id_bytes
-
-
-class KVCacheManager:
+class KVCacheManager(PoolLimits):
     def __init__(self, geometry: KVGeometry, device: Device | None = None, *, name: str = "pool",
                  config: PoolConfig | None = None, events: EventLog | None = None,
                  reserve_null_block: bool = True, defer_release: bool = False,
@@ -77,6 +50,16 @@ class KVCacheManager:
         self.device = space.device if space is not None else device
         self.events = events if events is not None else EventLog()
         self.space = space if space is not None else KVSpace(geometry, device)
+        self.closed = False
+        self.control = None  # a ControlSegment when an IPC name is set
+        try:
+            self._start(reserve_null_block, defer_release)
+        except BaseException:
+            self.close()  # a pool that failed to start gives back what it took
+            raise
+
+    def _start(self, reserve_null_block: bool, defer_release: bool) -> None:
+        name, geometry = self.name, self.geometry
         self.pages = PageAllocator(
             self.space, pool=name, events=self.events,
             min_reserved=self.config.min_reserved_pages if self.config.prealloc else 0,
@@ -98,14 +81,15 @@ class KVCacheManager:
         self.allocated: set[int] = set()
         self.reserved_blocks: list[int] = []
         self.misses = 0
-        self.closed = False
         self.limit_bytes = self.capacity_bytes
         self.revision = 0
         self._pending: LimitResult | None = None
-        self.control = None  # a ControlSegment when an IPC name is set
         self.null_block: int | None = None
-        if self.config.memory_limit is not None:
-            self.set_limit(self.config.memory_limit)
+        if self.config.memory_limit is not None:  # above capacity is no limit; below a page
+            r = self.set_limit(min(self.config.memory_limit, self.capacity_bytes))  # refused
+            if r.outcome is LimitOutcome.REJECTED:
+                raise ConfigError(f"memory_limit={self.config.memory_limit} for pool {name!r}",
+                                  r.reason, "raise it to at least one page id or leave it unset")
         if reserve_null_block:
             ids = self.alloc(1)
             if ids != [NULL_BLOCK]:
@@ -158,7 +142,9 @@ class KVCacheManager:
 
     # -- alloc / free ------------------------------------------------------------------------
     def alloc(self, n: int) -> list[int] | None:
-        if not isinstance(n, int) or n < 0:
+        if self.closed:
+            raise PoolClosedError(self.name)
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
             raise ConfigError(f"alloc({n!r})", "needs a count of 0 or more blocks",
                               "pass a non-negative int")
         self.poll_control()
@@ -244,28 +230,26 @@ class KVCacheManager:
         self.reserved_blocks[:0] = out[:taken]
 
     def free(self, ids: Iterable[int]) -> None:
-        ids = list(ids)
+        """Free block ids alloc returned. Every id is checked before anything is touched."""
+        if self.closed:
+            raise PoolClosedError(self.name)
         self.pages.check_ok()
-        unique = set(ids)
-        if len(unique) != len(ids) or not unique <= self.allocated or self.null_block in unique:
-            self._reject_free(ids)  # the slow path names the first bad id
+        given = ids
+        try:
+            ids = list(ids)
+            unique = set(ids)
+            # 2.0 and True hash and compare like 2 and 1, so membership alone would let them in:
+            # a float (or numpy int) makes the sum's type differ; True can only pass as 1
+            ok = (len(unique) == len(ids) and unique <= self.allocated
+                  and self.null_block not in unique and type(sum(ids)) is int
+                  and (1 not in unique or type(ids[ids.index(1)]) is int))
+        except TypeError:  # not iterable, or an unhashable id
+            ok = False
+        if not ok:  # the slow path names the first bad id, or normalises integer types
+            ids = checked_free_ids(self, given if isinstance(given, (str, bytes)) else ids)
         self._free_ids(ids)
         self.poll_control()
         self._publish()
-
-    def _reject_free(self, ids: list) -> None:
-        seen: set = set()
-        for b in ids:
-            if not isinstance(b, int) or not 0 <= b < self.geometry.num_blocks:
-                raise ConfigError(f"free of block {b!r}",
-                                  f"not a block id of pool {self.name!r}", "free ids alloc gave")
-            if b == self.null_block:
-                raise ConfigError("free of block 0", "the null block is never freed",
-                                  "drop block 0 from the list")
-            if b not in self.allocated or b in seen:
-                raise ConfigError(f"free of block {b}", "it is not allocated (double free?)",
-                                  "free each id once, after alloc returned it")
-            seen.add(b)
 
     def _free_ids(self, ids: list[int]) -> None:
         bb, ps, cap, limit = self._block_bytes, self._page_size, self._capacity, \
@@ -309,71 +293,15 @@ class KVCacheManager:
         return True
 
     def free_reserved(self) -> None:
+        self._check_open()
         ids, self.reserved_blocks = self.reserved_blocks, []
         if ids:
             self._free_ids(ids)
             self._publish()
 
-    # -- limits ------------------------------------------------------------------------------
-    def set_limit(self, limit: int, revision: int | None = None) -> LimitResult:
-        """Ask the pool to hold at most ``limit`` bytes. See :class:`LimitOutcome`."""
-        g = self.geometry
-        if revision is not None and revision < self.revision:
-            return self._limit_event(LimitOutcome.STALE, f"revision {revision} < "
-                                                         f"{self.revision}")
-        if revision == self.revision and revision is not None and self.revision:
-            if limit == self.limit_bytes:
-                return self._pending or self._state(LimitOutcome.APPLIED)
-            return self._limit_event(LimitOutcome.CONFLICT,
-                                     f"revision {revision} already set {self.limit_bytes} bytes")
-        if not isinstance(limit, int) or limit < 0:
-            return self._limit_event(LimitOutcome.REJECTED, f"limit {limit!r} is negative")
-        if limit > self.capacity_bytes:
-            return self._limit_event(LimitOutcome.REJECTED,
-                                     f"limit {limit} exceeds the pool's capacity "
-                                     f"{self.capacity_bytes}")
-        target = limit // g.page_id_bytes
-        if target < 1:
-            return self._limit_event(LimitOutcome.REJECTED,
-                                     f"limit {limit} is below one page id ({g.page_id_bytes} "
-                                     f"bytes); the null block lives on page 0")
-        if self.pages.failed:
-            return self._limit_event(LimitOutcome.REJECTED, "the pool has failed")
-        self.revision = revision if revision is not None else self.revision + 1
-        self.limit_bytes = limit
-        self.free_reserved()  # held blocks must not pin the tail
-        done = self.pages.set_limit_pages(target)
-        self.num_free = sum(len(s) for p, s in self.free_blocks.items() if p < target)
-        self._pending = None if done else self._state(LimitOutcome.DEFERRED)
-        result = self._pending or self._state(LimitOutcome.APPLIED)
-        self._emit_limit(result)
-        self._publish()
-        return result
-
-    def _state(self, outcome: LimitOutcome, reason: str = "") -> LimitResult:
-        return LimitResult(outcome, self.limit_bytes, self.revision, self.pages.limit_pages,
-                           reason)
-
-    def _limit_event(self, outcome: LimitOutcome, reason: str) -> LimitResult:
-        result = self._state(outcome, reason)
-        self._emit_limit(result)
-        return result
-
-    def _emit_limit(self, r: LimitResult) -> None:
-        self.events.emit(Event(self.device.now(), self.name, -1, f"limit@{r.revision}",
-                               r.outcome.value, f"limit {r.limit} bytes -> {r.target_pages} pages"
-                               + (f": {r.reason}" if r.reason else "")))
-
-    def _converge(self) -> None:
-        if self.pages.enforce_limit():
-            self._pending = None
-            self._emit_limit(self._state(LimitOutcome.APPLIED, "converged"))
-
-    @property
-    def limit_state(self) -> LimitResult:
-        return self._pending or self._state(LimitOutcome.APPLIED)
-
+    # -- limits (set_limit and its outcomes: core/limits.py) ---------------------------------
     def trim(self) -> int:
+        self._check_open()
         n = self.pages.trim()
         if self._pending is not None:
             self._converge()
@@ -381,15 +309,28 @@ class KVCacheManager:
         return n
 
     # -- async release -----------------------------------------------------------------------
+    def refill(self) -> int:
+        """Map free pages into the reserve up to ``min_reserved``; returns how many."""
+        self._check_open()
+        n = self.pages.refill()
+        self._publish()
+        return n
+
     def capture_marker(self) -> int:
+        self._check_open()
         return self.pages.capture_marker()
 
     def release_retired_through(self, marker: int) -> int:
+        self._check_open()
         n = self.pages.release_retired_through(marker)
         if self._pending is not None:
             self._converge()
         self._publish()
         return n
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise PoolClosedError(self.name)
 
     # -- control plane -----------------------------------------------------------------------
     def poll_control(self) -> None:
@@ -418,41 +359,18 @@ class KVCacheManager:
 
     def check_invariants(self) -> None:
         """Raise StateConsistencyError if the ledger and the page states disagree (tests use it)."""
-        p, g = self.pages, self.geometry
-        if sum(p.counts.values()) != p.num_pages:
-            raise StateConsistencyError(f"page counts {p.counts} do not add up to {p.num_pages}")
-        for page, st in enumerate(p.state):
-            mapped = self.space.is_mapped(page)
-            live = st in (PageState.IN_USE, PageState.RESERVED, PageState.RETIRED)
-            if live != mapped and st is not PageState.QUARANTINED:
-                raise StateConsistencyError(f"page {page} is {st.value} but mapped={mapped}")
-            if (st is PageState.IN_USE) != (page in self.free_blocks):
-                raise StateConsistencyError(f"page {page} is {st.value} in the ledger's view")
-        owned = self.allocated | set(self.reserved_blocks)
-        for page, stack in self.free_blocks.items():
-            blocks = set(g.page_blocks(page))
-            if len(set(stack)) != len(stack) or not set(stack) <= blocks or set(stack) & owned:
-                raise StateConsistencyError(f"page {page}: free list {stack} is inconsistent")
-            if set(stack) | (owned & blocks) != blocks:
-                raise StateConsistencyError(f"page {page}: a block is neither free nor owned")
-        for b in owned:
-            if p.state[g.block_page(b)] is not PageState.IN_USE:
-                raise StateConsistencyError(f"block {b} is owned on a page that is not in use")
-        if self.num_free != sum(len(s) for q, s in self.free_blocks.items() if q < p.limit_pages):
-            raise StateConsistencyError("num_free drifted from the free lists")
-        if len(set(p.reserved)) != len(p.reserved) or any(
-                p.state[q] is not PageState.RESERVED for q in p.reserved):
-            raise StateConsistencyError(f"reserve list {p.reserved} is inconsistent")
+        check_invariants(self)
 
     def close(self) -> list[str]:
         """Give every page and the reservation back (best effort on a failed pool); returns what
-        could not be undone."""
+        could not be undone. Every later call on the pool raises PoolClosedError."""
         if self.closed:
             return []
         self.closed = True
         try:
-            self.pages.close()
-        except StateConsistencyError:
+            if getattr(self, "pages", None) is not None:  # None: the constructor failed early
+                self.pages.close()
+        except WorkbenchError:
             pass  # the space below cleans up what the page allocator could not
         problems = self.space.close() or []
         if self.control is not None:

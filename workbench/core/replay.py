@@ -14,26 +14,29 @@ and lines starting with ``#`` are skipped)::
     {"op": "trim", "pool": "a"}
     {"op": "refill", "pool": "a"}
     {"op": "fail", "call": "map", "nth": 1}   the nth next call of that kind fails
-    {"op": "occupy", "owner": "weights", "bytes": "1G"}            sim only: memory outside pools
+    {"op": "occupy", "owner": "weights", "bytes": "1G"}            sim, gpu: memory outside pools
     {"op": "close", "pool": "a"}
+
+Every line is checked before anything runs (``workbench.core.trace``): a bad line stops the load
+with one ``file:line: ...`` error. At run time an op that fails records ``{"error", "message"}``
+as its result and the replay goes on; a pool that cannot be created stops it. Either way, when
+``replay`` returns or raises, every pool it opened is closed and the device holds nothing it made.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any, NamedTuple
 
-from workbench.config import PoolConfig, parse_size
 from workbench.core.device import Device, FaultyDevice
 from workbench.core.events import EventLog
-from workbench.core.geometry import KVGeometry, Layout
-from workbench.core.ledger import KVCacheManager, PoolSnapshot
-from workbench.errors import ConfigError, WorkbenchError
+from workbench.core.ledger import KVCacheManager
+from workbench.core.ledger_state import PoolSnapshot
+from workbench.core.trace import OPS, check_trace, load_trace
+from workbench.errors import ConfigError, DeviceError, WorkbenchError
 
-OPS = ("device", "pool", "alloc", "free", "limit", "trim", "refill", "fail", "occupy", "close")
+__all__ = ["OPS", "OpResult", "ReplayResult", "load_trace", "replay"]
 
 
 class OpResult(NamedTuple):
@@ -56,112 +59,176 @@ class ReplayResult(NamedTuple):
         }
 
 
-def load_trace(path: str | Path) -> list[dict]:
-    ops = []
-    for i, line in enumerate(Path(path).read_text().splitlines(), 1):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        try:
-            op = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ConfigError(f"{path}:{i}", f"not JSON ({err.msg})",
-                              "write one JSON object per line") from err
-        if not isinstance(op, dict) or op.get("op") not in OPS:
-            got = op.get("op") if isinstance(op, dict) else op
-            raise ConfigError(f"{path}:{i}", f"unknown op {got!r}", f"use one of {', '.join(OPS)}")
-        op["_line"] = i
-        ops.append(op)
-    return ops
+class _TracedDevice(FaultyDevice):
+    """The replay's device: faults on demand, and a record of every reservation, allocation and
+    mapping still live, so that whatever a failed close left behind is given back at the end."""
+
+    def __init__(self, inner: Device):
+        super().__init__(inner)
+        self.live_res: dict[int, int] = {}  # va -> size
+        self.live_handles: set[int] = set()
+        self.live_maps: dict[int, int] = {}  # va -> size
+
+    def reserve(self, size: int) -> int:
+        va = super().reserve(size)
+        self.live_res[va] = size
+        return va
+
+    def unreserve(self, va: int, size: int) -> None:
+        super().unreserve(va, size)
+        self.live_res.pop(va, None)
+
+    def create(self, size: int) -> int:
+        h = super().create(size)
+        self.live_handles.add(h)
+        return h
+
+    def map(self, va: int, size: int, handle: int) -> None:
+        super().map(va, size, handle)
+        self.live_maps[va] = size
+
+    def unmap(self, va: int, size: int) -> None:
+        super().unmap(va, size)
+        self.live_maps.pop(va, None)
+
+    def release(self, handle: int) -> None:
+        super().release(handle)
+        self.live_handles.discard(handle)
+
+    def sweep(self) -> None:
+        """Give back what is still live, faults off: mappings, then handles, then ranges."""
+        self.plan.clear()
+        for va, size in list(self.live_maps.items()):
+            _quietly(self.unmap, va, size)
+        for h in list(self.live_handles):
+            _quietly(self.release, h)
+        for va, size in list(self.live_res.items()):
+            _quietly(self.unreserve, va, size)
 
 
-def _pool_from(op: dict, device: Device, events: EventLog) -> KVCacheManager:
-    layout = Layout(op.get("layout", "contiguous"))
-    geo = KVGeometry.for_model(
-        num_layers=op.get("num_layers", 4), kv_heads=op.get("kv_heads", 8),
-        head_dim=op.get("head_dim", 128), mla=op.get("mla", False),
-        block_size=op.get("block_size", 16), num_blocks=op.get("num_blocks", 1024),
-        page_size=parse_size(op.get("page_size", 2 << 20)), layout=layout,
-        dtype_bytes=op.get("dtype_bytes", 2))
-    limit = op.get("memory_limit")
-    cfg = PoolConfig(page_size=geo.page_size, contiguous_layout=layout is Layout.CONTIGUOUS,
-                     prealloc=op.get("prealloc", True),
-                     min_reserved_pages=op.get("min_reserved", 2),
-                     max_reserved_pages=op.get("max_reserved", 4),
-                     memory_limit=None if limit is None else parse_size(limit),
-                     gpu_utilization=op.get("gpu_utilization", 1.0),
-                     ipc_name=op.get("ipc_name"))
-    return KVCacheManager(geo, device, name=op["pool"], config=cfg, events=events)
+def _quietly(fn: Callable[..., Any], *args: Any) -> None:
+    try:
+        fn(*args)
+    except DeviceError:
+        pass
 
 
-def replay(ops: Iterable[dict], make_device: Callable[..., Device],
-           events: EventLog | None = None) -> ReplayResult:
-    """Run ``ops`` against a device made by ``make_device(**device_op_fields)``."""
-    events = events if events is not None else EventLog()
-    ops = list(ops)
-    dev_kw = {}
-    if ops and ops[0].get("op") == "device":
-        first = ops.pop(0)
-        dev_kw = {k: v for k, v in first.items() if k not in ("op", "_line")}
-        if "capacity" in dev_kw:
-            dev_kw["capacity"] = parse_size(dev_kw["capacity"])
-    device = FaultyDevice(make_device(**dev_kw))
-    pools: dict[str, KVCacheManager] = {}
-    tags: dict[tuple[str, str], list[int]] = {}
-    results: list[OpResult] = []
+class _Run:
+    """One replay's state: its device, pools, tags, occupied owners and results."""
 
-    def pool_of(op: dict) -> KVCacheManager:
-        name = op.get("pool")
-        if name not in pools:
-            raise ConfigError(f"line {op.get('_line')}: pool {name!r}", "not created",
+    def __init__(self, device: _TracedDevice, events: EventLog):
+        self.device, self.events = device, events
+        self.pools: dict[str, KVCacheManager] = {}
+        self.tags: dict[tuple[str, str], list[int]] = {}
+        self.occupied: set[str] = set()
+        self.results: list[OpResult] = []
+
+    def pool_of(self, op: dict) -> KVCacheManager:
+        name = op["pool"]
+        if name not in self.pools:
+            raise ConfigError(f"line {op['_line']}: pool {name!r}", "not created",
                               "add a {\"op\": \"pool\"} line first")
-        return pools[name]
+        return self.pools[name]
 
-    for op in ops:
-        kind, line, name = op["op"], op.get("_line", 0), op.get("pool")
+    def step(self, op: dict) -> None:
+        kind = op["op"]
         try:
-            if kind == "pool":
-                pools[name] = _pool_from(op, device, events)
-                res: Any = pools[name].snapshot(with_pages=False).counts
-            elif kind == "alloc":
-                ids = pool_of(op).alloc(int(op["n"]))
-                if ids is not None and op.get("tag"):
-                    tags[(name, op["tag"])] = ids
-                res = None if ids is None else len(ids)
-            elif kind == "free":
-                ids = tags.pop((name, op["tag"]), []) if "tag" in op else op.get("ids", [])
-                pool_of(op).free(ids)
-                res = len(ids)
-            elif kind == "limit":
-                res = pool_of(op).set_limit(parse_size(op["bytes"]), op.get("revision")).to_dict()
-            elif kind == "trim":
-                res = pool_of(op).trim()
-            elif kind == "refill":
-                res = pool_of(op).pages.refill()
-            elif kind == "fail":
-                device.fail_next(op["call"], int(op.get("nth", 1)))
-                res = op["call"]
-            elif kind == "occupy":
-                device.occupy(op["owner"], parse_size(op["bytes"]))
-                res = op["owner"]
-            elif kind == "close":
-                pool_of(op).close()
-                res = "closed"
-            else:  # "device" anywhere but first
-                raise ConfigError(f"line {line}: device op", "only allowed as the first op",
-                                  "move it to the top of the trace")
+            res = getattr(self, "_" + kind)(op)
         except WorkbenchError as err:
-            if isinstance(err, ConfigError) and kind in ("pool", "device"):
-                raise
+            if isinstance(err, ConfigError) and kind == "pool":
+                raise ConfigError(f"line {op['_line']}: {err.what}", err.why, err.fix) from None
             res = {"error": type(err).__name__, "message": str(err)}
-        results.append(OpResult(line, kind, name, res))
-    snaps = {n: p.snapshot() for n, p in pools.items()}
-    # give the memory back (a GPU holds it until the process ends otherwise), off the record
-    events.keep = False
-    for pool in pools.values():
+        self.results.append(OpResult(op["_line"], kind, op.get("pool"), res))
+
+    def _pool(self, op: dict) -> Any:
+        kv = KVCacheManager(op["_geometry"], self.device, name=op["pool"], config=op["_config"],
+                            events=self.events)
+        self.pools[op["pool"]] = kv
+        return kv.snapshot(with_pages=False).counts
+
+    def _alloc(self, op: dict) -> Any:
+        ids = self.pool_of(op).alloc(op["n"])
+        if ids is not None and "tag" in op:
+            self.tags[(op["pool"], op["tag"])] = ids
+        return None if ids is None else len(ids)
+
+    def _free(self, op: dict) -> Any:
+        kv = self.pool_of(op)
+        ids = self.tags.get((op["pool"], op["tag"]), []) if "tag" in op else op["ids"]
+        kv.free(ids)
+        if "tag" in op:  # forgotten only once freed: a refused free can be retried
+            self.tags.pop((op["pool"], op["tag"]), None)
+        return len(ids)
+
+    def _limit(self, op: dict) -> Any:
+        return self.pool_of(op).set_limit(op["bytes"], op.get("revision")).to_dict()
+
+    def _trim(self, op: dict) -> Any:
+        return self.pool_of(op).trim()
+
+    def _refill(self, op: dict) -> Any:
+        return self.pool_of(op).refill()
+
+    def _fail(self, op: dict) -> Any:
+        self.device.fail_next(op["call"], op.get("nth", 1))
+        return op["call"]
+
+    def _occupy(self, op: dict) -> Any:
+        if not callable(getattr(self.device.inner, "occupy", None)):
+            raise ConfigError(f"line {op['_line']}: occupy", "this device holds no memory "
+                              "outside pools", "use occupy on the sim or gpu backend only")
+        self.occupied.add(op["owner"])
+        self.device.occupy(op["owner"], op["bytes"])
+        return op["owner"]
+
+    def _close(self, op: dict) -> Any:
+        problems = self.pool_of(op).close()
+        return "closed" if not problems else {"error": "DeviceError",
+                                              "message": "; ".join(problems)}
+
+    def release(self) -> None:
+        """Close every pool and give back what the run holds, off the record."""
+        keep, self.events.keep = self.events.keep, False
+        self.device.plan.clear()  # a fault still pending must not fail the clean-up
         try:
-            pool.close()
-        except WorkbenchError:
-            pass
-    events.keep = True
-    return ReplayResult(events, results, snaps)
+            for kv in self.pools.values():
+                try:
+                    kv.close()
+                except WorkbenchError:
+                    pass
+            for owner in self.occupied:
+                try:
+                    self.device.occupy(owner, 0)
+                except WorkbenchError:
+                    pass
+            self.device.sweep()
+        finally:
+            self.events.keep = keep
+
+
+def replay(ops: Iterable[Any], make_device: Callable[..., Device],
+           events: EventLog | None = None) -> ReplayResult:
+    """Check ``ops``, then run them against a device made by ``make_device(**device_op_fields)``.
+    Raises a one-line ConfigError for a bad op (nothing run) or a pool that cannot be created
+    (everything opened so far closed again)."""
+    checked = check_trace(ops)
+    events = events if events is not None else EventLog()
+    dev_kw: dict[str, Any] = {}
+    line = 1
+    if checked and checked[0]["op"] == "device":
+        first = checked.pop(0)
+        line = first["_line"]
+        dev_kw = {k: v for k, v in first.items() if k != "op" and k[0] != "_"}
+    try:
+        device = make_device(**dev_kw)
+    except TypeError:  # a backend without presets (host, gpu) given a device op
+        raise ConfigError(f"line {line}: device op", f"this backend takes no {', '.join(dev_kw)}",
+                          "drop the device line (it describes the simulated GPU)") from None
+    run = _Run(_TracedDevice(device), events)
+    try:
+        for op in checked:
+            run.step(op)
+        snaps = {n: p.snapshot() for n, p in run.pools.items()}
+    finally:
+        run.release()
+    return ReplayResult(events, run.results, snaps)

@@ -26,8 +26,9 @@ from pathlib import Path
 from workbench.errors import ConfigError, ControlError
 from workbench.names import check_name
 from workbench.procs import pid_alive, valid_pid
+from workbench.settings import settings
 
-SHM_DIR = Path(os.environ.get("WORKBENCH_KV_SHM_DIR", "/dev/shm"))
+SHM_DIR = Path(settings(only="shm_dir").shm_dir)
 PREFIX = "wbkv_"
 PARTIAL_PREFIX = "wbkvnew_"  # wbkvnew_<pid>_<start>_<name>: a segment still being written
 MAGIC = b"WBKVSEG\x00"

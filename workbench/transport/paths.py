@@ -16,6 +16,7 @@ from pathlib import Path
 from workbench.core.coordinator import WorkerId
 from workbench.errors import ConfigError
 from workbench.procs import my_identity, pid_alive, valid_pid
+from workbench.settings import settings
 
 SOCKET_DIR_ENV = "WORKBENCH_KV_SOCKET_DIR"
 MAX_SOCK_PATH = 107  # sun_path is 108 bytes with its NUL
@@ -26,7 +27,7 @@ OWNER_MAX = 4096
 
 def base_dir() -> Path:
     """The per-user base directory, created 0700; refused if someone else could write it."""
-    base = Path(os.environ.get(SOCKET_DIR_ENV) or f"/tmp/workbench-kv-{os.getuid()}")
+    base = Path(settings().socket_dir or f"/tmp/workbench-kv-{os.getuid()}")
     try:
         base.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as err:

@@ -8,13 +8,12 @@ gets a standalone backing on a simulated device: the same page bookkeeping, no m
 
 from __future__ import annotations
 
-import os
-
 from workbench.adapters import runtime
 from workbench.adapters.vllm.backing import BlockBacking
 from workbench.backends import make_device
 from workbench.core.geometry import KVGeometry, Layout
 from workbench.core.vspace import KVSpace
+from workbench.settings import settings
 
 backings: list[tuple[int, BlockBacking]] = []
 pools: list = []  # ElasticBlockPools built in this process (reports, tests)
@@ -33,7 +32,7 @@ def backing_for(num_blocks: int) -> BlockBacking | None:
 
 
 def require_worker() -> bool:
-    return os.environ.get("WORKBENCH_KV_VLLM_STANDALONE", "") != "1"
+    return not settings().vllm_standalone
 
 
 def standalone_backing(num_blocks: int) -> BlockBacking:
