@@ -148,3 +148,14 @@ def test_doctor_check_refuses_unknown_and_bad_names(args, extra, code, line):
         assert not any(x.startswith(("UNKNOWN SETTING", "BAD CONFIG")) for x in lines)
     else:
         assert line in lines
+
+
+@pytest.mark.parametrize("argv", [["kvctl", "list"], ["kvtop", "--once"], ["labs", "list"]])
+def test_a_bad_value_read_at_start_up_is_one_line_for_every_command(argv):
+    """The shm directory is read while the CLI imports; its refusal is still one line, exit 2."""
+    env = {**os.environ, "WORKBENCH_KV_SHM_DIR": "relative/dir"}
+    out = subprocess.run([sys.executable, "-m", "workbench", *argv], capture_output=True,
+                         text=True, env=env, timeout=60)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.splitlines() == ["error: WORKBENCH_KV_SHM_DIR='relative/dir': not an "
+                                       "absolute path. Fix: use an absolute directory path"]

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
+
+from workbench.errors import WorkbenchError
 
 app = typer.Typer(
     name="workbench",
@@ -12,17 +16,30 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-# Each import adds its command(s) to ``app``; keep one line per command module.
-from workbench.cli import bench as _bench  # noqa: E402,F401
-from workbench.cli import doctor as _doctor  # noqa: E402,F401
-from workbench.cli import kvctl as _kvctl  # noqa: E402,F401
-from workbench.cli import kvexport as _kvexport  # noqa: E402,F401
-from workbench.cli import kvtop as _kvtop  # noqa: E402,F401
-from workbench.cli import lab as _lab  # noqa: E402,F401
-from workbench.cli import labs as _labs  # noqa: E402,F401
-from workbench.cli import replay as _replay  # noqa: E402,F401
-from workbench.cli import serve as _serve  # noqa: E402,F401
+# Each import adds its command(s) to ``app``; keep one line per command module. A bad
+# WORKBENCH_KV_* value read while importing (the shm directory) is kept for main() to report in
+# one line, as any other WorkbenchError is.
+_startup_error: WorkbenchError | None = None
+try:
+    from workbench.cli import bench as _bench  # noqa: F401
+    from workbench.cli import doctor as _doctor  # noqa: F401
+    from workbench.cli import kvctl as _kvctl  # noqa: F401
+    from workbench.cli import kvexport as _kvexport  # noqa: F401
+    from workbench.cli import kvtop as _kvtop  # noqa: F401
+    from workbench.cli import lab as _lab  # noqa: F401
+    from workbench.cli import labs as _labs  # noqa: F401
+    from workbench.cli import replay as _replay  # noqa: F401
+    from workbench.cli import serve as _serve  # noqa: F401
+except WorkbenchError as err:
+    _startup_error = err
 
 
 def main() -> None:
-    app()
+    """Run the CLI; a WorkbenchError that no command caught is one ``error:`` line, exit 2."""
+    try:
+        if _startup_error is not None:
+            raise _startup_error
+        app()
+    except WorkbenchError as err:
+        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
+        raise SystemExit(2) from None
