@@ -19,6 +19,7 @@ LABS: dict[str, str] = {
     "colocation": "workbench.labs.colocation:ColocationLab",
     "idle-footprint": "workbench.labs.idle_footprint:IdleFootprintLab",
     "grow-reclaim": "workbench.labs.grow_reclaim:GrowReclaimLab",
+    "same-engine-pair": "workbench.labs.same_engine_pair:SameEnginePairLab",
 }
 
 

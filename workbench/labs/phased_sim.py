@@ -36,6 +36,7 @@ class InstanceSpec:
     kind: str  # "vllm" | "sglang"
     phases: list[Phase]
     shutdown_after: float | None = None  # graceful shutdown: close once idle after this time
+    traffic_seed: int | None = None  # None: the run's seed * 100 + the instance's index
 
 
 @dataclass(slots=True)
@@ -81,21 +82,26 @@ def cached_blocks(eng: SimEngine) -> int:
     return eng.cache.evictable_size // eng.cache.page  # type: ignore[attr-defined]
 
 
+def _sample(env: simpy.Environment, engines: list[SimEngine], out: dict[str, dict[str, list]],
+            device) -> None:
+    free = device.mem_info().free
+    for eng in engines:
+        kv, d = eng.kv, out[eng.name]
+        c = kv.pages.counts
+        for key, value in (("t", env.now), ("in_use_pages", c[PageState.IN_USE]),
+                           ("reserved_pages", c[PageState.RESERVED]),
+                           ("mapped_bytes", kv.mapped_bytes), ("used_blocks", kv.used_blocks),
+                           ("cached_blocks", cached_blocks(eng)),
+                           ("running", len(eng.scheduler.running)),
+                           ("waiting", len(eng.scheduler.waiting)),
+                           ("device_free_bytes", free)):
+            d[key].append(value)
+
+
 def _sampler(env: simpy.Environment, engines: list[SimEngine], out: dict[str, dict[str, list]],
              every_s: float, device):
     while True:
-        free = device.mem_info().free
-        for eng in engines:
-            kv, d = eng.kv, out[eng.name]
-            c = kv.pages.counts
-            for key, value in (("t", env.now), ("in_use_pages", c[PageState.IN_USE]),
-                               ("reserved_pages", c[PageState.RESERVED]),
-                               ("mapped_bytes", kv.mapped_bytes), ("used_blocks", kv.used_blocks),
-                               ("cached_blocks", cached_blocks(eng)),
-                               ("running", len(eng.scheduler.running)),
-                               ("waiting", len(eng.scheduler.waiting)),
-                               ("device_free_bytes", free)):
-                d[key].append(value)
+        _sample(env, engines, out, device)
         yield env.timeout(every_s)
 
 
@@ -135,12 +141,15 @@ def run_phased(spec: RunSpec) -> dict[str, Any]:
     watch = UnmapWatch({e.name: e for e in engines})
     windows: dict[str, list[PhaseWindow]] = {}
     shutdowns: dict[str, float] = {}
+    stops: list[simpy.Process] = []
     for i, (eng, ispec) in enumerate(zip(engines, spec.instances, strict=True)):
         eng.kv.events.subscribe(watch)
-        reqs, windows[eng.name] = phased(ispec.phases, seed=spec.seed * 100 + i)
+        tseed = ispec.traffic_seed if ispec.traffic_seed is not None else spec.seed * 100 + i
+        reqs, windows[eng.name] = phased(ispec.phases, seed=tseed)
         eng.submit(reqs)
         if ispec.shutdown_after is not None:
-            env.process(_shutdown(env, eng, ispec.shutdown_after, watch, shutdowns))
+            stops.append(env.process(_shutdown(env, eng, ispec.shutdown_after, watch,
+                                               shutdowns)))
     timeline = {e.name: {k: [] for k in ("t", "in_use_pages", "reserved_pages", "mapped_bytes",
                                          "used_blocks", "cached_blocks", "running", "waiting",
                                          "device_free_bytes")} for e in engines}
@@ -149,6 +158,10 @@ def run_phased(spec: RunSpec) -> dict[str, Any]:
     env.run(until=end)
     while any(e.has_work() for e in engines):  # a backlog past the last phase: let it drain
         env.run(until=env.now + 1.0)
+    for stop in stops:  # a graceful shutdown still waiting for its instance to drain
+        if not stop.triggered:
+            env.run(until=stop)
+    _sample(env, engines, timeline, device)  # the state at the very end
     g = engines[0].kv.geometry
     return {
         "instances": [_instance(e, spec.instances[i], cfg.slo) for i, e in enumerate(engines)],
