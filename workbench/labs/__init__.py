@@ -20,6 +20,7 @@ LABS: dict[str, str] = {
     "idle-footprint": "workbench.labs.idle_footprint:IdleFootprintLab",
     "grow-reclaim": "workbench.labs.grow_reclaim:GrowReclaimLab",
     "same-engine-pair": "workbench.labs.same_engine_pair:SameEnginePairLab",
+    "cross-engine": "workbench.labs.cross_engine:CrossEngineLab",
 }
 
 
