@@ -21,6 +21,7 @@ LABS: dict[str, str] = {
     "grow-reclaim": "workbench.labs.grow_reclaim:GrowReclaimLab",
     "same-engine-pair": "workbench.labs.same_engine_pair:SameEnginePairLab",
     "cross-engine": "workbench.labs.cross_engine:CrossEngineLab",
+    "prefix-bound": "workbench.labs.prefix_bound:PrefixBoundLab",
 }
 
 

@@ -20,6 +20,7 @@ import simpy
 from workbench.config import PoolConfig
 from workbench.core.events import Event, PageState
 from workbench.engines.metrics import SLO, summarize
+from workbench.engines.sched.request import Request
 from workbench.engines.sim.cluster import ClusterConfig, build_cluster
 from workbench.engines.sim.engine import SimEngine
 from workbench.engines.sim.sglang_like import SGLangOptions
@@ -37,6 +38,7 @@ class InstanceSpec:
     phases: list[Phase]
     shutdown_after: float | None = None  # graceful shutdown: close once idle after this time
     traffic_seed: int | None = None  # None: the run's seed * 100 + the instance's index
+    requests: list[Request] | None = None  # explicit traffic; the phases then only name windows
 
 
 @dataclass(slots=True)
@@ -146,6 +148,8 @@ def run_phased(spec: RunSpec) -> dict[str, Any]:
         eng.kv.events.subscribe(watch)
         tseed = ispec.traffic_seed if ispec.traffic_seed is not None else spec.seed * 100 + i
         reqs, windows[eng.name] = phased(ispec.phases, seed=tseed)
+        if ispec.requests is not None:
+            reqs = ispec.requests
         eng.submit(reqs)
         if ispec.shutdown_after is not None:
             stops.append(env.process(_shutdown(env, eng, ispec.shutdown_after, watch,
@@ -177,14 +181,29 @@ def run_phased(spec: RunSpec) -> dict[str, Any]:
 
 
 def _instance(eng: SimEngine, ispec: InstanceSpec, slo: SLO) -> dict[str, Any]:
-    by_phase: dict[str, dict] = {}
-    for ph in ispec.phases:
-        reqs = [r for r in eng.submitted if r.group == ph.name]
-        if reqs:
-            by_phase[ph.name] = summarize(reqs, slo).as_dict()
+    def split() -> dict[str, dict]:
+        groups: dict[str, list[Request]] = {}
+        for r in eng.submitted:
+            groups.setdefault(r.group, []).append(r)
+        return {g: summarize(rs, slo).as_dict() for g, rs in groups.items() if g}
+
+    by_group = split()
+    phase_names = {ph.name for ph in ispec.phases}
+    if eng.kind == "vllm":  # the cache's evictions, in tokens (vLLM counts blocks)
+        c, unit = eng.pool, eng.kv.geometry.block_size  # type: ignore[attr-defined]
+    else:
+        c, unit = eng.cache, 1  # type: ignore[attr-defined]
     return {"name": eng.name, "kind": eng.kind, "summary": eng.metrics(slo).as_dict(),
-            "by_phase": by_phase, "stats": eng.scheduler.stats.as_dict(),
-            "kv_misses": eng.kv.misses, "vmm_s": eng.driver.vmm_s, "steps": eng.driver.steps}
+            "by_phase": {g: v for g, v in by_group.items() if g in phase_names},
+            "by_group": by_group, "stats": eng.scheduler.stats.as_dict(),
+            "evicted_tokens": {"cap": c.evicted_cap * unit, "lru": c.evicted_lru * unit},
+            "kv_misses": eng.kv.misses, "vmm_s": eng.driver.vmm_s, "steps": eng.driver.steps,
+            "requests": [{"rid": r.rid, "group": r.group, "arrival": r.arrival,
+                          "prompt_len": r.prompt_len, "hit_tokens": r.prefix_hit_tokens,
+                          "ttft": None if r.first_token is None else r.first_token - r.arrival,
+                          "admitted": r.first_scheduled, "finish": r.finish,
+                          "preemptions": r.preemptions}
+                         for r in eng.submitted] if ispec.requests is not None else []}
 
 
 def window_slice(tl: dict[str, list], start: float, end: float) -> dict[str, list]:
