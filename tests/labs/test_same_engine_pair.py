@@ -5,6 +5,7 @@ plane. The checks read the raw timelines."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -81,7 +82,8 @@ def test_E_graceful_exit_returns_everything(pair):
 
 
 def test_ipc_names_separate_and_same():
-    demo = ipc_names_demo(prefix="wbtest-pair")
+    prefix = f"wbtest-pair-{os.getpid()}"
+    demo = ipc_names_demo(prefix=prefix)
     got = summary(demo)
     assert {k: v for k, v in got.items() if k not in ("same_name_error",
                                                       "refused_pool_left_mapped_bytes")} == {
@@ -89,20 +91,21 @@ def test_ipc_names_separate_and_same():
         "limit_pending_until_poll": True, "limit_applies_to_a_only": True,
         "same_name_refused": True, "name_free_after_close": True, "segments_removed": True}
     assert "in use by live process" in got["same_name_error"]
-    assert read_segment("wbtest-pair-a") is None and read_segment("wbtest-pair-b") is None
+    assert read_segment(f"{prefix}-a") is None and read_segment(f"{prefix}-b") is None
 
 
 def test_same_name_is_refused_directly():
     dev = SimDevice("h200", capacity=2 * GiB)
     spec = get_model("llama-3.1-8b")
-    cfg = PoolConfig(ipc_name="wbtest-dup", prealloc=False)
+    name = f"wbtest-dup-{os.getpid()}"
+    cfg = PoolConfig(ipc_name=name, prealloc=False)
     a = elastic_pool(spec, dev, name="a", config=cfg).kv
     try:
         with pytest.raises(ConfigError, match="in use by live process"):
             elastic_pool(spec, dev, name="b", config=cfg)
     finally:
         a.close()
-    assert read_segment("wbtest-dup") is None
+    assert read_segment(name) is None
 
 
 def test_lab_record():

@@ -56,7 +56,8 @@ class RunSpec:
 
 @dataclass(slots=True)
 class UnmapWatch:
-    """Counts every page leaving the mapped states, and those that still held a live block."""
+    """Checks every page that leaves IN_USE (parked, retired or unmapped) or leaves the mapped
+    states: none may hold a live block. Counts the unmaps and parks it saw."""
 
     engines: dict[str, SimEngine]
     unmaps: int = 0
@@ -65,15 +66,16 @@ class UnmapWatch:
     shutdown: set[str] = field(default_factory=set)  # pools whose close() unmaps in-use pages
 
     def __call__(self, e: Event) -> None:
-        if e.dst == PageState.RESERVED.value and e.src == PageState.IN_USE.value:
-            self.parks += 1
-        if e.src not in MAPPED or e.dst not in UNMAPPED or e.pool in self.shutdown:
+        leaves_use = e.src == PageState.IN_USE.value and e.dst != e.src
+        unmapped = e.src in MAPPED and e.dst in UNMAPPED
+        if not (leaves_use or unmapped) or e.pool in self.shutdown:
             return
-        self.unmaps += 1
+        self.unmaps += unmapped
+        self.parks += e.dst == PageState.RESERVED.value
         kv = self.engines[e.pool].kv
         live = kv.allocated.union(kv.reserved_blocks).intersection(kv.geometry.page_blocks(e.page))
         if live:
-            self.live_unmaps.append({"t": e.t, "pool": e.pool, "page": e.page,
+            self.live_unmaps.append({"t": e.t, "pool": e.pool, "page": e.page, "to": e.dst,
                                      "live_blocks": len(live)})
 
 
