@@ -6,7 +6,7 @@ from typing import Any
 
 from workbench.engines.models import get_model
 from workbench.labs.base import LabResult
-from workbench.labs.phase_figs import phase_rows, timeline_figure
+from workbench.labs.phase_figs import latency_lines, phase_rows, timeline_figure
 from workbench.labs.phased_sim import GiB, window_slice
 from workbench.labs.record import LabRecord, Manifest
 
@@ -131,6 +131,9 @@ def markdown(p: Any, data: dict, found: list[dict[str, bool]]) -> str:
     for st, text, keys in EXPECT:
         agree = sum(all(f[k] for k in keys) for f in found)
         lines.append(f"| {st} | {text} | {agree}/{len(found)} | {nums[st]} |")
+    lines += latency_lines({n: [runs[s] for s in data["seeds"]]
+                            for n, runs in data["runs"].items()},
+                           "Latency per configuration and phase (requests of all seeds pooled)")
     lines += ["", "## Reading it", "",
               "* Neither engine knows the other: the only thing they share is the device's free "
               "memory. What one unmaps the other can map (stage 2); nothing moves memory the "

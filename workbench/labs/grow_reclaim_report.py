@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from workbench.engines.models import get_model
+from workbench.labs.phase_figs import latency_lines
 from workbench.labs.phased_sim import GiB, window_slice
 from workbench.labs.record import LabRecord, Manifest
 
@@ -124,6 +125,8 @@ def markdown(p: Any, data: dict, rows: list[dict], found: dict[str, list[dict]])
                      f"| {r['reserved_min']}..{r['reserved_max']} | {r['end_cached_blocks']} | "
                      f"{ttft} | {r.get('hit_tokens', '-')} |")
     c0 = {v: cs[0] for v, cs in found.items()}
+    lines += latency_lines({v: list(runs.values()) for v, runs in data["runs"].items()},
+                           "Latency per phase (requests of all seeds pooled)")
     lines += ["", "## What the variants change", "",
               f"* **Reserve.** Baseline: the reserve starts at min_reserved_pages "
               f"({p.min_reserved_pages}) from preallocation and, after load, parks emptied pages "

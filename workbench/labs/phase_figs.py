@@ -84,3 +84,32 @@ def timeline_figure(run: dict[str, Any], title: str, *, stacked: bool = False) -
     fig.update_layout(title=title, xaxis_title="simulated time (s)", yaxis_title="GiB",
                       legend={"orientation": "h"})
     return fig
+
+
+def latency_lines(runs: dict[str, list[dict[str, Any]]], title: str) -> list[str]:
+    """Markdown: per (label, instance, phase with requests), TTFT / TPOT / E2E percentiles over
+    the requests of every run under that label (the seeds pooled), and the spread of the
+    per-run p99 TTFT and ITL (seed 003 §2: distributions, repeats)."""
+    from workbench.engines.metrics import Dist
+
+    def ms(x: float) -> str:
+        return "-" if x != x else f"{x * 1e3:,.0f}"
+
+    out = ["", f"## {title}", "",
+           "| run | instance | phase | n | TTFT p50 / p95 / p99 ms | TPOT p50 / p99 ms | E2E p50 "
+           "/ p99 ms | per seed: TTFT p99, ITL p99 ms (min..max) |",
+           "|---|---|---|---|---|---|---|---|"]
+    for label, rs in runs.items():
+        for k, inst in enumerate(rs[0]["instances"]):
+            for phase in inst["by_phase"]:
+                reqs = [q for r in rs for q in r["instances"][k]["requests"] if q["group"] == phase]
+                d = {m: Dist.of([q[m] for q in reqs if q[m] is not None])
+                     for m in ("ttft", "tpot", "e2e")}
+                per = [r["instances"][k]["by_phase"][phase] for r in rs]
+                t99, i99 = ([x[m]["p99"] for x in per] for m in ("ttft", "itl"))
+                out.append(f"| {label} | {inst['name']} | {phase} | {d['ttft'].n} | "
+                           f"{ms(d['ttft'].p50)} / {ms(d['ttft'].p95)} / {ms(d['ttft'].p99)} | "
+                           f"{ms(d['tpot'].p50)} / {ms(d['tpot'].p99)} | {ms(d['e2e'].p50)} / "
+                           f"{ms(d['e2e'].p99)} | {ms(min(t99))}..{ms(max(t99))}, "
+                           f"{ms(min(i99))}..{ms(max(i99))} |")
+    return out

@@ -200,12 +200,19 @@ def _instance(eng: SimEngine, ispec: InstanceSpec, slo: SLO) -> dict[str, Any]:
             "by_group": by_group, "stats": eng.scheduler.stats.as_dict(),
             "evicted_tokens": {"cap": c.evicted_cap * unit, "lru": c.evicted_lru * unit},
             "kv_misses": eng.kv.misses, "vmm_s": eng.driver.vmm_s, "steps": eng.driver.steps,
-            "requests": [{"rid": r.rid, "group": r.group, "arrival": r.arrival,
-                          "prompt_len": r.prompt_len, "hit_tokens": r.prefix_hit_tokens,
-                          "ttft": None if r.first_token is None else r.first_token - r.arrival,
-                          "admitted": r.first_scheduled, "finish": r.finish,
-                          "preemptions": r.preemptions}
-                         for r in eng.submitted] if ispec.requests is not None else []}
+            "requests": [_request(r) for r in eng.submitted]}
+
+
+def _request(r: Request) -> dict[str, Any]:
+    """One request's observations (None where it has none, e.g. never finished)."""
+    done = r.finish is not None and r.first_token is not None
+    return {"rid": r.rid, "group": r.group, "arrival": r.arrival, "prompt_len": r.prompt_len,
+            "hit_tokens": r.prefix_hit_tokens,
+            "ttft": None if r.first_token is None else r.first_token - r.arrival,
+            "tpot": (r.finish - r.first_token) / (r.output_len - 1)
+            if done and r.output_len > 1 else None,
+            "e2e": r.finish - r.arrival if done else None,
+            "admitted": r.first_scheduled, "finish": r.finish, "preemptions": r.preemptions}
 
 
 def window_slice(tl: dict[str, list], start: float, end: float) -> dict[str, list]:

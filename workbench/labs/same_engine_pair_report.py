@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from workbench.engines.models import get_model
+from workbench.labs.phase_figs import latency_lines
 from workbench.labs.record import LabRecord, Manifest
 
 EXPECT = [
@@ -60,6 +61,8 @@ def markdown(p: Any, data: dict, rows: list[dict], ipc: dict | None) -> str:
         lines.append(f"| {r['instance']} | {r['phase']} | {r['requests']} | "
                      f"{r['peak_mapped_gib']} | {r['end_mapped_gib']} | "
                      f"{r['end_reserved_pages']} | {lat} |")
+    lines += latency_lines({f"seed {r['seed']} (first: instance {r['first']})": [r["run"]]
+                            for r in data["runs"]}, "Latency per run and phase")
     c0 = checks[0]
     lines += ["", "## Reading it", "",
               f"* In C the drained instance ({c0['first']}) keeps its null block's page and a "
