@@ -82,11 +82,18 @@ def markdown(p: Any, data: dict, rows: list[dict], ipc: dict | None) -> str:
                   "What the workbench does **not** model: a name shared by several instances as "
                   "one domain (kvctl seeing their summed usage, one limit over all of them). "
                   "Here a name is one pool's segment; a group would need a segment with several "
-                  "owners, which does not exist. Observed while building this lab: the refused "
-                  "pool had already mapped its null block's page before it claimed the name, "
-                  f"and that page stays mapped ({ipc['refused_pool_left_mapped_bytes']} bytes) "
-                  "after the refusal."]
+                  "owners, which does not exist.", "", _refusal_cost(ipc)]
     return "\n".join(lines) + "\n"
+
+
+def _refusal_cost(ipc: dict) -> str:
+    left = ipc["refused_pool_left_mapped_bytes"]
+    if left:
+        return (f"Observed: the refused pool had already mapped {left} bytes (its null block's "
+                "page) before it claimed the name, and they stay mapped after the refusal: the "
+                "pool maps before it claims its name and does not undo that when the claim "
+                "fails.")
+    return "The refused pool left nothing mapped on the device."
 
 
 def record(p: Any, data: dict, rows: list[dict], ipc: dict | None, ipc_sum: dict | None,
