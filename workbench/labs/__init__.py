@@ -18,6 +18,10 @@ if TYPE_CHECKING:
 LABS: dict[str, str] = {
     "colocation": "workbench.labs.colocation:ColocationLab",
     "idle-footprint": "workbench.labs.idle_footprint:IdleFootprintLab",
+    "grow-reclaim": "workbench.labs.grow_reclaim:GrowReclaimLab",
+    "same-engine-pair": "workbench.labs.same_engine_pair:SameEnginePairLab",
+    "cross-engine": "workbench.labs.cross_engine:CrossEngineLab",
+    "prefix-bound": "workbench.labs.prefix_bound:PrefixBoundLab",
 }
 
 

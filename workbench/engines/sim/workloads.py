@@ -149,3 +149,47 @@ def prefix_heavy(num_requests: int, *, rate: float = 32.0, num_prefixes: int = 3
         n_out = int(rng.integers(output_len[0], output_len[1] + 1))
         out.append(Request(i, prefixes[k] + suffix, n_out, float(t), f"p{k}"))
     return out
+
+
+# -- traffic phases (seed 000 §6-§8: idle -> short -> long -> idle -> repeat) ----------------------
+class Phase(NamedTuple):
+    """A window of Poisson traffic; ``rate`` 0 is an idle window. Phases with the same
+    ``prompt_key`` (and rate and duration) send the same requests at the same offsets from their
+    start: a repeat of earlier traffic."""
+
+    name: str
+    duration_s: float
+    rate: float = 0.0
+    prompt_len: int = 128
+    output_len: int = 128
+    prompt_key: int | None = None  # None: fresh prompts
+
+
+class PhaseWindow(NamedTuple):
+    name: str
+    start: float
+    end: float
+    requests: int
+
+
+def phased(phases: list[Phase], *, seed: int = 0, group_prefix: str = "",
+           rid0: int = 0) -> tuple[list[Request], list[PhaseWindow]]:
+    """Back-to-back phases from t = 0: the requests (``group`` = prefix + phase name) and each
+    phase's window. Arrivals are drawn per phase and cut at its end."""
+    out: list[Request] = []
+    windows: list[PhaseWindow] = []
+    t0 = 0.0
+    for i, ph in enumerate(phases):
+        n0 = len(out)
+        if ph.rate > 0:
+            key = ph.prompt_key if ph.prompt_key is not None else 1_000_000 + i
+            gaps = np.random.default_rng([seed, key, 0]).exponential(
+                1.0 / ph.rate, size=int(ph.rate * ph.duration_s * 3) + 8)
+            times = t0 + np.cumsum(gaps)
+            rng = np.random.default_rng([seed, key, 1])
+            for t in times[times < t0 + ph.duration_s]:
+                out.append(Request(rid0 + len(out), _tokens(rng, ph.prompt_len), ph.output_len,
+                                   float(t), group_prefix + ph.name))
+        windows.append(PhaseWindow(ph.name, t0, t0 + ph.duration_s, len(out) - n0))
+        t0 += ph.duration_s
+    return out, windows
