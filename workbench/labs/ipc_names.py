@@ -23,7 +23,8 @@ from workbench.core.limit_requests import request_limit
 from workbench.engines.models import get_model
 from workbench.engines.sim.kvsetup import elastic_pool
 from workbench.errors import ConfigError
-from workbench.sim.device import GiB, SimDevice
+from workbench.sim.device import SimDevice
+from workbench.units import GiB
 
 
 def _seg(name: str) -> dict[str, Any] | None:
@@ -75,8 +76,8 @@ def ipc_names_demo(model: str = "llama-3.1-8b", device_gib: float = 4.0,
 
 
 def _try_same(spec, dev: SimDevice, name: str) -> dict[str, Any]:
-    """A pool asking for a held name; what the device lost to the refused construction (the
-    pool maps its null block's page before it claims the name)."""
+    """A pool asking for a held name; what the device kept of the refused construction (the pool
+    maps its null block's page before it claims the name, and gives it back when refused)."""
     free0 = dev.mem_info().free
     try:
         extra = elastic_pool(spec, dev, name="dup", config=PoolConfig(ipc_name=name,
