@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 LABS: dict[str, str] = {
     "colocation": "workbench.labs.colocation:ColocationLab",
     "idle-footprint": "workbench.labs.idle_footprint:IdleFootprintLab",
+    "kv-capacity": "workbench.labs.kv_capacity:KVCapacityLab",
 }
 
 
