@@ -19,6 +19,7 @@ LABS: dict[str, str] = {
     "colocation": "workbench.labs.colocation:ColocationLab",
     "idle-footprint": "workbench.labs.idle_footprint:IdleFootprintLab",
     "kv-capacity": "workbench.labs.kv_capacity:KVCapacityLab",
+    "baseline": "workbench.labs.baseline:BaselineLab",
 }
 
 
