@@ -20,6 +20,7 @@ LABS: dict[str, str] = {
     "idle-footprint": "workbench.labs.idle_footprint:IdleFootprintLab",
     "kv-capacity": "workbench.labs.kv_capacity:KVCapacityLab",
     "baseline": "workbench.labs.baseline:BaselineLab",
+    "chunked-prefill": "workbench.labs.chunked_prefill:ChunkedPrefillLab",
 }
 
 

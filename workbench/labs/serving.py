@@ -97,7 +97,7 @@ def run(setup: InstanceSetup, requests: list[Request]) -> dict[str, Any]:
                peak_kv_use=round(max(used, default=0) / max(1, kv.geometry.num_blocks), 4),
                peak_mapped_bytes=max((s.mapped_bytes for s in eng.memory_timeline()),
                                      default=0),
-               steps=eng.driver.steps, sim_s=env.now)
+               steps=eng.driver.steps, busy_s=round(eng.driver.busy_s, 4), sim_s=env.now)
     if hasattr(eng, "pool"):
         row["prefix_evicted_blocks"] = eng.pool.evicted_cap + eng.pool.evicted_lru
     return row
