@@ -21,6 +21,7 @@ LABS: dict[str, str] = {
     "kv-capacity": "workbench.labs.kv_capacity:KVCapacityLab",
     "baseline": "workbench.labs.baseline:BaselineLab",
     "chunked-prefill": "workbench.labs.chunked_prefill:ChunkedPrefillLab",
+    "control-groups": "workbench.labs.control_groups:ControlGroupsLab",
 }
 
 
