@@ -22,6 +22,10 @@ LABS: dict[str, str] = {
     "same-engine-pair": "workbench.labs.same_engine_pair:SameEnginePairLab",
     "cross-engine": "workbench.labs.cross_engine:CrossEngineLab",
     "prefix-bound": "workbench.labs.prefix_bound:PrefixBoundLab",
+    "kv-capacity": "workbench.labs.kv_capacity:KVCapacityLab",
+    "baseline": "workbench.labs.baseline:BaselineLab",
+    "chunked-prefill": "workbench.labs.chunked_prefill:ChunkedPrefillLab",
+    "control-groups": "workbench.labs.control_groups:ControlGroupsLab",
 }
 
 

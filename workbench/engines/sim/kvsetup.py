@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 from workbench.config import PoolConfig
 from workbench.core.events import EventLog
+from workbench.core.geometry import Layout
 from workbench.core.ledger import KVCacheManager
 from workbench.engines.models import ModelSpec
 from workbench.errors import ConfigError
@@ -33,14 +34,15 @@ class InstanceKV(NamedTuple):
 
 def static_pool(model: ModelSpec, kv_bytes: int, *, name: str, block_size: int = 16,
                 config: PoolConfig | None = None, env=None) -> InstanceKV:
-    probe = model.geometry(2, block_size)
+    shape = _shape(config)
+    probe = model.geometry(2, block_size, **shape)
     pages = kv_bytes // probe.page_id_bytes
     if pages < 1:
         raise ConfigError(f"static KV of {kv_bytes} bytes for {name}",
                           f"is less than one page id ({probe.page_id_bytes} bytes)",
                           "raise gpu_memory_utilization or use a smaller model")
     per_page = probe.page_size // probe.block_bytes
-    geo = model.geometry(pages * per_page, block_size)
+    geo = model.geometry(pages * per_page, block_size, **shape)
     cap = pages * geo.page_id_bytes
     dev = SimDevice(DevicePreset(f"static-{name}", cap, geo.page_size, FREE_VMM), env=env,
                     name=f"{name}-static")
@@ -53,10 +55,20 @@ def static_pool(model: ModelSpec, kv_bytes: int, *, name: str, block_size: int =
 def elastic_pool(model: ModelSpec, device: SimDevice, *, name: str, block_size: int = 16,
                  config: PoolConfig | None = None, virtual_bytes: int | None = None,
                  keep_events: bool = False) -> InstanceKV:
-    probe = model.geometry(2, block_size)
+    shape = _shape(config)
+    probe = model.geometry(2, block_size, **shape)
     virt = virtual_bytes if virtual_bytes is not None else device.mem_info().free
     pages = max(1, virt // probe.page_id_bytes)
-    geo = model.geometry(pages * (probe.page_size // probe.block_bytes), block_size)
+    geo = model.geometry(pages * (probe.page_size // probe.block_bytes), block_size,
+                         **shape)
     kv = KVCacheManager(geo, device, name=name, config=config or PoolConfig(),
                         events=EventLog(keep=keep_events))
     return InstanceKV(kv, "elastic", None)
+
+
+def _shape(config: PoolConfig | None) -> dict:
+    """The geometry's page size and layout follow the pool config (the ledger refuses a
+    mismatch)."""
+    cfg = config or PoolConfig()
+    return {"page_size": cfg.page_size,
+            "layout": Layout.CONTIGUOUS if cfg.contiguous_layout else Layout.PER_LAYER}
