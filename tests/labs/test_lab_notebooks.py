@@ -46,7 +46,7 @@ def test_lab_notebook_structure(path):
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     assert code.count("run_lab(") == 1
     text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
-    assert "seed 00" in text and "What to read" in text
+    assert "seed 00" in text.lower() and "what to read" in text.lower()
 
 
 @pytest.mark.timeout(LIMIT_S + 60)
