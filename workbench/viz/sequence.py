@@ -107,7 +107,7 @@ class RecordingTransport:
                 self.messages.append(Message(str(t), self.name, f"{msg.op}: malformed reply",
                                              t1, False))
             else:
-                status = r.state or r.status
+                status = r.state or (f"error ({r.error_type})" if r.error_type else r.status)
                 self.messages.append(Message(str(t), self.name, f"{msg.op}: {status}", t1,
                                              r.is_ok))
         return replies
