@@ -108,8 +108,8 @@ def test_barrier_releases_only_when_every_worker_confirmed():
         assert t.kv.pages.state[1].value == "retired"
         assert {w: s["mapped"] for w, s in t.workers().items()} == {W0: [0, 1], W1: [0, 1]}
         marker = t.kv.capture_marker()
-        g.inject(WorkerId(0, 1), stall="barrier", seconds=1.0)
-        t.fan.timeout = 0.3
+        g.inject(WorkerId(0, 1), stall="barrier", seconds=2.0)
+        t.fan.timeout = 1.0  # rank 0 answers well within it, rank 1 only after 2 s
         assert t.fan.release_retired_through(t.kv, marker) == 0
         assert t.kv.pages.state[1].value == "retired"
         t.fan.timeout = 10.0

@@ -181,8 +181,9 @@ def _mini_engine(device, *, budget: int, prefix_caching: bool) -> SteppedEngine:
     from workbench.mini.kv import KVSpec
     from workbench.mini.model import get_config
 
+    # by name: importing workbench.gpu to test the type needs cuda-python, absent on a CPU host
     on_gpu = type(device).__name__ == "CudaDevice"
-    torch_dev = torch.device("cuda", getattr(device, "device_index", 0) or 0) if on_gpu \
+    torch_dev = torch.device("cuda", getattr(device, "index", 0) or 0) if on_gpu \
         else torch.device("cpu")
     spec = KVSpec(style="block", backend="vmm", kv_bytes=64 << 20, block_size=16)
     eng = Engine(get_config("tiny"), spec, torch_dev, pool_device=device, name="pool",
