@@ -175,3 +175,58 @@ def test_sglang_ranks_decide_alike_and_send_nothing():
     assert states["sglang.tp0"][:2] == ["in_use", "in_use"]
     assert r.rec.states_at(None)["sglang.tp0"][1] == "free"  # no reserve: unmapped at the end
     assert WALK_GEOMETRY.page_size // WALK_GEOMETRY.block_bytes == 8
+
+
+def _serve(kind: str, backend: str = "sim"):
+    from workbench.engines.sched.request import Request
+    from workbench.viz.serving import serving_engine
+
+    eng = serving_engine(kind, backend)
+    prompt = prompt_tokens(160)
+    eng.submit([Request(0, prompt, 24, arrival=0.0),
+                Request(1, prompt[:96] + prompt_tokens(40, salt=1), 8, arrival=0.02)])
+    eng.advance()
+    return eng
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
+def test_serving_engine_through_the_engine_protocol(kind):
+    from workbench.engines.base import Engine
+    from workbench.viz.serving import settled, timeline_figure
+
+    eng = _serve(kind)
+    assert isinstance(eng, Engine) and not eng.has_work()
+    m = eng.metrics()
+    assert m.finished == 2 and m.prefix_hit_tokens == 96
+    assert 0 < m.ttft.mean < 0.05  # simulated seconds: a 160-token prefill on an H200 preset
+    tl = eng.memory_timeline()
+    page_id = 128 << 20  # Llama-3.1-8B: 2 MiB x 32 layers x K and V
+    assert {s.mapped_bytes for s in tl} == {6 * page_id}  # null page + 5 reserved, never more
+    assert max(s.used_blocks for s in tl) >= 13  # 184 tokens of ours + the neighbour's tail
+    cut = settled(tl)
+    assert len(cut) < len(tl) and cut[-1].used_blocks == tl[-1].used_blocks
+    fig = timeline_figure(tl)
+    assert [tr.name for tr in fig.data] == [f"{kind}: blocks in use", f"{kind}: mapped MiB"]
+    assert list(fig.data[1].y) == [768.0] * len(cut)
+
+
+def test_serving_engine_refuses_sglang_with_a_real_model():
+    from workbench.viz.serving import serving_engine
+
+    with pytest.raises(ConfigError, match="schedules like vLLM only"):
+        serving_engine("sglang", "host")
+    with pytest.raises(ConfigError, match="use one of vllm, sglang"):
+        serving_engine("trt", "sim")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="host memory needs memfd")
+def test_serving_engine_mini_on_host_memory():
+    pytest.importorskip("torch")
+    from workbench.mini.instance import MiniInstance
+
+    eng = _serve("vllm", "host")
+    assert isinstance(eng, MiniInstance)
+    m = eng.metrics()
+    assert m.finished == 2 and m.prefix_hit_tokens == 96
+    assert [len(s.output) for s in eng.seqs] == [24, 8]
+    eng.engine.close()
