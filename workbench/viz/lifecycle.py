@@ -60,7 +60,7 @@ class Snapshot:
     hit_tokens: int
 
 
-@dataclass
+@dataclass(slots=True)
 class SteppedEngine:
     """One engine instance driven one iteration at a time (see module doc)."""
 

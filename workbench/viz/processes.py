@@ -29,7 +29,7 @@ from workbench.viz.trace import Recording
 NO_RESERVE = PoolConfig(prealloc=False, min_reserved_pages=0, max_reserved_pages=0)
 
 
-@dataclass
+@dataclass(slots=True)
 class SplitResult:
     messages: list[Message]  # times relative to the first message
     participants: list[str]
@@ -81,7 +81,7 @@ def engine_core_split(*, tp: int = 2, prompt_len: int = 160, new_tokens: int = 8
     return SplitResult(rebase(rt.messages), names, held, decisions, rec)
 
 
-@dataclass
+@dataclass(slots=True)
 class RanksResult:
     rec: Recording  # one pool per rank, stacked in the page map; one step per engine step
     pages: dict[str, list[int]]  # pages each rank's pool mapped while the request ran

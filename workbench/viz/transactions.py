@@ -71,7 +71,7 @@ def close_all() -> int:
     return n
 
 
-@dataclass
+@dataclass(slots=True)
 class Leftovers:
     dirs: list[str]  # socket directories of this process still on disk
     processes: list[int]  # worker pids started here and still running
@@ -95,7 +95,7 @@ def leftovers() -> Leftovers:
     return Leftovers(mine, procs)
 
 
-@dataclass
+@dataclass(slots=True)
 class Traced:
     """A pool whose every page decision fans out to a group's workers, recorded."""
 
@@ -160,7 +160,7 @@ CASES: dict[str, Case] = {
 }
 
 
-@dataclass
+@dataclass(slots=True)
 class CaseResult:
     name: str
     fault: str
