@@ -167,3 +167,13 @@ def test_case_explorer_switches_cases():
     assert fig.layout.title.text.startswith("map fails: rank 1's create fails → page 1 free")
     upto.value = 2
     assert len([a for a in fig.layout.annotations if a.showarrow]) == 2
+
+
+def test_killed_coordinator_workers_leave_and_gc_collects(socket_base):
+    from workbench.viz.transactions import killed_coordinator
+
+    r = killed_coordinator()
+    assert r.sockets_before == 2
+    assert r.removed == [r.dir] and not Path(r.dir).exists()
+    assert r.seconds_to_exit < 60
+    assert list(socket_base.iterdir()) == []

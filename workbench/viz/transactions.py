@@ -261,3 +261,73 @@ def case_explorer(results: list[CaseResult], *, live: bool | None = None):
     box = w.VBox([w.HBox([pick, upto]), fig])
     box.add_class("wb-transactions")
     return box
+
+
+_COORDINATOR = """
+import json, time
+from workbench.viz.transactions import GEO
+from workbench.transport import WorkerGroup
+g = WorkerGroup(GEO, tp=2, name="orphaned", backend={backend!r})
+g.space().map_page(2)
+print(json.dumps({{"dir": str(g.dir), "pids": [p.pid for p in g.procs.values()]}}), flush=True)
+time.sleep(600)
+"""
+
+
+@dataclass(slots=True)
+class OrphanResult:
+    dir: str  # the killed coordinator's socket directory
+    sockets_before: int  # worker sockets in it while the coordinator lived
+    seconds_to_exit: float  # from SIGKILL until every orphaned worker had exited
+    removed: list[str]  # what gc_sockets removed afterwards
+
+
+def killed_coordinator(*, backend: str = "sim", timeout: float = 60.0) -> OrphanResult:
+    """A coordinator process (with two workers) is SIGKILLed: it runs no cleanup. Its workers
+    notice their parent is gone and exit; ``gc_sockets`` then removes the directory it left."""
+    import json
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from workbench.transport import gc_sockets
+
+    proc = subprocess.Popen([sys.executable, "-c", _COORDINATOR.format(backend=backend)],
+                            stdout=subprocess.PIPE, text=True)
+    pids: list[int] = []
+    try:
+        info = json.loads(proc.stdout.readline() or "{}")
+        if "dir" not in info:
+            raise ConfigError("the coordinator process", "exited before its workers listened",
+                              f"run it by hand to see why: python -c {_COORDINATOR!r}")
+        pids, pool_dir = info["pids"], Path(info["dir"])
+        before = len(list(pool_dir.rglob("*.sock")))
+        t0 = time.monotonic()
+        proc.kill()  # SIGKILL: no atexit, no finally, no cleanup of any kind
+        proc.wait(timeout)
+        while (any(_running(p) for p in pids) or list(pool_dir.rglob("*.sock"))) \
+                and time.monotonic() - t0 < timeout:
+            time.sleep(0.05)
+        waited = time.monotonic() - t0
+        return OrphanResult(str(pool_dir), before, waited, gc_sockets())
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout)
+        for p in pids:  # workers that did not leave on their own (they should have)
+            if _running(p):
+                os.kill(p, signal.SIGKILL)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's exit is reaped by whoever adopted it, maybe late)."""
+    from workbench.procs import pid_alive
+
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return pid_alive(pid) if not os.path.isdir("/proc") else False
