@@ -107,7 +107,8 @@ class RecordingTransport:
                 self.messages.append(Message(str(t), self.name, f"{msg.op}: malformed reply",
                                              t1, False))
             else:
-                status = r.state or r.status
+                err = getattr(r.error_type, "value", r.error_type)
+                status = r.state or (f"error ({err})" if err else r.status)
                 self.messages.append(Message(str(t), self.name, f"{msg.op}: {status}", t1,
                                              r.is_ok))
         return replies
