@@ -4,6 +4,7 @@ percentiles, figures and the record table."""
 from __future__ import annotations
 
 import itertools
+import sys
 from dataclasses import fields
 
 import pytest
@@ -60,20 +61,21 @@ def test_time_runs_with_a_fake_clock_and_load():
 def test_median_ratio_and_timing_figure():
     ts = [Timing(0, "A", 1.0, False), Timing(1, "B", 3.0, True), Timing(2, "A", 2.0, False),
           Timing(3, "B", 5.0, True)]
-    assert median_ratio(ts) == 4.0 / 1.5
+    assert median_ratio(ts) == (3.0 / 1.0 + 5.0 / 2.0) / 2  # pairs (A1, B1), (A2, B2)
     fig = timing_figure({"blocked": ts, "alternate": ts})
-    assert fig.layout.annotations[0].text == "blocked: B/A = 2.67"
+    assert fig.layout.annotations[0].text == "blocked: B/A = 2.75"
     assert [tr.name for tr in fig.data] == ["A", "B", "A", "B"]
 
 
-def test_background_load_slows_python_and_stops():
-    load = BackgroundLoad()
+def test_background_load_starts_and_stops_once():
+    before = sys.getswitchinterval()
+    load = BackgroundLoad(switch_s=0.0005)
     load.start()
     load.start()  # idempotent
-    assert load.on
+    assert load.on and sys.getswitchinterval() == pytest.approx(0.0005)
     load.stop()
     load.stop()
-    assert not load.on
+    assert not load.on and sys.getswitchinterval() == before
 
 
 def test_subset_percentiles():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -51,11 +52,14 @@ class Timing(NamedTuple):
 
 class BackgroundLoad:
     """A thread that spins in pure Python: every run in this interpreter now shares the GIL with
-    it, the way a noisy neighbour shares a machine. ``start``/``stop`` are idempotent."""
+    it, the way a noisy neighbour shares a machine. While it runs, the interpreter switches
+    threads every ``switch_s`` (finer than the default 5 ms, so the share is steadier).
+    ``start``/``stop`` are idempotent."""
 
-    def __init__(self) -> None:
+    def __init__(self, switch_s: float = 0.0002) -> None:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._switch_s, self._saved = switch_s, sys.getswitchinterval()
 
     def _spin(self) -> None:
         x = 0
@@ -66,6 +70,8 @@ class BackgroundLoad:
     def start(self) -> None:
         if self._thread is None:
             self._stop.clear()
+            self._saved = sys.getswitchinterval()
+            sys.setswitchinterval(self._switch_s)
             self._thread = threading.Thread(target=self._spin, daemon=True)
             self._thread.start()
 
@@ -74,6 +80,7 @@ class BackgroundLoad:
             self._stop.set()
             self._thread.join()
             self._thread = None
+            sys.setswitchinterval(self._saved)
 
     @property
     def on(self) -> bool:
@@ -112,9 +119,11 @@ def time_runs(fns: dict[str, Callable[[], Any]], order: str, rounds: int, *,
 
 
 def median_ratio(timings: Sequence[Timing], num: str = "B", den: str = "A") -> float:
-    """median(num runs) / median(den runs)."""
-    return (statistics.median(t.seconds for t in timings if t.label == num)
-            / statistics.median(t.seconds for t in timings if t.label == den))
+    """The median over pairs of ``num_k / den_k`` (the k-th run of each): in an alternating order
+    a pair ran side by side, under the same conditions."""
+    nums = [t.seconds for t in timings if t.label == num]
+    dens = [t.seconds for t in timings if t.label == den]
+    return statistics.median(a / b for a, b in zip(nums, dens, strict=True))
 
 
 def subset_percentiles(xs: Sequence[float], n: int, k: int, q: float = 99,
