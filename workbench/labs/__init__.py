@@ -22,6 +22,8 @@ LABS: dict[str, str] = {
     "same-engine-pair": "workbench.labs.same_engine_pair:SameEnginePairLab",
     "cross-engine": "workbench.labs.cross_engine:CrossEngineLab",
     "prefix-bound": "workbench.labs.prefix_bound:PrefixBoundLab",
+    "tp-pp": "workbench.labs.tp_pp:TpPpLab",
+    "faults": "workbench.labs.faults:FaultsLab",
 }
 
 
