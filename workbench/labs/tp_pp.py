@@ -97,7 +97,8 @@ class TpPpLab(Lab):
 
     @staticmethod
     def _record(p: TpPpParams, backend: str, d: dict, ok: dict[str, bool]):
-        plain = {k: {kk: vv for kk, vv in v.items() if not kk.startswith("messages")}
+        logs = ("messages", "messages_incomplete", "messages_complete")  # drawn, kept below
+        plain = {k: {kk: vv for kk, vv in v.items() if kk not in logs}
                  for k, v in d.items() if isinstance(v, dict)}
         msgs = {"tp_map_failure": messages_json(d["tp"]["messages"]),
                 "async_barrier": messages_json(d["async"]["messages_incomplete"]
