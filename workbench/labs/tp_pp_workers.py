@@ -22,7 +22,7 @@ from workbench.core.coordinator import FanOutSpace, WorkerId, targets_for
 from workbench.core.events import EventLog
 from workbench.core.geometry import KVGeometry
 from workbench.core.ledger import KVCacheManager
-from workbench.errors import ConfigError
+from workbench.errors import ConfigError, WorkbenchError
 from workbench.settings import settings
 from workbench.viz.sequence import Message, RecordingTransport
 
@@ -46,13 +46,25 @@ def need_gpus(lab: str, backend: str, ranks: int) -> None:
                           "run it on a host with that many GPUs, or use --backend host or sim")
 
 
-def shm_entries() -> set[str]:
-    """Our entries in the shared-memory directory (what a leaked segment would leave)."""
-    d = Path(settings().shm_dir)
-    try:
-        return {p.name for p in d.iterdir() if p.lstat().st_uid == os.getuid()}
-    except OSError:
-        return set()
+def shm_entries(pids: set[int]) -> list[str]:
+    """Workbench entries in the shared-memory directory (control segments, half-written ones)
+    owned by one of ``pids``: what a leaked segment of ours would leave. Other processes'
+    entries (other users of the machine) are not counted."""
+    from workbench.core import segment as seg
+
+    out = []
+    for p in sorted(Path(settings().shm_dir).glob("wbkv*")):
+        owner = seg.partial_owner(p.name) if p.name.startswith(seg.PARTIAL_PREFIX) else None
+        pid = owner[0] if owner else None
+        if pid is None:
+            try:
+                got = seg.read_checked(p)
+            except (WorkbenchError, OSError):
+                got = None
+            pid = got[0]["owner_pid"] if got else None
+        if pid in pids:
+            out.append(p.name)
+    return out
 
 
 def wid(t: WorkerId) -> str:
@@ -143,6 +155,11 @@ class Rig:
         msgs, self.transport.messages = self.transport.messages, []
         t0 = msgs[0].t if msgs else 0.0
         return [m._replace(t=(m.t - t0) if m.t is not None else None) for m in msgs]
+
+    def pids(self) -> set[int]:
+        """This process and every worker process (none on sim)."""
+        return {os.getpid()} | ({p.pid for p in self.group.procs.values()} if self.real
+                                else set())
 
     def socket_files(self) -> list[str]:
         """The socket files under this pool's directory (host/gpu), relative to it."""
