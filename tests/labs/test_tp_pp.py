@@ -139,3 +139,10 @@ def test_gpu_refused_with_fewer_gpus_than_ranks(monkeypatch):
                                           r"shows 1"):
         tp_pp_workers.need_gpus("tp-pp", "gpu", 2)
     tp_pp_workers.need_gpus("tp-pp", "host", 8)  # only gpu needs GPUs
+
+
+@pytest.mark.parametrize(("values", "what"), [({"pages": 16}, "pages=16"),
+                                              ({"tp": 1}, "tp=1, pp=2")])
+def test_params_out_of_range_are_refused(values, what):
+    with pytest.raises(ConfigError, match=what):
+        run_lab("tp-pp", TpPpParams(quick=True, **values), "sim")

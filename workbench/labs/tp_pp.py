@@ -35,16 +35,16 @@ from workbench.labs.tp_pp_runs import (
     round_trips,
     tp_all_or_nothing,
 )
-from workbench.labs.tp_pp_workers import need_gpus
+from workbench.labs.tp_pp_workers import GEO, need_gpus
 
 
 @dataclass(slots=True)
 class TpPpParams:
-    quick: bool = False  # 2 repeats of 8 pages instead of 4 of 32
+    quick: bool = False  # 2 repeats of 8 pages instead of 6 of 14
     tp: int = 2  # TP ranks (the TP, async and round-trip worker sets)
     pp: int = 2  # PP stages (the PP worker set: one TP rank per stage)
-    pages: int | None = None  # page ids mapped and unmapped per repeat; None: 8 / 32
-    repeats: int | None = None  # None: 2 (quick) or 4
+    pages: int | None = None  # page ids mapped and unmapped per repeat; None: 8 / 14
+    repeats: int | None = None  # None: 2 (quick) or 6
 
     def ranks(self) -> int:
         """Worker processes alive at once (one worker set at a time)."""
@@ -68,8 +68,12 @@ class TpPpLab(Lab):
         if params.tp < 2 or params.pp < 2:
             raise ConfigError(f"tp={params.tp}, pp={params.pp}", "the lab needs two ranks or "
                               "more to show anything", "use tp >= 2 and pp >= 2")
-        pages = params.pages or (8 if params.quick else 32)
-        repeats = params.repeats or (2 if params.quick else 4)
+        pages = params.pages or (8 if params.quick else 14)
+        repeats = params.repeats or (2 if params.quick else 6)
+        if not 1 <= pages < GEO.num_pages:  # each pass maps page ids 1..pages
+            raise ConfigError(f"pages={pages}", f"the lab's pool has page ids 0.."
+                              f"{GEO.num_pages - 1}, and the round trips use ids from 1",
+                              f"use 1 to {GEO.num_pages - 1} pages")
         steps = [("tp", lambda: tp_all_or_nothing(backend, params.tp)),
                  ("local", lambda: local_pools_contrast(params.tp)),
                  ("pp", lambda: pp_namespaces(backend, params.pp)),
@@ -111,7 +115,7 @@ class TpPpLab(Lab):
                        "separate namespaces; a retired page is released only after every "
                        "worker's barrier",
             samples={"round_trip_order": d["round_trips"]["order"],
-                     "pages_per_repeat": p.pages or (8 if p.quick else 32)},
+                     "pages_per_repeat": p.pages or (8 if p.quick else 14)},
             outcomes={"checks_passed": sum(ok.values()), "checks": len(ok)},
             kv={"checks": ok}, verdict_ok=all(ok.values()),
             mechanism="the coordinator sends every page decision to every target and undoes "

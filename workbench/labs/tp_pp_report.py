@@ -96,6 +96,10 @@ def markdown(p: Any, backend: str, d: dict[str, Any], ok: dict[str, bool]) -> st
               "here: the worker that does not confirm its barrier stands for it (its reply is "
               "dropped). On gpu the barrier synchronizes each rank's device.",
               "* The local-pools contrast runs on simulated devices on every backend."]
+    if backend != "sim":
+        lines.append("* Each map here creates, maps and populates a page id of real memory on "
+                     "every rank (8 MiB each), so its time includes that work; docs/tpp.md's "
+                     "round-trip table used simulated memory in the worker processes.")
     if backend == "sim":
         lines.append("* On sim the socket layout is the rule the real transport follows; "
                      "no files exist (run `--backend host` to list real ones).")
