@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from workbench.core.coordinator import WorkerId
-from workbench.errors import WorkbenchError
+from workbench.errors import ConfigError, WorkbenchError
 from workbench.labs.tp_pp_workers import BPP, GEO, Rig, open_rig, shm_entries, wid
 
 CASES = ("map-failure", "prepare-failure", "lost-commit-reply", "killed-process")
@@ -143,13 +143,22 @@ def coordinator_killed(backend: str) -> dict[str, Any]:
             "from workbench.transport import WorkerGroup\n"
             f"g = WorkerGroup(GEO, tp=2, name='doomed', backend={backend!r})\n"
             "g.space().map_page(2)\nprint(g.dir, flush=True)\ntime.sleep(600)\n")
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                            env=os.environ.copy())
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=os.environ.copy())
     try:
-        doomed = Path(proc.stdout.readline().strip())
+        line = proc.stdout.readline().strip()  # its pool directory, once its workers listen
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
+        err = "" if line else proc.stderr.read()[-300:]
+        proc.stdout.close()
+        proc.stderr.close()
+    if not line:
+        raise ConfigError("the coordinator process of the SIGKILL case",
+                          f"exited before its workers listened ({err!r})",
+                          "check that `workbench labs run tp-pp --backend "
+                          f"{backend}` works here")
+    doomed = Path(line)
     out: dict[str, Any] = {"dir_after_kill": doomed.is_dir()}
     deadline = time.monotonic() + 60
     while list(doomed.rglob("*.sock")) and time.monotonic() < deadline:
