@@ -26,6 +26,8 @@ LABS: dict[str, str] = {
     "baseline": "workbench.labs.baseline:BaselineLab",
     "chunked-prefill": "workbench.labs.chunked_prefill:ChunkedPrefillLab",
     "control-groups": "workbench.labs.control_groups:ControlGroupsLab",
+    "tp-pp": "workbench.labs.tp_pp:TpPpLab",
+    "faults": "workbench.labs.faults:FaultsLab",
 }
 
 
