@@ -1,5 +1,6 @@
-"""``workbench bench vmm``: grow/shrink cost against the raw driver, map cost per layout, and
-bandwidth over VMM-backed KV (logic in :mod:`workbench.bench.vmm`; needs a CUDA GPU)."""
+"""``workbench bench``: the allocator, the simulator's scaling (``scale``, logic in
+:mod:`workbench.bench.scale`) and, on a CUDA GPU, ``vmm``: grow/shrink cost against the raw driver,
+map cost per layout and bandwidth over VMM-backed KV (logic in :mod:`workbench.bench.vmm`)."""
 
 from __future__ import annotations
 
@@ -102,3 +103,30 @@ def _print(res: dict) -> None:
     c.print(f"reserve: {r['reserve_ms_per_gib_nozero']:.3f} ms/GiB without, "
             f"{r['reserve_ms_per_gib_zero']:.3f} ms/GiB with the zero page; "
             f"cuMemGetInfo {r['cuMemGetInfo_us']:.1f} µs")
+
+
+@bench.command()
+def scale(repeats: int = typer.Option(3, help="Runs per point (seeds 0..repeats-1)."),
+          requests: int = typer.Option(20, help="Requests per instance in the base trace."),
+          longer: int = typer.Option(10, help="How many times longer the long traces are."),
+          profile: bool = typer.Option(False, help="Also print a cProfile of the biggest point."),
+          out: str = typer.Option("", help="Also write the JSON record to this file."),
+          as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Simulated seconds per CPU second at 1, 3, 16 and 64 instances and on longer traces."""
+    from workbench.bench.scale import default_points, profile_point, run_scale, summary_lines
+
+    if repeats < 1 or requests < 1 or longer < 1:
+        typer.echo("error: --repeats, --requests and --longer must be at least 1", err=True)
+        raise typer.Exit(2)
+    points = default_points(requests, longer)
+    say = (lambda _m: None) if as_json else (lambda m: typer.echo(f"... {m}", err=True))
+    res = run_scale(points, repeats, progress=say)
+    if out:
+        Path(out).write_text(json.dumps(res, indent=2))
+    if as_json:
+        typer.echo(json.dumps(res))
+        return
+    for line in summary_lines(res):
+        typer.echo(line)
+    if profile:
+        typer.echo(profile_point(max(points, key=lambda p: p.instances * p.requests)))
