@@ -247,6 +247,8 @@ class CudaDevice(DriverRefusals):
         if threading.get_ident() not in self._bound:
             self._bind()
         cu, prop, rw, zero, alloc = self._cu, self._prop, self._rw, self.zero, self._alloc
+        rs, mappings = self.reservations, self.mappings
+        lo = hi = 0  # the reservation the last target was inside (a page's targets share one)
         created: list[int] = []
         n = 0
         try:
@@ -259,7 +261,12 @@ class CudaDevice(DriverRefusals):
                 alloc[hid] = (h, size)
                 self._delta += size
                 created.append(hid)
-                self._refuse_map(va, size, hid, size)
+                if not lo <= va < va + size <= hi:
+                    r = rs.holding(va)
+                    if r is not None:
+                        lo, hi = r, r + rs[r]
+                if not lo <= va < va + size <= hi or self._overlaps(va, size):
+                    self._refuse_map(va, size, hid, size)  # raises the refusal's own message
                 if zero is not None:
                     zero.clear(va, size)
                 err = cu.cuMemMap(va, size, 0, h, 0)[0]
@@ -267,7 +274,7 @@ class CudaDevice(DriverRefusals):
                     if zero is not None:
                         self._rezero(va, size)
                     raise fail("map", err)
-                self.mappings[va] = (size, hid)
+                mappings.add(va, size, hid)
                 n += 1
                 err = cu.cuMemSetAccess(va, size, rw, 1)[0]
                 if err:
