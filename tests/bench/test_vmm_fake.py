@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 from typer.testing import CliRunner
@@ -53,43 +54,63 @@ def test_warm_alloc_deferred_refill_never_maps_on_the_request_path(layout):
     fake = FakeDriver()
     with use_driver(fake):
         r = vmm.warm_alloc(layout, per_cycle=12, cycles=2)
-    assert {m: r[m]["n"] for m in ("inline", "deferred", "cold")} == {
-        "inline": 24, "deferred": 24, "cold": 24}
+    assert {m: r[m]["n"] for m in vmm.WARM_MODES} == {
+        "inline": 24, "deferred": 24, "mapper": 24, "cold": 24}
     assert fake.used == 0 and not fake.maps  # everything given back
 
 
+class ThreadCountingDriver(FakeDriver):
+    """Counts the VMM calls each thread makes."""
+
+    def __init__(self):
+        super().__init__()
+        self.by_thread: dict[int, int] = {}
+        for name in ("cuMemCreate", "cuMemMap", "cuMemSetAccess", "cuMemUnmap", "cuMemRelease"):
+            setattr(self, name, self._count(getattr(FakeDriver, name).__get__(self)))
+
+    def _count(self, fn):
+        def call(*args):
+            t = threading.get_ident()
+            self.by_thread[t] = self.by_thread.get(t, 0) + 1
+            return fn(*args)
+        return call
+
+
 def test_warm_alloc_modes_map_where_they_say(monkeypatch):
-    """Count the driver calls inside the timed allocs: deferred none, cold one page each."""
-    creates = {}
+    """The engine thread's driver calls inside each timed alloc: deferred and mapper none, cold
+    and inline one page's worth (create + zero-piece unmap + map + set-access)."""
+    calls: dict[str, list[int]] = {}
     real = vmm.time.perf_counter
-    fake = FakeDriver()
-    state = {"t0": None}
+    fake = ThreadCountingDriver()
+    me = threading.get_ident()
+    state: dict = {"t0": None}
 
     def clock():
-        if state["t0"] is None:
-            state["t0"] = fake.calls
-        else:
-            creates.setdefault(state["mode"], []).append(fake.calls - state["t0"])
-            state["t0"] = None
+        if threading.get_ident() == me:
+            n = fake.by_thread.get(me, 0)
+            if state["t0"] is None:
+                state["t0"] = n
+            else:
+                calls.setdefault(state["mode"], []).append(n - state["t0"])
+                state["t0"] = None
         return real()
 
     monkeypatch.setattr(vmm.time, "perf_counter", clock)
-    modes = iter(("inline", "deferred", "cold"))
-    orig = vmm.KVCacheManager
-
-    def make(*a, **kw):
-        state["mode"], state["t0"] = next(modes), None
-        return orig(*a, **kw)
-
-    monkeypatch.setattr(vmm, "KVCacheManager", make)
+    modes = iter(vmm.WARM_MODES)
+    for name in ("KVCacheManager", "LockedKVCacheManager"):
+        def make(*a, _orig=getattr(vmm, name), **kw):
+            state["mode"], state["t0"] = next(modes), None
+            return _orig(*a, **kw)
+        monkeypatch.setattr(vmm, name, make)
     with use_driver(fake):
         vmm.warm_alloc(Layout.CONTIGUOUS, per_cycle=12, cycles=1)
-    assert set(creates["deferred"]) == {0}  # an already-mapped page, nothing else
-    # create + zero-piece unmap + map + set-access: one target, zero page on
-    assert set(creates["cold"]) == {4}
+    assert set(calls["deferred"]) == {0}  # an already-mapped page, nothing else
+    assert set(calls["mapper"]) == {0}  # the background thread mapped it
+    assert set(calls["cold"]) == {4}
     # inline: the reserve drops below min_reserved on every alloc of a growing pool, and the
     # alloc refills it on the spot: one page's map on the request path, every time
-    assert set(creates["inline"]) == {4}
+    assert set(calls["inline"]) == {4}
+    assert len(fake.by_thread) == 2  # the mapper's thread did map
 
 
 def test_run_vmm_without_bandwidth_and_its_summary(tmp_path):

@@ -26,11 +26,13 @@ from workbench.core.geometry import KVGeometry, Layout
 from workbench.core.ledger import KVCacheManager
 from workbench.gpu.device import CudaDevice
 from workbench.gpu.driver import call, driver
+from workbench.mini.mapper import BackgroundMapper, LockedKVCacheManager
 from workbench.sim.device import SimDevice
 
 MiB, GiB = 1 << 20, 1 << 30
 GOAL_RATIO = 1.10  # workbench / raw driver, per page id (issue: a fast path to the driver)
 GOAL_BANDWIDTH = 0.99  # VMM / plain, like for like
+WARM_MODES = ("inline", "deferred", "mapper", "cold")
 
 
 def model_geometry(layout: Layout, num_pages: int, num_layers: int = 32) -> KVGeometry:
@@ -224,19 +226,22 @@ def warm_alloc(layout: Layout = Layout.CONTIGUOUS, per_cycle: int = 40, cycles: 
 
     Each cycle allocates ``per_cycle`` page ids one by one (timed), then frees them (untimed).
     ``inline``: the default pool, whose alloc refills the reserve on the spot when it drops below
-    ``min_reserved`` (a map on the request path). ``deferred``: the refill runs between requests,
-    as a background mapper does, so an alloc only takes an already-mapped page. ``cold``: no
-    reserve, every alloc maps."""
+    ``min_reserved`` (a map on the request path). ``deferred``: the refill runs between requests
+    on the same thread, so an alloc only takes an already-mapped page. ``mapper``: the refill runs
+    on a background thread (:mod:`workbench.mini.mapper`, the alloc takes its lock), the next
+    request waiting until the reserve is full again. ``cold``: no reserve, every alloc maps."""
     geo = model_geometry(layout, per_cycle + 16)
     bpp = geo.page_size // geo.block_bytes
     out: dict[str, Any] = {"layout": layout.value}
-    for mode in ("inline", "deferred", "cold"):
+    for mode in WARM_MODES:
         dev = CudaDevice(0)
         cold = mode == "cold"
         cfg = PoolConfig(contiguous_layout=layout is Layout.CONTIGUOUS, prealloc=not cold,
                          min_reserved_pages=0 if cold else 5,
                          max_reserved_pages=0 if cold else 10)
-        kv = KVCacheManager(geo, dev, name="warm", config=cfg)
+        kv = (LockedKVCacheManager if mode == "mapper" else KVCacheManager)(
+            geo, dev, name="warm", config=cfg)
+        mapper = BackgroundMapper(kv) if mode == "mapper" else None
         try:
             if mode == "deferred":
                 kv.pages.refill_hook = lambda: None  # signal only; refilled below, untimed
@@ -251,12 +256,16 @@ def warm_alloc(layout: Layout = Layout.CONTIGUOUS, per_cycle: int = 40, cycles: 
                     ts.append(time.perf_counter() - t0)
                     if mode == "deferred":
                         kv.pages.refill()
+                    elif mapper is not None:
+                        mapper.wait_filled()  # requests spaced wider than one page's map
                 for ids in held:
                     kv.free(ids)
             kv.free(filler)
             out[mode] = {k: v * 1e6 for k, v in _stats(ts).items() if k != "n"}
             out[mode]["n"] = len(ts)
         finally:
+            if mapper is not None:
+                mapper.stop()
             kv.close()
             dev.close()
     return out
@@ -340,7 +349,7 @@ def summary_lines(res: dict) -> list[str]:
     for lay, w in res.get("warm_alloc", {}).items():
         lines.append(f"alloc {lay:<10} warm reserve, request path: " + "; ".join(
             f"{m} p50 {w[m]['median']:.1f} us (p10 {w[m]['p10']:.1f}, p90 {w[m]['p90']:.1f})"
-            for m in ("deferred", "inline", "cold")))
+            for m in ("deferred", "mapper", "inline", "cold") if m in w))
     if "bandwidth" in res:
         from workbench.bench.vmm_bw import summary_lines as bw_lines
 
