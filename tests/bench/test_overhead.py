@@ -40,12 +40,16 @@ def test_workbench_and_raw_make_the_same_driver_calls_per_page_id(layout, zero):
 
 def test_run_overhead_reports_every_subject_and_the_budget():
     res = run_overhead(pages=4, rounds=2, repeats=1)
-    assert set(res) == {"contiguous", "per_layer"}
-    for lay, r in res.items():
+    assert set(res) == {"contiguous", "per_layer", "split_contiguous_cpu_us"}
+    assert list(res["split_contiguous_cpu_us"]) == [
+        "raw driver", "+ CudaDevice batch", "+ KVSpace", "+ page allocator",
+        "+ ledger (alloc + free)"]
+    for lay in ("contiguous", "per_layer"):
+        r = res[lay]
         assert r["maps_per_page_id"] == (1 if lay == "contiguous" else 64)
         for kind in ("grow", "shrink"):
             assert r[f"added_{kind}_us"] == pytest.approx(
                 r["workbench_nozero"][f"{kind}_us"] - r["raw"][f"{kind}_us"])
             assert r[f"budget_{kind}_us"] == pytest.approx(0.1 * H200_RAW_US[lay][kind])
     lines = summary_lines(res)
-    assert len(lines) == 4 and lines[0].startswith("overhead contiguous grow")
+    assert len(lines) == 5 + 4 and lines[5].startswith("overhead contiguous grow")

@@ -128,7 +128,9 @@ def test_cli_overhead_prints_one_line_per_layout_and_kind(tmp_path):
     r = CliRunner().invoke(app, ["bench", "overhead", "--pages", "3", "--rounds", "2",
                                  "--repeats", "1", "--out", str(out)])
     assert r.exit_code == 0, r.output
-    assert [ln.split()[1:3] for ln in r.output.splitlines() if ln.startswith("overhead")] == [
+    assert [ln.split()[1:3] for ln in r.output.splitlines()
+            if ln.startswith("overhead") and "split" not in ln] == [
         ["contiguous", "grow"], ["contiguous", "shrink"], ["per_layer", "grow"],
         ["per_layer", "shrink"]]
-    assert set(json.loads(out.read_text())) == {"contiguous", "per_layer"}
+    assert set(json.loads(out.read_text())) == {"contiguous", "per_layer",
+                                                 "split_contiguous_cpu_us"}

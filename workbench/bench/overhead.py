@@ -13,6 +13,7 @@ from __future__ import annotations
 import cProfile
 import io
 import pstats
+import time
 from collections.abc import Callable
 
 from workbench.core.geometry import Layout
@@ -57,12 +58,18 @@ def run_overhead(pages: int = 40, rounds: int = 8, repeats: int = 5,
     for layout in (Layout.CONTIGUOUS, Layout.PER_LAYER):
         say(f"overhead, {layout.value}")
         out[layout.value] = measure(layout, pages, rounds, repeats)
+    say("overhead, layer by layer")
+    out["split_contiguous_cpu_us"] = split()
     return out
 
 
 def summary_lines(res: dict) -> list[str]:
     lines = []
+    for name, us in res.get("split_contiguous_cpu_us", {}).items():
+        lines.append(f"overhead split contiguous grow+shrink {name:<24} {us:6.2f} us (CPU)")
     for lay, r in res.items():
+        if lay not in ("contiguous", "per_layer"):
+            continue
         for kind in ("grow", "shrink"):
             lines.append(
                 f"overhead {lay:<10} {kind:<6} raw {r['raw'][f'{kind}_us']:7.1f} us"
@@ -73,6 +80,62 @@ def summary_lines(res: dict) -> list[str]:
                 f"  core on sim {r['core_on_sim'][f'{kind}_us']:6.1f}"
                 f"  => H200 ratio ~{r[f'predicted_ratio_{kind}']:.3f}")
     return lines
+
+
+def _cpu_us(fn: Callable[[], None], n: int, reps: int = 7) -> float:
+    """Process CPU µs per call of ``fn``: the 2nd best of ``reps`` batches of ``n`` calls."""
+    best = []
+    for _ in range(reps):
+        t0 = time.process_time()
+        for _ in range(n):
+            fn()
+        best.append((time.process_time() - t0) / n * 1e6)
+    return sorted(best)[1]
+
+
+def split(n: int = 4000) -> dict[str, float]:
+    """Where a contiguous grow + shrink's Python goes, layer by layer (CPU µs, cumulative):
+    the raw driver calls, CudaDevice's batch, KVSpace, the page allocator, the ledger."""
+    from workbench.bench.vmm import _Workbench, model_geometry
+    from workbench.gpu.device import CudaDevice
+
+    with use_driver(FakeDriver()):
+        geo = model_geometry(Layout.CONTIGUOUS, 8)
+        dev = CudaDevice(0, zero_page=False, mem_info_ttl_s=60.0)
+        w = _Workbench(dev, geo)
+        kv, sp, cu = w.kv, w.kv.space, dev._cu
+        s = geo.page_id_bytes
+        va = sp.base + 6 * s
+        tgt = ((va, s),)
+
+        def raw() -> None:
+            _, h = cu.cuMemCreate(s, dev._prop, 0)
+            cu.cuMemMap(va, s, 0, h, 0)
+            cu.cuMemSetAccess(va, s, dev._rw, 1)
+            cu.cuMemUnmap(va, s)
+            cu.cuMemRelease(h)
+
+        def device() -> None:
+            hs = dev.map_targets(tgt)
+            dev.unmap_targets(tgt)
+            dev.release_handles(hs)
+
+        def space() -> None:
+            sp.map_page(5)
+            sp.unmap_page(5)
+
+        def pages() -> None:
+            kv.pages.free_page(kv.pages.alloc_page())
+
+        def ledger() -> None:
+            kv.free(kv.alloc(w.bpp))
+
+        out = {name: _cpu_us(fn, n) for name, fn in (
+            ("raw driver", raw), ("+ CudaDevice batch", device), ("+ KVSpace", space),
+            ("+ page allocator", pages), ("+ ledger (alloc + free)", ledger))}
+        w.close()
+        dev.close()
+    return out
 
 
 def profile(layout: Layout = Layout.CONTIGUOUS, top: int = 20) -> str:
