@@ -221,7 +221,8 @@ def grow_shrink(layout: Layout, pages: int = 40, rounds: int = 10,
             "pages_timed": res["raw"]["n"], **res}
 
 
-def warm_alloc(layout: Layout = Layout.CONTIGUOUS, per_cycle: int = 40, cycles: int = 5) -> dict:
+def warm_alloc(layout: Layout = Layout.CONTIGUOUS, per_cycle: int = 40, cycles: int = 5,
+               gap_s: float = 0.0005) -> dict:
     """Request-path latency of ``alloc`` (one page id's blocks) while the reserve is warm.
 
     Each cycle allocates ``per_cycle`` page ids one by one (timed), then frees them (untimed).
@@ -229,7 +230,9 @@ def warm_alloc(layout: Layout = Layout.CONTIGUOUS, per_cycle: int = 40, cycles: 
     ``min_reserved`` (a map on the request path). ``deferred``: the refill runs between requests
     on the same thread, so an alloc only takes an already-mapped page. ``mapper``: the refill runs
     on a background thread (:mod:`workbench.mini.mapper`, the alloc takes its lock), the next
-    request waiting until the reserve is full again. ``cold``: no reserve, every alloc maps."""
+    request waiting until the reserve is full again. ``cold``: no reserve, every alloc maps.
+    Every mode leaves ``gap_s`` between requests (after any refill), as arrivals would, so no
+    mode is timed hot against one timed after a pause."""
     geo = model_geometry(layout, per_cycle + 16)
     bpp = geo.page_size // geo.block_bytes
     out: dict[str, Any] = {"layout": layout.value}
@@ -258,6 +261,7 @@ def warm_alloc(layout: Layout = Layout.CONTIGUOUS, per_cycle: int = 40, cycles: 
                         kv.pages.refill()
                     elif mapper is not None:
                         mapper.wait_filled()  # requests spaced wider than one page's map
+                    time.sleep(gap_s)
                 for ids in held:
                     kv.free(ids)
             kv.free(filler)

@@ -13,8 +13,11 @@ Why it is thread safe:
    lock. Every device call therefore runs under it, one thread at a time, whichever thread.
 2. **One page per turn.** The mapper takes the lock for a single page's map and drops it between
    pages, so an engine call waits at most one page map, never a whole refill.
-3. **The hook only signals.** ``refill_hook`` runs inside the engine's ``alloc`` (lock held);
-   it sets an event and returns: no lock is taken the other way round, so no deadlock.
+3. **The hook only notes.** ``refill_hook`` runs inside the engine's ``alloc`` (lock held) and
+   only sets a flag; the alloc wakes the thread after releasing the lock (``after_unlock``), so
+   no lock is taken the other way round (no deadlock) and the thread never wakes just to wait
+   on a lock the engine holds. A wake-up is never lost: the thread re-checks the reserve under
+   the lock after every wake.
 4. **The mapper only adds.** It moves FREE pages to RESERVED (mapping fresh ranges nobody
    reads); it never unmaps a page in use, and a page it mapped is visible to the engine only
    once it is on the reserve list, under the lock. Kernels reading IN_USE pages meanwhile touch
@@ -28,7 +31,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from workbench.core.ledger import KVCacheManager
 from workbench.core.pages import PageAllocator
@@ -39,12 +42,16 @@ class LockedKVCacheManager(KVCacheManager):
 
     def __init__(self, *args, **kw):
         self.lock = threading.RLock()
+        self.after_unlock: Callable[[], None] | None = None  # runs once an alloc let go
         with self.lock:
             super().__init__(*args, **kw)
 
     def alloc(self, n: int) -> list[int] | None:
         with self.lock:
-            return super().alloc(n)
+            out = super().alloc(n)
+        if self.after_unlock is not None:
+            self.after_unlock()
+        return out
 
     def free(self, ids: Iterable[int]) -> None:
         with self.lock:
@@ -56,7 +63,10 @@ class LockedKVCacheManager(KVCacheManager):
 
     def try_to_reserve(self, n: int) -> bool:
         with self.lock:
-            return super().try_to_reserve(n)
+            out = super().try_to_reserve(n)
+        if self.after_unlock is not None:
+            self.after_unlock()
+        return out
 
     def free_reserved(self) -> None:
         with self.lock:
@@ -107,13 +117,26 @@ class BackgroundMapper:
         self.error: BaseException | None = None
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self.pages.refill_hook = self.signal
+        self._due = False
+        self._idle = threading.Event()  # set while the thread waits for work
+        # inside alloc (lock held) only note that a refill is due; wake the thread once the
+        # alloc has let go of the lock, so the thread never wakes just to block on it
+        self.pages.refill_hook = self._note_due
+        manager.after_unlock = self._wake_if_due
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
         self.signal()  # fill the reserve once at start
 
     def signal(self) -> None:
         self._wake.set()
+
+    def _note_due(self) -> None:
+        self._due = True
+
+    def _wake_if_due(self) -> None:
+        if self._due:
+            self._due = False
+            self._wake.set()
 
     @property
     def running(self) -> bool:
@@ -138,7 +161,9 @@ class BackgroundMapper:
     def _run(self) -> None:
         try:
             while not self._stop.is_set():
+                self._idle.set()
                 self._wake.wait()
+                self._idle.clear()
                 self._wake.clear()
                 while self._one_page():
                     pass
@@ -146,14 +171,16 @@ class BackgroundMapper:
             self.error = err
 
     def wait_filled(self, timeout: float = 5.0) -> bool:
-        """Block until the reserve is at ``min_reserved`` (or no more pages can be mapped)."""
+        """Block until the reserve is at ``min_reserved`` (or no more pages can be mapped) and the
+        thread is idle again (so a request timed next does not race its last check)."""
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             with self.lock:
                 p = self.pages
-                if len(p.reserved) >= p.min_reserved or not p.new_pages_possible():
-                    return True
-            time.sleep(0.001)
+                done = len(p.reserved) >= p.min_reserved or not p.new_pages_possible()
+            if done and (self._idle.wait(0.001) or not self.running) and not self._wake.is_set():
+                return True
+            time.sleep(0.0002)
         return False
 
     def stop(self) -> None:
@@ -162,5 +189,6 @@ class BackgroundMapper:
         self._wake.set()
         self._thread.join()
         with self.lock:
-            if self.pages.refill_hook == self.signal:
+            if self.pages.refill_hook == self._note_due:
                 self.pages.refill_hook = None
+            self.manager.after_unlock = None
