@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from collections.abc import Iterable
+from functools import partial
 from time import perf_counter
 from typing import Any
 
@@ -28,6 +29,8 @@ from workbench.errors import DeviceError
 from workbench.gpu.driver import call, driver, fail
 from workbench.gpu.zeropage import ZeroPage
 from workbench.units import MiB, ceil_div
+
+_mem_info = partial(tuple.__new__, MemInfo)
 
 
 class CudaDevice(DriverRefusals):
@@ -120,13 +123,15 @@ class CudaDevice(DriverRefusals):
     def mem_info(self) -> MemInfo:
         t0 = perf_counter()
         zero = self.zero.held_bytes if self.zero is not None else 0
-        if self._info is None or t0 - self._info[0] >= self.mem_info_ttl_s:
+        info = self._info
+        if info is None or t0 - info[0] >= self.mem_info_ttl_s:
             self._bind()
             free, total = call("cuMemGetInfo", self._cu.cuMemGetInfo)
-            self._info, self._delta, self._zero_seen = (t0, int(free), int(total)), 0, zero
-        _, free, total = self._info
-        self._busy += perf_counter() - t0
-        return MemInfo(max(0, free - self._delta - (zero - self._zero_seen)), total)
+            info = self._info = (t0, int(free), int(total))
+            self._delta, self._zero_seen = 0, zero
+            self._busy += perf_counter() - t0  # a cached reading costs no driver time
+        # the core asks before every new page: build the NamedTuple without its Python __new__
+        return _mem_info((max(0, info[1] - self._delta - (zero - self._zero_seen)), info[2]))
 
     def reserve(self, size: int) -> int:
         t0 = perf_counter()
