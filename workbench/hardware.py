@@ -23,7 +23,9 @@ VMM_CALLS = ("reserve", "create", "map", "set_access", "unmap", "release")
 
 
 class VMMLatency(NamedTuple):
-    """Seconds per 2 MiB of each VMM call (map/unmap scale with the bytes they cover)."""
+    """Seconds per *call* of each VMM operation, whatever its size: the driver's cost barely
+    grows with the bytes one call covers (a 128 MiB compound create+map+set-access costs about
+    what a 2 MiB one does), so a layout that needs 64 maps per page id pays 64 calls."""
 
     reserve: float
     create: float
@@ -70,13 +72,35 @@ H200_MINI_FIT = (("flops_eff", 0.53), ("bw_eff", 0.55), ("step_overhead_s", 0.01
                  ("seq_overhead_s", 0.0))
 
 _H200_VMM = VMMLatency(5e-6, 20e-6, 6e-6, 53e-6, 31e-6, 22e-6)
+
+
+class PageIdCost(NamedTuple):
+    """A measured range (seconds) for growing one page id: create+map+set-access of every target."""
+
+    layout: str  # "contiguous" (one compound target) or "per_layer" (one target per layer buffer)
+    targets: int  # driver calls of each kind per page id
+    low_s: float
+    high_s: float
+    source: str
+
+
+# What the per-call figures must reproduce: one 128 MiB page id of a 32-layer Llama-8B-like KV
+# (8 KV heads x 128, bf16, 16-token blocks), measured whole on this project's H200 (DESIGN.md,
+# Backends; `workbench bench vmm`, raw and workbench subjects over two runs).
+H200_PAGE_ID_GROW = (
+    PageIdCost("contiguous", 1, 40e-6, 57e-6, "H200 bench vmm, raw driver calls, two runs"),
+    PageIdCost("per_layer", 64, 2.5e-3, 2.9e-3, "H200 bench vmm, raw and workbench, two runs"),
+)
 _DATASHEET = "NVIDIA data sheet (dense BF16, SXM)"
 
 GPU_PRESETS: dict[str, GPUPreset] = {
     "h200": GPUPreset(
         "h200", "h200", 141 * GiB, 2 * MiB, _H200_VMM, 989e12, 4.8e12,
-        Provenance("this project's H200, per 2 MiB call (DESIGN.md, Backends); reserve is an "
-                   "estimate, not among the recorded measurements",
+        Provenance("this project's H200, per call of 2 MiB (DESIGN.md, Backends), charged per "
+                   "call whatever the size; reserve is an estimate, not among the recorded "
+                   "measurements. The sum create+map+set-access (79 us) is above the 40-57 us "
+                   "measured for a whole compound page id; the per-layer/contiguous ratio (64) "
+                   "is inside the measured 44-73 (H200_PAGE_ID_GROW)",
                    ("create", "map", "set_access", "unmap", "release"), None, _DATASHEET,
                    "830 mini-engine steps on this project's H200 (workbench.bench.calibrate)"),
         step_fit=H200_MINI_FIT),
@@ -84,7 +108,8 @@ GPU_PRESETS: dict[str, GPUPreset] = {
         "a100", "a100-80g", 80 * GiB, 2 * MiB,
         VMMLatency(_H200_VMM.reserve, 193e-6, 1.5e-6, 36e-6, 26e-6, _H200_VMM.release),
         312e12, 2.039e12,
-        Provenance("kvcached's bench_vmm on an A100", ("create", "map", "set_access", "unmap"),
+        Provenance("kvcached's bench_vmm on an A100, per call", ("create", "map", "set_access",
+                                                                   "unmap"),
                    "h200", _DATASHEET)),
     "h100": GPUPreset(
         "h100", "h100-sxm", 80 * GiB, 2 * MiB, _H200_VMM, 989e12, 3.35e12,
@@ -98,5 +123,5 @@ def gpu_preset(key: str) -> GPUPreset:
     return GPU_PRESETS[key]
 
 
-__all__ = ["GPU_PRESETS", "H200_MINI_FIT", "GPUPreset", "Provenance", "VMMLatency", "VMM_CALLS",
-           "gpu_preset"]
+__all__ = ["GPU_PRESETS", "H200_MINI_FIT", "H200_PAGE_ID_GROW", "GPUPreset", "PageIdCost",
+           "Provenance", "VMMLatency", "VMM_CALLS", "gpu_preset"]

@@ -3,14 +3,15 @@
 1. **Grow / shrink per page id**, steady state after one warm-up pass, through the workbench
    (``KVCacheManager.alloc`` of exactly one page id's blocks, prealloc off, no reserve pool, so
    every alloc maps and every free unmaps) against the same driver calls issued bare
-   (create+map+set_access / unmap+release), timed in the same run, interleaved in rounds;
-   medians. With the zero page on, the workbench also swaps the zero pieces (an unmap on grow,
-   a map and a set_access on shrink, per target), so it is also compared with bare calls that
-   do the same swap.
-2. **Map cost per page id** for a 32-layer model: CONTIGUOUS (one compound map) vs PER_LAYER
-   (``2 * layers`` maps): that is (1) run for both layouts.
-3. **Bandwidth**: a read (sum) and a read-write (in-place add) over the whole KV, VMM-backed (both
-   layouts) vs one plain ``torch.empty`` of the same size; CUDA events, medians.
+   (create+map+set_access / unmap+release). The subjects are interleaved page id by page id
+   (A B C ..., the order reversed every round), ``rounds`` times; each ratio is reported as the
+   median, p10 and p90 of its per-round ratios. With the zero page on, the workbench also swaps
+   the zero pieces (an unmap on grow, a map and a set_access on shrink, per target), so it is
+   also compared with bare calls that do the same swap. Both layouts: CONTIGUOUS (one compound
+   map per page id) and PER_LAYER (``2 * layers`` maps).
+2. **Alloc latency with a warm reserve** (:func:`warm_alloc`): the request path of ``alloc`` when
+   the reserve refills inline, when it is refilled off the request path, and with no reserve.
+3. **Bandwidth**, like for like (:mod:`workbench.bench.vmm_bw`).
 """
 
 from __future__ import annotations
@@ -25,9 +26,13 @@ from workbench.core.geometry import KVGeometry, Layout
 from workbench.core.ledger import KVCacheManager
 from workbench.gpu.device import CudaDevice
 from workbench.gpu.driver import call, driver
+from workbench.mini.mapper import BackgroundMapper, LockedKVCacheManager
 from workbench.sim.device import SimDevice
 
 MiB, GiB = 1 << 20, 1 << 30
+GOAL_RATIO = 1.10  # workbench / raw driver, per page id (issue: a fast path to the driver)
+GOAL_BANDWIDTH = 0.99  # VMM / plain, like for like
+WARM_MODES = ("inline", "deferred", "mapper", "cold")
 
 
 def model_geometry(layout: Layout, num_pages: int, num_layers: int = 32) -> KVGeometry:
@@ -127,29 +132,68 @@ class _Workbench:
         self.kv.close()
 
 
-def _timed_rounds(subjects: dict[str, Any], pages: int, rounds: int) -> dict[str, dict]:
-    """Interleave the subjects round by round; time each grow and each shrink on its own."""
-    tg: dict[str, list[float]] = {k: [] for k in subjects}
-    ts: dict[str, list[float]] = {k: [] for k in subjects}
-    per = max(1, pages // rounds)
+def _q(xs: list[float], q: float) -> float:
+    """The ``q`` quantile of ``xs`` (nearest rank)."""
+    ys = sorted(xs)
+    return ys[min(len(ys) - 1, max(0, round(q * (len(ys) - 1))))]
+
+
+def _stats(xs: list[float]) -> dict:
+    return {"median": statistics.median(xs), "p10": _q(xs, 0.1), "p90": _q(xs, 0.9),
+            "n": len(xs)}
+
+
+def _abab(subjects: dict[str, Any], pages: int, rounds: int) -> dict[str, dict]:
+    """Grow page ids 1..pages, then shrink them, each page id through every subject in turn
+    (A B C... per page id, the order reversed every round), so the samples a ratio compares are
+    taken moments apart. Returns every subject's per-round grow and shrink times (seconds)."""
+    names = list(subjects)
+    tg: dict[str, list[list[float]]] = {k: [] for k in names}
+    ts: dict[str, list[list[float]]] = {k: [] for k in names}
     clock = time.perf_counter
     for r in range(rounds):
-        for name, s in subjects.items():
-            for p in range(r * per + 1, (r + 1) * per + 1):
+        order = names if r % 2 == 0 else names[::-1]
+        for k in names:
+            tg[k].append([])
+            ts[k].append([])
+        for p in range(1, pages + 1):
+            for k in order:
                 t0 = clock()
-                s.grow(p)
-                tg[name].append(clock() - t0)
-        for name, s in subjects.items():
-            for p in range(r * per + 1, (r + 1) * per + 1):
+                subjects[k].grow(p)
+                tg[k][-1].append(clock() - t0)
+        for p in range(1, pages + 1):
+            for k in order:
                 t0 = clock()
-                s.shrink(p)
-                ts[name].append(clock() - t0)
-    return {k: {"grow_us": _median_us(tg[k]), "shrink_us": _median_us(ts[k]), "n": len(tg[k])}
-            for k in subjects}
+                subjects[k].shrink(p)
+                ts[k][-1].append(clock() - t0)
+    return {k: {"grow": tg[k], "shrink": ts[k]} for k in names}
 
 
-def grow_shrink(layout: Layout, pages: int = 40, rounds: int = 4,
+# (numerator, denominator) subjects of each reported ratio
+PAIRS = {"nozero": ("workbench_nozero", "raw"), "zero": ("workbench_zero", "raw_zero"),
+         "zero_vs_raw": ("workbench_zero", "raw")}
+
+
+def _summarize(raw: dict[str, dict], rounds: int) -> dict:
+    out: dict[str, Any] = {}
+    for k, v in raw.items():
+        out[k] = {f"{kind}_us": _median_us([x for rnd in v[kind] for x in rnd])
+                  for kind in ("grow", "shrink")}
+        out[k]["n"] = sum(len(rnd) for rnd in v["grow"])
+    for pair, (a, b) in PAIRS.items():
+        for kind in ("grow", "shrink"):
+            per_round = [statistics.median(raw[a][kind][r]) / statistics.median(raw[b][kind][r])
+                         for r in range(rounds)]
+            out[f"ratio_{kind}_{pair}"] = {
+                **_stats(per_round),
+                "of_medians": out[a][f"{kind}_us"] / out[b][f"{kind}_us"]}
+    return out
+
+
+def grow_shrink(layout: Layout, pages: int = 40, rounds: int = 10,
                 num_layers: int = 32) -> dict:
+    """Per-page-id grow and shrink of every subject, interleaved, ``rounds`` times: medians,
+    and each workbench/raw ratio as the median, p10 and p90 of its per-round ratios."""
     geo = model_geometry(layout, pages + 2, num_layers)
     dev_z = CudaDevice(0, zero_page=True)
     dev_n = CudaDevice(0, zero_page=False)
@@ -166,24 +210,68 @@ def grow_shrink(layout: Layout, pages: int = 40, rounds: int = 4,
                 s.grow(p)
             for p in range(1, pages + 2):
                 s.shrink(p)
-        res = _timed_rounds(subjects, pages, rounds)
+        res = _summarize(_abab(subjects, pages, rounds), rounds)
     finally:
         for s in subjects.values():
             s.close()
         dev_z.close()
         dev_n.close()
-    out = {
-        "layout": layout.value, "num_layers": num_layers, "page_id_bytes": geo.page_id_bytes,
-        "maps_per_page_id": geo.maps_per_page, "pages_timed": res["raw"]["n"], **res,
-        "ratio_grow_vs_raw": res["workbench_nozero"]["grow_us"] / res["raw"]["grow_us"],
-        "ratio_shrink_vs_raw": res["workbench_nozero"]["shrink_us"] / res["raw"]["shrink_us"],
-        "ratio_grow_zero_vs_raw_zero":
-            res["workbench_zero"]["grow_us"] / res["raw_zero"]["grow_us"],
-        "ratio_shrink_zero_vs_raw_zero":
-            res["workbench_zero"]["shrink_us"] / res["raw_zero"]["shrink_us"],
-        "ratio_grow_zero_vs_raw": res["workbench_zero"]["grow_us"] / res["raw"]["grow_us"],
-        "ratio_shrink_zero_vs_raw": res["workbench_zero"]["shrink_us"] / res["raw"]["shrink_us"],
-    }
+    return {"layout": layout.value, "num_layers": num_layers, "page_id_bytes": geo.page_id_bytes,
+            "maps_per_page_id": geo.maps_per_page, "rounds": rounds,
+            "pages_timed": res["raw"]["n"], **res}
+
+
+def warm_alloc(layout: Layout = Layout.CONTIGUOUS, per_cycle: int = 40, cycles: int = 5,
+               gap_s: float = 0.0005) -> dict:
+    """Request-path latency of ``alloc`` (one page id's blocks) while the reserve is warm.
+
+    Each cycle allocates ``per_cycle`` page ids one by one (timed), then frees them (untimed).
+    ``inline``: the default pool, whose alloc refills the reserve on the spot when it drops below
+    ``min_reserved`` (a map on the request path). ``deferred``: the refill runs between requests
+    on the same thread, so an alloc only takes an already-mapped page. ``mapper``: the refill runs
+    on a background thread (:mod:`workbench.mini.mapper`, the alloc takes its lock), the next
+    request waiting until the reserve is full again. ``cold``: no reserve, every alloc maps.
+    Every mode leaves ``gap_s`` between requests (after any refill), as arrivals would, so no
+    mode is timed hot against one timed after a pause."""
+    geo = model_geometry(layout, per_cycle + 16)
+    bpp = geo.page_size // geo.block_bytes
+    out: dict[str, Any] = {"layout": layout.value}
+    for mode in WARM_MODES:
+        dev = CudaDevice(0)
+        cold = mode == "cold"
+        cfg = PoolConfig(contiguous_layout=layout is Layout.CONTIGUOUS, prealloc=not cold,
+                         min_reserved_pages=0 if cold else 5,
+                         max_reserved_pages=0 if cold else 10)
+        kv = (LockedKVCacheManager if mode == "mapper" else KVCacheManager)(
+            geo, dev, name="warm", config=cfg)
+        mapper = BackgroundMapper(kv) if mode == "mapper" else None
+        try:
+            if mode == "deferred":
+                kv.pages.refill_hook = lambda: None  # signal only; refilled below, untimed
+            filler = kv.alloc(bpp - 1)  # the rest of the null block's page
+            ts: list[float] = []
+            for _ in range(cycles):
+                kv.pages.refill()
+                held = []
+                for _ in range(per_cycle):
+                    t0 = time.perf_counter()
+                    held.append(kv.alloc(bpp))
+                    ts.append(time.perf_counter() - t0)
+                    if mode == "deferred":
+                        kv.pages.refill()
+                    elif mapper is not None:
+                        mapper.wait_filled()  # requests spaced wider than one page's map
+                    time.sleep(gap_s)
+                for ids in held:
+                    kv.free(ids)
+            kv.free(filler)
+            out[mode] = {k: v * 1e6 for k, v in _stats(ts).items() if k != "n"}
+            out[mode]["n"] = len(ts)
+        finally:
+            if mapper is not None:
+                mapper.stop()
+            kv.close()
+            dev.close()
     return out
 
 
@@ -211,71 +299,8 @@ def reserve_cost(gib: int = 16) -> dict:
     return out
 
 
-# -- 3: bandwidth ------------------------------------------------------------------------------
-def _time_cuda(fn: Callable[[], Any], reps: int = 20, warmup: int = 3) -> float:
-    import torch
-
-    for _ in range(warmup):
-        fn()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) / 1e3)
-    return statistics.median(ts)
-
-
-def bandwidth(gib: int = 4) -> dict:
-    import torch
-
-    from workbench.gpu.tensors import KVTensors
-
-    pages = gib * GiB // (128 * MiB)
-    results: dict[str, Any] = {"bytes": pages * 128 * MiB}
-
-    def measure(name: str, t: torch.Tensor) -> None:
-        x = t.view(torch.float32)
-        g = torch.Generator(device=x.device).manual_seed(1)
-        x.uniform_(-1, 1, generator=g)
-        n = x.numel() * 4
-        s = _time_cuda(lambda: x.sum())
-        w = _time_cuda(lambda: x.add_(1e-3))
-        results[name] = {"sum_TBps": n / s / 1e12, "add_TBps": 2 * n / w / 1e12,
-                         "sum_ms": s * 1e3, "add_ms": w * 1e3}
-
-    plain = torch.empty(pages * 128 * MiB, dtype=torch.uint8, device="cuda")
-    measure("plain", plain)
-    del plain
-    torch.cuda.empty_cache()
-    for layout in (Layout.CONTIGUOUS, Layout.PER_LAYER):
-        dev = CudaDevice(0)
-        geo = model_geometry(layout, pages)
-        cfg = PoolConfig(contiguous_layout=layout is Layout.CONTIGUOUS, prealloc=False)
-        kv = KVCacheManager(geo, dev, name="bw", config=cfg)
-        try:
-            ids = kv.alloc(geo.num_blocks - 1)  # every page mapped
-            assert ids is not None and kv.space.size == results["bytes"]
-            kvt = KVTensors(kv.space, "bf16")
-            measure(f"vmm_{layout.value}", kvt.raw)
-            del kvt
-            torch.cuda.synchronize()
-            kv.free(ids)
-        finally:
-            kv.close()
-            dev.close()
-    p = results["plain"]
-    for layout in ("contiguous", "per_layer"):
-        v = results[f"vmm_{layout}"]
-        results[f"ratio_sum_{layout}"] = v["sum_TBps"] / p["sum_TBps"]
-        results[f"ratio_add_{layout}"] = v["add_TBps"] / p["add_TBps"]
-    return results
-
-
-def run_vmm(pages: int = 40, rounds: int = 4, bw_gib: int = 4, with_bandwidth: bool = True,
-            progress: Callable[[str], None] | None = None) -> dict:
+def run_vmm(pages: int = 40, rounds: int = 10, bw_gib: int = 4, with_bandwidth: bool = True,
+            bw_repeats: int = 10, progress: Callable[[str], None] | None = None) -> dict:
     """Every figure of ``workbench bench vmm`` in one dict."""
     say = progress or (lambda _msg: None)
     dev = CudaDevice(0)
@@ -283,29 +308,54 @@ def run_vmm(pages: int = 40, rounds: int = 4, bw_gib: int = 4, with_bandwidth: b
     dev.reserve(dev.granularity)
     out["zero_access"] = dev.zero_access
     dev.close()
-    say("grow/shrink, contiguous")
-    out["contiguous"] = grow_shrink(Layout.CONTIGUOUS, pages, rounds)
-    say("grow/shrink, per-layer")
-    out["per_layer"] = grow_shrink(Layout.PER_LAYER, pages, rounds)
+    for layout in (Layout.CONTIGUOUS, Layout.PER_LAYER):
+        say(f"grow/shrink, {layout.value}, {rounds} interleaved rounds")
+        out[layout.value] = grow_shrink(layout, pages, rounds)
     out["map_cost_per_page_id_us"] = {
-        "contiguous": out["contiguous"]["workbench_nozero"]["grow_us"],
-        "per_layer": out["per_layer"]["workbench_nozero"]["grow_us"]}
+        lay: out[lay]["workbench_nozero"]["grow_us"] for lay in ("contiguous", "per_layer")}
+    say("alloc latency with a warm reserve")
+    out["warm_alloc"] = {lay.value: warm_alloc(lay) for lay in (Layout.CONTIGUOUS,
+                                                                 Layout.PER_LAYER)}
     say("reserve and mem_info cost")
     out["reserve"] = reserve_cost()
-    if with_bandwidth:
-        say("bandwidth")
-        out["bandwidth"] = bandwidth(bw_gib)
     out["goals"] = {
-        "grow_shrink_ratio_max": 1.15, "bandwidth_ratio_min": 0.98,
+        "grow_shrink_ratio_max": GOAL_RATIO, "bandwidth_ratio_min": GOAL_BANDWIDTH,
         "grow_shrink_ratio_worst_nozero": max(
-            out[lay][k] for lay in ("contiguous", "per_layer")
-            for k in ("ratio_grow_vs_raw", "ratio_shrink_vs_raw")),
+            out[lay][f"ratio_{k}_nozero"]["median"] for lay in ("contiguous", "per_layer")
+            for k in ("grow", "shrink")),
         "grow_shrink_ratio_worst_zero_vs_raw_zero": max(
-            out[lay][k] for lay in ("contiguous", "per_layer")
-            for k in ("ratio_grow_zero_vs_raw_zero", "ratio_shrink_zero_vs_raw_zero")),
+            out[lay][f"ratio_{k}_zero"]["median"] for lay in ("contiguous", "per_layer")
+            for k in ("grow", "shrink")),
     }
     if with_bandwidth:
-        b = out["bandwidth"]
+        from workbench.bench.vmm_bw import bandwidth
+
+        say(f"bandwidth, like for like, {bw_repeats} repeats")
+        out["bandwidth"] = bandwidth(bw_gib, bw_repeats)
         out["goals"]["bandwidth_ratio_worst"] = min(
-            b[f"ratio_{k}_{lay}"] for k in ("sum", "add") for lay in ("contiguous", "per_layer"))
+            r["ratio"]["median"] for r in out["bandwidth"]["pairings"].values())
     return out
+
+
+def summary_lines(res: dict) -> list[str]:
+    """One line per measured pairing: the figures the issue asks for, medians with p10/p90."""
+    lines = []
+    for lay in ("contiguous", "per_layer"):
+        r = res[lay]
+        for pair in PAIRS:
+            for kind in ("grow", "shrink"):
+                q = r[f"ratio_{kind}_{pair}"]
+                a, b = PAIRS[pair]
+                lines.append(
+                    f"vmm {lay:<10} {kind:<6} {a}/{b}: median {q['median']:.3f} "
+                    f"[p10 {q['p10']:.3f}, p90 {q['p90']:.3f}] over {q['n']} rounds; "
+                    f"{r[a][f'{kind}_us']:.1f} vs {r[b][f'{kind}_us']:.1f} us")
+    for lay, w in res.get("warm_alloc", {}).items():
+        lines.append(f"alloc {lay:<10} warm reserve, request path: " + "; ".join(
+            f"{m} p50 {w[m]['median']:.1f} us (p10 {w[m]['p10']:.1f}, p90 {w[m]['p90']:.1f})"
+            for m in ("deferred", "mapper", "inline", "cold") if m in w))
+    if "bandwidth" in res:
+        from workbench.bench.vmm_bw import summary_lines as bw_lines
+
+        lines += bw_lines(res["bandwidth"])
+    return lines

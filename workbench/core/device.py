@@ -116,14 +116,22 @@ class MapTable(SpanTable):
 
     def __init__(self) -> None:
         super().__init__()
-        self.handles: Counter[int] = Counter()
+        self.handles: dict[int, int] = {}  # a plain dict: Counter's __missing__ cost every map
 
     def __setitem__(self, va: int, value: tuple[int, int]) -> None:
         old = self.get(va)
         if old is not None:
             self._drop_handle(old[1])
         SpanTable.__setitem__(self, va, value)
-        self.handles[value[1]] += 1
+        h = value[1]
+        self.handles[h] = self.handles.get(h, 0) + 1
+
+    def add(self, va: int, size: int, handle: int) -> None:
+        """``self[va] = (size, handle)`` for a ``va`` known to be unmapped (checked by the
+        caller's overlap refusal), without the replace bookkeeping."""
+        insort(self.starts, va)
+        dict.__setitem__(self, va, (size, handle))
+        self.handles[handle] = self.handles.get(handle, 0) + 1
 
     def __delitem__(self, va: int) -> None:
         handle = self[va][1]
@@ -131,8 +139,10 @@ class MapTable(SpanTable):
         self._drop_handle(handle)
 
     def _drop_handle(self, handle: int) -> None:
-        self.handles[handle] -= 1
-        if not self.handles[handle]:
+        n = self.handles[handle] - 1
+        if n:
+            self.handles[handle] = n
+        else:
             del self.handles[handle]
 
     def clear(self) -> None:
@@ -165,7 +175,14 @@ class DriverRefusals:
         return r is not None and va + size <= r + self.reservations[r]
 
     def _overlaps(self, va: int, size: int) -> bool:
-        return self.mappings.holding(va) is not None or self.mappings.any_within(va, size)
+        """A mapping starts inside ``[va, va+size)``, or the one before ``va`` reaches past it
+        (one bisect: this runs before every map)."""
+        m = self.mappings
+        starts = m.starts
+        i = bisect_left(starts, va)
+        if i < len(starts) and starts[i] < va + size:
+            return True
+        return i > 0 and starts[i - 1] + m.span(starts[i - 1]) > va
 
     def _refuse_size(self, op: str, size: int) -> None:
         if not isinstance(size, int) or size <= 0 or size % self.granularity:

@@ -53,6 +53,13 @@ class KVSpace:
         # page -> its targets, built on first use: every map and unmap of a page needs them, and
         # they never change while the reservation lives (close() drops them with ``base``)
         self._targets: dict[int, tuple[Target, ...]] = {}
+        # A device whose *class* batches a page id's calls (CudaDevice) gets one Python call per
+        # page id, not three per target; a wrapper (FaultyDevice, a coordinator) never does, so
+        # fault injection still sees every call.
+        cls = type(device)
+        batched = all(hasattr(cls, m) for m in ("map_targets", "unmap_targets",
+                                                "release_handles"))
+        self._batch = device if batched else None
 
     # -- layout ------------------------------------------------------------------------------
     def targets(self, page: int) -> list[Target]:
@@ -93,39 +100,63 @@ class KVSpace:
         if page in self.handles or page in self.retained:
             raise StateConsistencyError(f"page {page} is already backed")
         dev = self.device
+        targets = self._page_targets(page)
         created: list[int] = []
         mapped: list[Target] = []
         try:
-            for t in self._page_targets(page):
-                va, size = t
-                created.append(dev.create(size))
-                dev.map(va, size, created[-1])
-                mapped.append(t)
-                dev.set_access(va, size)
+            if self._batch is not None:
+                try:
+                    created = self._batch.map_targets(targets)
+                except DeviceError as err:  # the state the separate calls would have left
+                    created, n = getattr(err, "partial", ([], 0))
+                    mapped = list(targets[:n])
+                    raise
+            else:
+                for t in targets:
+                    va, size = t
+                    created.append(dev.create(size))
+                    dev.map(va, size, created[-1])
+                    mapped.append(t)
+                    dev.set_access(va, size)
         except DeviceError as err:
-            try:
-                while mapped:
-                    dev.unmap(mapped[-1].va, mapped[-1].size)
-                    mapped.pop()
-                while created:
-                    dev.release(created[-1])
-                    created.pop()
-            except DeviceError as undo:
-                self.stranded[page] = (mapped, created)
-                raise MapQuarantinedError(
-                    f"page {page}: {err}; rollback failed too ({undo})") from undo
+            self._undo_map(page, err, mapped, created)
             raise
         self.handles[page] = created
+
+    def _undo_map(self, page: int, err: DeviceError, mapped: list[Target],
+                  created: list[int]) -> None:
+        """Undo a failed :meth:`map_page` in reverse; MapQuarantinedError if the undo fails."""
+        dev = self.device
+        try:
+            while mapped:
+                dev.unmap(mapped[-1].va, mapped[-1].size)
+                mapped.pop()
+            while created:
+                dev.release(created[-1])
+                created.pop()
+        except DeviceError as undo:
+            self.stranded[page] = (mapped, created)
+            raise MapQuarantinedError(
+                f"page {page}: {err}; rollback failed too ({undo})") from undo
 
     def prepare_unmap(self, page: int) -> None:
         """Unmap ``page`` everywhere but keep its physical handles (phase one)."""
         handles = self.handles.pop(page)
         dev = self.device
+        targets = self._page_targets(page)
         done: list[tuple[Target, int]] = []
         try:
-            for t, h in zip(self._page_targets(page), handles, strict=True):
-                dev.unmap(t.va, t.size)
-                done.append((t, h))
+            if self._batch is not None:
+                try:
+                    self._batch.unmap_targets(targets)
+                except DeviceError as err:
+                    n = getattr(err, "partial", 0)
+                    done = list(zip(targets[:n], handles[:n], strict=True))
+                    raise
+            else:
+                for t, h in zip(targets, handles, strict=True):
+                    dev.unmap(t.va, t.size)
+                    done.append((t, h))
         except DeviceError:
             try:  # put back what this call unmapped, so the page is whole again
                 for t, h in reversed(done):
@@ -143,6 +174,13 @@ class KVSpace:
         """Release the retained handles of ``page`` (phase two). Idempotent."""
         handles = self.retained.pop(page, None)
         if handles is None:
+            return
+        if self._batch is not None:
+            try:
+                self._batch.release_handles(handles)
+            except DeviceError as err:
+                self.retained[page] = handles[getattr(err, "partial", 0):]
+                raise StateConsistencyError(f"page {page}: release failed ({err})") from err
             return
         release = self.device.release
         for i, h in enumerate(handles):

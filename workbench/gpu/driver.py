@@ -6,6 +6,8 @@ instead (cuda-pathfinder). Both become :class:`~workbench.errors.DeviceError`, s
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from workbench.errors import DeviceError
@@ -30,6 +32,18 @@ def driver() -> Any:
                                             "pip install 'workbench[gpu]'") from err
         _driver = mod
     return _driver
+
+
+@contextmanager
+def use_driver(mod: Any) -> Iterator[Any]:
+    """Answer :func:`driver` with ``mod`` inside the block (a :class:`~workbench.gpu.fakedriver.
+    FakeDriver` on a CPU host); devices made inside keep it after the block ends."""
+    global _driver
+    old, _driver = _driver, mod
+    try:
+        yield mod
+    finally:
+        _driver = old
 
 
 def error_name(err: Any) -> str:

@@ -20,7 +20,7 @@ chunk. A failed fill leaves a hole (no piece): reads there fault, nothing leaks.
 
 from __future__ import annotations
 
-from bisect import bisect_right, insort
+from bisect import bisect_right
 from typing import Any
 
 from workbench.errors import DeviceError
@@ -37,13 +37,15 @@ class ZeroPage:
         self.access: str | None = None  # "read" or "readwrite", probed on the first fill
         self._desc = ro
         self.handles: dict[int, Any] = {}  # size -> a zero-filled allocation of that size
-        self._starts: list[int] = []  # sorted piece starts
+        # piece starts, sorted on demand: the steady state adds and drops exact pieces by their
+        # start alone, and keeping a list of thousands sorted on every one cost ~1 µs each
+        self._sorted: list[int] | None = []
         self._size: dict[int, int] = {}  # piece start -> size
         self.multi_unmap = True  # one cuMemUnmap may span several pieces (probed)
 
     @property
     def pieces(self) -> int:
-        return len(self._starts)
+        return len(self._size)
 
     @property
     def held_bytes(self) -> int:
@@ -83,6 +85,9 @@ class ZeroPage:
         ``exact``: one piece of that size (if not above ``max_exact``), else chunks."""
         cu = self.cu
         step = size if exact and size <= self.max_exact else self.g
+        if step == size and self.access is not None:  # the steady state: one piece, one call
+            self._fill_one(va, size)
+            return
         zero = self._handle(step)
         done: list[tuple[int, int]] = []
         try:
@@ -105,11 +110,29 @@ class ZeroPage:
             self._unmap_runs(done)
             raise
         for s, n in done:
-            insort(self._starts, s)
             self._size[s] = n
+        self._sorted = None
+
+    def _fill_one(self, va: int, size: int) -> None:
+        """``fill`` of one exact piece, once the access mode is known."""
+        cu = self.cu
+        err = cu.cuMemMap(va, size, 0, self._handle(size), 0)[0]
+        if err:
+            raise fail("cuMemMap(zero)", err)
+        err = cu.cuMemSetAccess(va, size, self._desc, 1)[0]
+        if err:
+            self._unmap_runs([(va, size)])
+            raise fail("cuMemSetAccess(zero)", err)
+        self._size[va] = size
+        self._sorted = None
+
+    def _starts(self) -> list[int]:
+        if self._sorted is None:
+            self._sorted = sorted(self._size)
+        return self._sorted
 
     def _overlapping(self, va: int, size: int) -> list[tuple[int, int]]:
-        starts, out = self._starts, []
+        starts, out = self._starts(), []
         i = max(0, bisect_right(starts, va) - 1)
         while i < len(starts) and starts[i] < va + size:
             s = starts[i]
@@ -141,10 +164,17 @@ class ZeroPage:
     def _forget(self, pieces: list[tuple[int, int]]) -> None:
         for s, _ in pieces:
             del self._size[s]
-            del self._starts[bisect_right(self._starts, s) - 1]
+        self._sorted = None
 
     def clear(self, va: int, size: int) -> None:
         """Take the zeros off ``[va, va+size)`` so it can be mapped; the edges keep theirs."""
+        if self._size.get(va) == size:  # the steady state: one piece of exactly this range
+            err = self.cu.cuMemUnmap(va, size)[0]
+            if err:
+                raise fail("cuMemUnmap(zero)", err)
+            del self._size[va]
+            self._sorted = None
+            return
         pieces = self._overlapping(va, size)
         if not pieces:
             return
@@ -170,7 +200,7 @@ class ZeroPage:
         self._forget(pieces)
 
     def close(self) -> None:
-        if self._starts:
-            raise DeviceError("zero page", f"{len(self._starts)} pieces are still mapped")
+        if self._size:
+            raise DeviceError("zero page", f"{len(self._size)} pieces are still mapped")
         for n in list(self.handles):
             call("cuMemRelease(zero)", self.cu.cuMemRelease, self.handles.pop(n))

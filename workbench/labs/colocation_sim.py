@@ -201,9 +201,10 @@ EXPLANATIONS = """## Why ours differs from kvcached's table
   measured at the HTTP client: API server, tokenisation, detokenisation and streaming add tens of
   ms, so kvcached's ~95 ms floor is above ours.
 * **Elastic vs static at low load (kvcached ~0.9x).** Elastic pays VMM latency only when its
-  5-page reserve runs dry (a100 preset: create 193 us per 2 MiB, i.e. ~12 ms per 128 MiB compound
-  page); the background refill hides most of it, so our low-load ratio is close to 1.0. The real
-  system also pays IPC round trips to the worker on every map, which we do not model.
+  5-page reserve runs dry (a100 preset, per call: create 193 us + map 1.5 + set-access 36, so
+  ~230 us per 128 MiB compound page); the background refill hides most of it, so our low-load
+  ratio is close to 1.0. The real system also pays IPC round trips to the worker on every map,
+  which we do not model.
 * **Elastic at the highest PEAKs.** kvcached's elastic TTFT rises from PEAK 17 (p99 4.5-12 s): at
   those rates the GPU's compute is the bottleneck, not memory. Ours rises later for the same step-
   time reason as the knee.

@@ -30,6 +30,7 @@ from workbench.config import PoolConfig
 from workbench.core.geometry import KVGeometry, Layout
 from workbench.core.ledger import KVCacheManager
 from workbench.errors import ConfigError
+from workbench.mini.mapper import BackgroundMapper, LockedKVCacheManager
 from workbench.mini.model import ModelConfig
 from workbench.tensors import KVTensors
 from workbench.units import MiB
@@ -50,6 +51,8 @@ class KVSpec:
     min_reserved_pages: int = 0
     max_reserved_pages: int = 4
     gpu_utilization: float = 0.95  # elastic pools: share of the device's memory they may map
+    # refill the reserve from a background thread (workbench.mini.mapper), not inside alloc
+    background_mapper: bool = False
 
     def __post_init__(self) -> None:
         if self.style not in STYLES:
@@ -58,6 +61,10 @@ class KVSpec:
         if self.backend not in BACKENDS:
             raise ConfigError(f"backend={self.backend!r}", "unknown KV memory backend",
                               f"use one of {', '.join(BACKENDS)}")
+        if self.background_mapper and self.min_reserved_pages < 1:
+            raise ConfigError("background_mapper=True with min_reserved_pages=0",
+                              "the mapper keeps a reserve of min_reserved_pages filled",
+                              "set min_reserved_pages to 1 or more")
 
 
 def geometry_for(cfg: ModelConfig, spec: KVSpec) -> KVGeometry:
@@ -91,7 +98,13 @@ class KVStore:
             pool_device = pool_device or _vmm_device(self.device)
         else:  # the ledger still runs; a simulated device only keeps its page bookkeeping
             pool_device = make_device("sim", capacity=1 << 50)
-        self.manager = KVCacheManager(g, pool_device, name=name, config=pc)
+        self.mapper: BackgroundMapper | None = None
+        if spec.background_mapper:
+            self.manager: KVCacheManager = LockedKVCacheManager(g, pool_device, name=name,
+                                                                config=pc)
+            self.mapper = BackgroundMapper(self.manager, name=f"{name}-mapper")
+        else:
+            self.manager = KVCacheManager(g, pool_device, name=name, config=pc)
         space = self.manager.space
         raw = (None if spec.backend == "vmm"
                else torch.zeros(space.size, dtype=torch.uint8, device=self.device))
@@ -126,6 +139,8 @@ class KVStore:
                 self.v[layer].reshape(n, g.kv_heads, g.head_dim))
 
     def close(self) -> None:
+        if self.mapper is not None:  # joined before the pool goes
+            self.mapper.stop()
         self.k.clear()
         self.v.clear()
         self._flat = None

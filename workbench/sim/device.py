@@ -1,8 +1,9 @@
 """A simulated GPU: one device's physical memory shared by every pool on it, with VMM latencies.
 
-Each call charges a latency from a preset to the device's busy time and the clock. The device keeps
-a real mapping table and refuses what a driver refuses (map over a mapping, unmap of nothing,
-release of an unknown handle), so a core bug shows up here as it would on the GPU.
+Each call charges its preset latency *per call*, whatever its size (the driver's cost barely grows
+with the bytes one call covers), so a per-layer page id of 64 maps costs 64 times a compound one.
+The device keeps a real mapping table and refuses what a driver refuses (map over a mapping, unmap
+of nothing, release of an unknown handle), so a core bug shows up here as it would on the GPU.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class SimDevice(DriverRefusals):
         self.granularity = preset.granularity
         self.capacity = capacity if capacity is not None else preset.capacity
         self.env = env
+        self._cost = preset.latency  # seconds per call, by call name
         self._busy = 0.0
         self._next_va = 1 << 40
         self._next_handle = 1
@@ -65,8 +67,6 @@ class SimDevice(DriverRefusals):
         """Simulated time: the SimPy clock when there is one, else the device's own busy time."""
         return self.env.now if self.env is not None else self._busy
 
-    def _charge(self, op: str, size: int = 2 * MiB) -> None:
-        self._busy += getattr(self.preset.latency, op) * max(size, 2 * MiB) / (2 * MiB)
 
     # -- memory outside the pools ------------------------------------------------------------
     def occupy(self, owner: str, nbytes: int) -> None:
@@ -87,7 +87,7 @@ class SimDevice(DriverRefusals):
 
     def reserve(self, size: int) -> int:
         self._refuse_size("reserve", size)
-        self._charge("reserve")
+        self._busy += self._cost.reserve
         va = self._next_va
         self._next_va += size + self.granularity  # a guard gap between reservations
         self.reservations[va] = size
@@ -101,7 +101,7 @@ class SimDevice(DriverRefusals):
         self._refuse_size("create", size)
         if size > self._free_bytes():
             raise DeviceError("create", "out of memory", "CUDA_ERROR_OUT_OF_MEMORY")
-        self._charge("create", size)
+        self._busy += self._cost.create
         h = self._next_handle
         self._next_handle += 1
         self.allocations[h] = size
@@ -110,19 +110,22 @@ class SimDevice(DriverRefusals):
 
     def map(self, va: int, size: int, handle: int) -> None:
         self._refuse_map(va, size, handle, self.allocations.get(handle))
-        self._charge("map", size)
+        self._busy += self._cost.map
         self.mappings[va] = (size, handle)
 
     def set_access(self, va: int, size: int) -> None:
         self._refuse_unmapped("set_access", va, size)
-        self._charge("set_access", size)
+        self._busy += self._cost.set_access
 
     def unmap(self, va: int, size: int) -> None:
         self._refuse_unmapped("unmap", va, size)
-        self._charge("unmap", size)
+        self._busy += self._cost.unmap
         del self.mappings[va]
 
     def release(self, handle: int) -> None:
         self._refuse_release(handle, handle in self.allocations)
-        self._charge("release")
+        self._busy += self._cost.release
         self._allocated -= self.allocations.pop(handle)
+
+
+__all__ = ["PRESETS", "DevicePreset", "MiB", "SimDevice", "VMMLatency"]

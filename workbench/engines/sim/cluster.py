@@ -45,6 +45,7 @@ class ClusterConfig:
     num_instances: int = 3
     gpu_memory_utilization: float = 0.31  # static split per instance
     kv_gpu_utilization: float = 0.95  # elastic: keep 5% of the device free
+    kv_virtual_bytes: int | None = None  # elastic: each pool's virtual range (None: the device)
     # 2.2 GiB makes the static split hold ~62k tokens of Llama-3.1-8B, matching the bench's
     # --max-model-len 62000 (vLLM refuses a max-model-len its KV cannot hold); an inference.
     activation_bytes: int = int(2.2 * GiB)
@@ -122,7 +123,8 @@ def build_cluster(cfg: ClusterConfig, env: simpy.Environment) -> tuple[SimDevice
                 model.weight_bytes - cfg.activation_bytes
             ikv = static_pool(model, kv_bytes, name=name, config=pool_cfg, env=env)
         else:
-            ikv = elastic_pool(model, device, name=name, config=pool_cfg)
+            ikv = elastic_pool(model, device, name=name, config=pool_cfg,
+                               virtual_bytes=cfg.kv_virtual_bytes)
         options = cfg.vllm if kind == "vllm" else cfg.sglang
         engines.append(SIM_ENGINES[kind](env, name, ikv, st, gpu=gpu, options=options,
                                          sample_every_s=cfg.sample_every_s))
