@@ -7,6 +7,7 @@ the elastic-only facts (misses, residency, cache bound). Run as a script, in the
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from array import array
@@ -30,7 +31,7 @@ from workbench.adapters import boot  # noqa: E402
 from workbench.host.device import rss_shmem  # noqa: E402
 
 IMPORT_S = time.time() - t0
-DEV = "cpu"
+DEV = os.environ.get("WORKBENCH_TEST_SGLANG_DEVICE", "cpu")  # gpu_scenario.py: "cuda"
 # 8 heads x 128 dims x fp16 = 2 KiB per token per layer: a 2 MiB page holds 1024 slots
 HEADS, DIM, LAYERS, SIZE = 8, 128, 2, 8192
 
