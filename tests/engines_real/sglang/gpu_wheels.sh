@@ -15,5 +15,5 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   prompt-toolkit ptyprocess pure-eval pybase64 pydantic pydantic-core pyzmq stack-data \
   starlette traitlets typing-inspection wcwidth simpy openai partial-json-parser einops distro \
   jiter httpx httpcore anyio sniffio h11 typer rich markdown-it-py mdurl click shellingham \
-  pygments pytest pluggy iniconfig
+  pygments pytest pluggy iniconfig annotated-doc typing-extensions
 du -sh "$DIR"
