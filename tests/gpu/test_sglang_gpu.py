@@ -61,6 +61,13 @@ def _popen(script: Path, extra: dict[str, str], **kw) -> subprocess.Popen:
                             **kw)
 
 
+def _record(name: str, data) -> None:
+    """Keep the figures for a report when ``WORKBENCH_TEST_RESULTS`` names a folder."""
+    folder = os.environ.get("WORKBENCH_TEST_RESULTS")
+    if folder:
+        Path(folder, f"{name}.json").write_text(json.dumps(data, indent=1))
+
+
 def _result(proc: subprocess.Popen) -> dict:
     out, _ = proc.communicate(timeout=400)
     for line in out.splitlines():
@@ -74,7 +81,9 @@ def runs():
     """The stock and the elastic scenario, run side by side."""
     stock = _popen(SGL / "gpu_scenario.py", {})
     elastic = _popen(SGL / "gpu_scenario.py", ELASTIC)
-    return _result(stock), _result(elastic)
+    out = _result(stock), _result(elastic)
+    _record("sglang_gpu_scenario", {"stock": out[0], "elastic": out[1]})
+    return out
 
 
 def test_autopatch_applies_every_required_patch(runs):
@@ -179,6 +188,7 @@ def test_kvctl_limit_from_another_process_is_deferred_then_applied(workers):
     assert applied["outcome"] == "applied" and applied["limit"] == 2 * pid
     assert applied["mapped"] <= 2 * pid
     freed = applied["free"] - deferred["free"] + (applied["zero"] - deferred["zero"])
+    _record("sglang_gpu_kvctl", {"held": held, "deferred": deferred, "applied": applied})
     assert freed >= deferred["mapped"] - applied["mapped"] - 2 * MiB, (deferred, applied)
 
 
@@ -200,5 +210,6 @@ def test_two_processes_share_one_gpu_through_the_elastic_path(workers):
     back = a("poll")
     assert back["mapped"] <= sa["page_id"]
     got_b = b("take", n=half)
+    _record("sglang_gpu_sharing", {"a": [sa, got_a, back], "b": [sb, miss, got_b]})
     assert got_b["got"] == half and got_b["mapped"] >= half * per_token
     assert got_b["free"] <= back["free"] - half * per_token + 2 * MiB, (back, got_b)

@@ -22,7 +22,7 @@ t0 = time.time()
 import scenario  # noqa: E402  (SGLang's imports, the device and the radix flow)
 import torch  # noqa: E402
 
-from workbench.adapters import boot  # noqa: E402
+from workbench.adapters import boot, runtime  # noqa: E402
 
 DEV = scenario.DEV
 MiB = 1 << 20
@@ -108,8 +108,15 @@ def fence_order() -> dict:
     assert {led.geometry.block_page(int(i)) for i in ids.tolist()} == {page}
     vals = torch.full((ids.numel(), scenario.HEADS, scenario.DIM), 3.0, dtype=torch.float16,
                       device=DEV)
-    torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time queued before the write
-    kv.set_kv_buffer(Layer(0), ids, vals, vals)
+    # The write runs on a side stream, as SGLang's overlap scheduler runs the forward pass on
+    # the model runner's stream (autopatch registers that one; this test registers its own).
+    # A free on the current stream syncs only that stream (``.tolist()``), not the side one.
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    runtime.watch_stream(side)
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(400_000_000)  # ~0.2 s of GPU time queued before the write
+        kv.set_kv_buffer(Layer(0), ids, vals, vals)
     alloc.free(ids)  # the CPU frees now; the GPU has not written yet
     f = {"state_after_free": led.pages.state[page].value, "mapped_after_free":
          led.space.is_mapped(page), "pending": len(led.fence.pending)}
