@@ -122,11 +122,40 @@ def elastic_facts() -> dict:
     return facts
 
 
+def leak_check() -> dict:
+    """SGLang's idle leak check on an elastic allocator held under a limit: the stock accounting
+    (available + protected == total) would call the limit a leak; the patched check does not."""
+    from types import SimpleNamespace
+
+    from sglang.srt.managers.scheduler_components.invariant_checker import (
+        SchedulerInvariantChecker as Checker,
+    )
+    from sglang.srt.managers.scheduler_components.pool_stats_observer import PoolStats
+    from sglang.srt.runtime_context import get_parallel
+
+    kv, alloc = pool_and_alloc(1)
+    alloc.alloc(1000)
+    kv.ledger.set_limit(kv.ledger.mapped_bytes)  # nothing new may map: available drops
+    avail = alloc.available_size()
+    checker = SimpleNamespace(
+        token_to_kv_pool_allocator=alloc, is_hybrid_swa=False, is_hybrid_ssm=False,
+        tree_cache=SimpleNamespace(protected_size=lambda: 1000), max_total_num_tokens=SIZE,
+        pool_stats_observer=SimpleNamespace(session_held_tokens=lambda: 0),
+        _check_pool_invariant=Checker._check_pool_invariant)
+    ps = PoolStats(full_num_used=1000, full_token_usage=1000 / SIZE, full_available_size=avail,
+                   full_evictable_size=0)
+    with get_parallel().override(dcp_enabled=False):
+        patched = Checker._check_full_pool(checker, ps)[0]
+    return {"available": avail, "stock_leak": Checker._check_pool_invariant(
+        "full", avail, 0, 1000, 0, SIZE)[0], "patched_leak": patched}
+
+
 def main() -> None:
     result = {"import_s": round(IMPORT_S, 1), "patches": boot.status(),
               "flows": {str(ps): radix_flow(ps) for ps in (1, 16)}}
     if any(r["status"] == "applied" for r in result["patches"]):
         result["elastic"] = elastic_facts()
+        result["leak_check"] = leak_check()
     print("RESULT " + json.dumps(result))
 
 
