@@ -16,6 +16,11 @@ from workbench.adapters.patching import (
 from workbench.adapters.registry import EnginePlan, Patch
 
 RANGE = ">=0.5.23,<0.5.24"
+# What the adapter accepts (``workbench doctor`` prints it): the pool lives in the scheduler
+# process that owns the model runner, one per TP rank; ranks would each page their own pool under
+# one IPC name, so TP > 1 is not supported here.
+ACCEPTS = {"executors": ["scheduler"], "tensor_parallel": "1",
+           "note": "KV pool in the scheduler process; overlap scheduling fenced"}
 FIX = "install sglang==0.5.23 (the version these patches were written and tested for)"
 MEM = "sglang.srt.mem_cache.memory_pool"
 ALLOC = "sglang.srt.mem_cache.allocator"
