@@ -150,12 +150,37 @@ def leak_check() -> dict:
         "full", avail, 0, 1000, 0, SIZE)[0], "patched_leak": patched}
 
 
+def kvctl_idle() -> dict:
+    """A ``workbench kvctl limit`` from another process reaches an idle engine: SGLang's pool
+    stats ask ``available_size()`` while idle, and that applies the request."""
+    import subprocess
+
+    name = f"sglcpu{os.getpid()}"
+    os.environ["WORKBENCH_KV_IPC_NAME"] = name
+    try:
+        kv, alloc = pool_and_alloc(1)
+    finally:
+        del os.environ["WORKBENCH_KV_IPC_NAME"]
+    led = kv.ledger
+    want = 2 * led.geometry.page_id_bytes
+    out = subprocess.run([sys.executable, "-m", "workbench", "kvctl", "limit", name, str(want),
+                          "--wait", "0"], capture_output=True, text=True, timeout=120)
+    before = led.limit_bytes
+    alloc.available_size()  # what SGLang's idle pool stats do
+    result = {"kvctl_rc": out.returncode, "limit_before_poll": before == want,
+              "limit_after_poll": led.limit_bytes == want,
+              "outcome": led.limit_state.outcome.value}
+    led.close()
+    return result
+
+
 def main() -> None:
     result = {"import_s": round(IMPORT_S, 1), "patches": boot.status(),
               "flows": {str(ps): radix_flow(ps) for ps in (1, 16)}}
     if any(r["status"] == "applied" for r in result["patches"]):
         result["elastic"] = elastic_facts()
         result["leak_check"] = leak_check()
+        result["kvctl_idle"] = kvctl_idle()
     print("RESULT " + json.dumps(result))
 
 

@@ -90,6 +90,11 @@ def test_leak_check_counts_unheld_slots_not_what_a_limit_lets_allocate(elastic):
     assert f == {"available": f["available"], "stock_leak": True, "patched_leak": False}
 
 
+def test_a_kvctl_limit_reaches_an_idle_engine_through_its_pool_stats(elastic):
+    assert elastic["kvctl_idle"] == {"kvctl_rc": 0, "limit_before_poll": False,
+                                     "limit_after_poll": True, "outcome": "applied"}
+
+
 def test_refuses_an_unsupported_version_naming_patch_version_and_fix():
     code = ("import dataclasses\n"
             "from workbench.adapters import boot\n"

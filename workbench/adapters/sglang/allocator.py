@@ -57,9 +57,12 @@ class _ElasticMixin:
             self.ledger.fence.after_free()
 
     def _room(self) -> int:
-        """Blocks an allocation could take now (finished releases counted)."""
+        """Blocks an allocation could take now (finished releases counted). SGLang asks this
+        also when idle (its pool stats and idle checks), so a ``kvctl`` request waiting in the
+        control segment is applied here too, not only at the next allocation or free."""
         if self.ledger.fence is not None:
             self.ledger.fence.poll()
+        self.ledger.poll_control()
         return self.ledger.available_size()
 
     def unheld_size(self) -> int:
