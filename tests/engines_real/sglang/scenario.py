@@ -24,7 +24,11 @@ from sglang.srt.mem_cache.base_prefix_cache import (  # noqa: E402
     MatchPrefixParams,
 )
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams  # noqa: E402
-from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool  # noqa: E402
+from sglang.srt.mem_cache.memory_pool import (  # noqa: E402
+    MHATokenToKVPool,
+    MLATokenToKVPool,
+    ReqToTokenPool,
+)
 from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey  # noqa: E402
 
 from workbench.adapters import boot  # noqa: E402
@@ -81,6 +85,23 @@ def radix_flow(page_size: int) -> dict:
     # the finish hook SGLang calls after a request's row is released (bound applies here)
     cache.on_release(None, checkpointed=True)
     out["evictable_after_release"] = cache.evictable_size()
+    return out
+
+
+def mla_pool() -> dict:
+    """SGLang's MLA pool (DeepSeek-style latent cache: rank 512 + rope 64): shape, a write read
+    back through get_key_buffer, and (elastic) what it maps."""
+    kv = MLATokenToKVPool(size=SIZE, page_size=1, dtype=torch.bfloat16, kv_lora_rank=512,
+                          qk_rope_head_dim=64, layer_num=LAYERS, device=DEV,
+                          enable_memory_saver=False)
+    slots = torch.arange(1, 33, device=DEV)
+    kv.kv_buffer[1][slots] = 2.5
+    out = {"pool": type(kv).__name__, "shape": list(kv.kv_buffer[0].shape),
+           "readback": float(kv.get_key_buffer(1)[slots].float().mean())}
+    led = getattr(kv, "ledger", None)
+    if led is not None:
+        out.update(layout=led.geometry.layout.value, mapped=led.mapped_bytes,
+                   page_id=led.geometry.page_id_bytes)
     return out
 
 
@@ -176,7 +197,7 @@ def kvctl_idle() -> dict:
 
 def main() -> None:
     result = {"import_s": round(IMPORT_S, 1), "patches": boot.status(),
-              "flows": {str(ps): radix_flow(ps) for ps in (1, 16)}}
+              "flows": {str(ps): radix_flow(ps) for ps in (1, 16)}, "mla": mla_pool()}
     if any(r["status"] == "applied" for r in result["patches"]):
         result["elastic"] = elastic_facts()
         result["leak_check"] = leak_check()

@@ -84,6 +84,14 @@ def test_pages_map_and_unmap_and_misses_are_none(elastic, page_size):
         assert f["alloc_decode_miss"] is True
 
 
+def test_mla_pool_is_elastic_with_stock_shapes(stock, elastic):
+    s, e = stock["mla"], elastic["mla"]
+    assert s["pool"] == "MLATokenToKVPool" and e["pool"] == "ElasticMLATokenToKVPool"
+    assert e["shape"] == s["shape"] == [8193, 1, 576] and e["readback"] == s["readback"] == 2.5
+    # 576 bf16 = 1152 B per slot per layer; slot 0's page id (2 MiB x 2 layers) is mapped
+    assert e["layout"] == "contiguous" and e["mapped"] == e["page_id"] == 2 * (2 << 20)
+
+
 def test_leak_check_counts_unheld_slots_not_what_a_limit_lets_allocate(elastic):
     f = elastic["leak_check"]
     assert f["available"] < 8192 - 1000  # the limit holds admission below the unheld slots
