@@ -94,7 +94,7 @@ test-engine-sglang:
 
 # The SGLang GPU tests' wheels for a bare GPU box (Python 3.12 + torch there, no network): see
 # tests/engines_real/sglang/gpu_box.sh. On a box with SGLang installed, `make test-gpu` runs them.
-SGL_GPU_WHEELS ?= .gpu/sglang-wheels
+SGL_GPU_WHEELS ?= .whl/sglang
 gpu-wheels-sglang:
 	bash tests/engines_real/sglang/gpu_wheels.sh $(SGL_GPU_WHEELS)
 

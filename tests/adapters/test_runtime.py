@@ -201,3 +201,43 @@ def test_watch_stream_keeps_each_stream_once(monkeypatch):
     runtime.watch_stream(s)
     runtime.watch_stream(None)
     assert runtime.streams == [s]
+
+
+def test_the_budget_patch_ignores_the_devices_free_memory(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from workbench.adapters.sglang.budget import make_profile
+
+    total, weights = 141 * GiB, 16 * GiB
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda index: weights)
+    monkeypatch.setenv("WORKBENCH_KV_GPU_UTILIZATION", "0.9")
+    module = types.SimpleNamespace(
+        get_schedule=lambda: types.SimpleNamespace(mem_fraction_static=0.88))
+    configurator = types.SimpleNamespace(device="cuda:0", gpu_id=0)
+    profile = make_profile(lambda self, pre: pytest.fail("stock profile on CUDA"), module)
+    got = []
+    for free in (130 * GiB, 3 * GiB):  # alone on the GPU, or beside another engine
+        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda index, f=free: (f, total))
+        got.append(profile(configurator, 120.0))
+    assert got == [virtual_budget(total, 0.9, weights, 0.88)] * 2
+    cpu = types.SimpleNamespace(device="cpu", gpu_id=0)
+    assert make_profile(lambda self, pre: 123, module)(cpu, 1.0) == 123  # CPU: stock
+
+
+def test_the_leak_check_patch_hands_sglang_the_unheld_slots():
+    from dataclasses import dataclass
+
+    from workbench.adapters.sglang.budget import make_leak_check
+
+    @dataclass
+    class Stats:
+        full_available_size: int
+        full_evictable_size: int
+
+    seen = []
+    check = make_leak_check(lambda self, ps, uncached=0: seen.append((ps, uncached)) or "ok")
+    elastic = types.SimpleNamespace(token_to_kv_pool_allocator=types.SimpleNamespace(
+        unheld_size=lambda: 7192))
+    stock = types.SimpleNamespace(token_to_kv_pool_allocator=object())
+    assert check(elastic, Stats(5143, 0), uncached=3) == "ok"
+    assert check(stock, Stats(5143, 0)) == "ok"
+    assert seen == [(Stats(7192, 0), 3), (Stats(5143, 0), 0)]
