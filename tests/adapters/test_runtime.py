@@ -241,3 +241,20 @@ def test_the_leak_check_patch_hands_sglang_the_unheld_slots():
     assert check(elastic, Stats(5143, 0), uncached=3) == "ok"
     assert check(stock, Stats(5143, 0)) == "ok"
     assert seen == [(Stats(7192, 0), 3), (Stats(5143, 0), 0)]
+
+
+def test_the_overlap_schedulers_forward_stream_is_watched_once_the_runner_is_built(monkeypatch):
+    from workbench.adapters.sglang import plan
+
+    class ModelRunner:
+        def __init__(self, stream):
+            self.forward_stream = stream
+
+    monkeypatch.setattr(runtime, "streams", [])
+    module = types.SimpleNamespace(ModelRunner=ModelRunner)
+    plan._watch_forward_stream(plan.RUNNER, module)
+    plan._watch_forward_stream(plan.RUNNER, module)  # a second load wraps nothing again
+    first, second = object(), object()
+    ModelRunner(first)
+    ModelRunner(second)
+    assert runtime.streams == [first, second]
