@@ -13,7 +13,7 @@ WB_TEST_DEPS  := "simpy>=4.1" "typer>=0.12" "rich>=13" "pytest>=8" "pytest-timeo
 # Imports SGLang's mem_cache needs when installed with --no-deps (found by import-error iteration).
 SGL_LITE_DEPS := numpy orjson psutil pybase64 requests packaging pillow starlette msgspec pydantic pyzmq \
 	tqdm IPython aiohttp transformers==5.19.0 tokenizers==0.23.2 dill apache-tvm-ffi==0.1.11 \
-	sentencepiece==0.2.1 compressed-tensors==0.18.0 gguf
+	sentencepiece==0.2.1 compressed-tensors==0.18.0 gguf einops openai partial-json-parser
 
 # vLLM's own unit tests (tests/v1/core) come from the 0.32.0 sdist on PyPI; the wheel has none.
 VLLM_SDIST_URL := https://files.pythonhosted.org/packages/d5/df/5471312c76e335eaa2b8333e87ea39f0d37bfe24f10a582620e34ff12e33/vllm-0.32.0.tar.gz
@@ -26,7 +26,7 @@ VLLM33_SDIST_SHA := f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c7
 VLLM33_SRC    := $(ENGINES_DIR)/src/vllm-0.33.0
 
 .PHONY: engines engine-sglang engine-vllm engine-vllm033 test-engines test-engine-sglang test-engine-vllm \
-	test-engine-vllm033 clean-engines
+	test-engine-vllm033 clean-engines gpu-wheels-sglang
 
 $(SGL_VENV)/.ready: mk/engines.mk
 	$(ENGINE_PYTHON) -m venv $(SGL_VENV)
@@ -79,9 +79,24 @@ $(VLLM33_SRC)/.ready:
 engine-vllm033: $(VLLM33_VENV)/.ready $(VLLM33_SRC)/.ready
 engines: engine-sglang engine-vllm engine-vllm033
 
-test-engine-sglang: engine-sglang
-	$(SGL_VENV)/bin/python -m pytest -m engine tests/engines_real/sglang $(PYTEST_ARGS)
-	WORKBENCH_KV_AUTOPATCH=1 $(SGL_VENV)/bin/workbench doctor --check
+# Every step runs and reports even when an earlier one failed; the target fails at the end if
+# any step did (a newcomer sees every result, not just the first failure).
+test-engine-sglang:
+	@rc=0; failed=""; \
+	step() { name=$$1; shift; echo "== sglang: $$name"; \
+	  if "$$@"; then echo "== sglang: $$name: ok"; \
+	  else echo "== sglang: $$name: FAILED"; rc=1; failed="$$failed $$name"; fi; }; \
+	step venv $(MAKE) --no-print-directory engine-sglang; \
+	step engine-tests $(SGL_VENV)/bin/python -m pytest -m engine tests/engines_real/sglang $(PYTEST_ARGS); \
+	step doctor-check env WORKBENCH_KV_AUTOPATCH=1 $(SGL_VENV)/bin/workbench doctor --check; \
+	echo "== sglang: $$([ $$rc = 0 ] && echo 'all steps passed' || echo "failed:$$failed")"; \
+	exit $$rc
+
+# The SGLang GPU tests' wheels for a bare GPU box (Python 3.12 + torch there, no network): see
+# tests/engines_real/sglang/gpu_box.sh. On a box with SGLang installed, `make test-gpu` runs them.
+SGL_GPU_WHEELS ?= .whl/sglang
+gpu-wheels-sglang:
+	bash tests/engines_real/sglang/gpu_wheels.sh $(SGL_GPU_WHEELS)
 
 test-engine-vllm: engine-vllm
 	VLLM_TARGET_DEVICE=cpu $(VLLM_VENV)/bin/python -m pytest -m engine tests/engines_real/vllm $(PYTEST_ARGS)
@@ -92,7 +107,11 @@ test-engine-vllm033: engine-vllm033
 	VLLM_TARGET_DEVICE=cpu $(VLLM33_VENV)/bin/python -m pytest -m engine tests/engines_real/vllm $(PYTEST_ARGS)
 	WORKBENCH_KV_AUTOPATCH=1 VLLM_TARGET_DEVICE=cpu $(VLLM33_VENV)/bin/workbench doctor --check
 
-test-engines: test-engine-sglang test-engine-vllm test-engine-vllm033
+# Each engine's steps run even when another engine's failed (make -k), and the summary names them.
+test-engines:
+	@$(MAKE) --no-print-directory -k test-engine-sglang test-engine-vllm test-engine-vllm033 \
+	  && echo "test-engines: every engine passed" \
+	  || { echo "test-engines: FAILED (see the '== ...: FAILED' lines above)"; exit 1; }
 
 clean-engines:
 	rm -rf $(ENGINES_DIR)

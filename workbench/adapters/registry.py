@@ -9,7 +9,8 @@ Rules:
   patch before touching anything** (version, variant, each patch's own ``check``), then applies
   them in order. Any failure raises :class:`AutopatchError` naming the patch, the version and the
   fix; if an apply fails midway, the patches already applied are undone first. Never half-patched.
-* Optional patches (``required=False``) that cannot apply are skipped and recorded as such.
+* Optional patches (``required=False``) that cannot apply are skipped and recorded as such,
+  also when their target module cannot be imported here (a test box without the server stack).
 """
 
 from __future__ import annotations
@@ -150,21 +151,36 @@ class EnginePlan:
                 return True
         return False
 
+    def _import_targets(self, modules: dict[str, ModuleType],
+                        problems: list[tuple[str, str, str]]) -> dict[str, str]:
+        """Import every target into ``modules``; a target only optional patches need is
+        returned (target -> why) instead of being a problem."""
+        optional_only: dict[str, str] = {}
+        for target in self.targets:
+            try:
+                modules[target] = importlib.import_module(target)
+            except AutopatchError:
+                raise
+            except Exception as err:  # noqa: BLE001 - reported per patch
+                why = f"cannot import {target}: {err!r}"
+                if any(p.required for p in self.patches if p.module == target):
+                    problems.append((target, why, f"install a {self.engine} that has {target}"))
+                else:  # only optional patches live there: skip them, say why
+                    optional_only[target] = why
+        return optional_only
+
     def apply_all(self) -> None:
         self.state = "importing"
         self.version = self.detect_version()
         problems: list[tuple[str, str, str]] = []
         modules: dict[str, ModuleType] = {}
         try:
-            for target in self.targets:
-                try:
-                    modules[target] = importlib.import_module(target)
-                except AutopatchError:
-                    raise
-                except Exception as err:  # noqa: BLE001 - reported below, per patch
-                    problems.append((target, f"cannot import {target}: {err!r}",
-                                     f"install a {self.engine} that has {target}"))
+            optional_only = self._import_targets(modules, problems)
             chosen, select_problems, records = self.select(self.version)
+            for p in [c for c in chosen if c.module in optional_only]:
+                records.append(PatchRecord(self.engine, p.name, p.module, p.versions,
+                                           "skipped", optional_only[p.module]))
+                chosen.remove(p)
             problems += select_problems
             for p in chosen:
                 mod = modules.get(p.module)

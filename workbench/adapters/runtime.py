@@ -1,13 +1,22 @@
-"""What every engine adapter shares: the process's device per engine device string, and config.
+"""What every engine adapter shares: one device per GPU per process, config, ledgers, fences.
 
-One device object per physical device per process, shared by every pool on it (as a GPU is),
-built by :mod:`workbench.backends`: the engine's ``"cpu"`` is the host device. CUDA devices are
-refused here until the adapters' GPU path is tested (a later issue).
+* :func:`device_for` turns an engine's torch device (``"cpu"``, ``"cuda"``, ``"cuda:1"``,
+  ``torch.device``) into the process's one :class:`~workbench.core.device.Device` for it, built
+  by :func:`workbench.backends.make_device`: the host device for ``cpu``, a ``CudaDevice`` per GPU
+  index for ``cuda:N``. Every pool on that GPU in this process shares it (as they share the GPU).
+  The CUDA device maps its zero page read-write: an engine writes padded or warm-up tokens to
+  slots whose pages are not backed yet, and such a write must land somewhere harmless.
+* :func:`make_ledger` builds a :class:`~workbench.core.ledger.KVCacheManager` from
+  ``WORKBENCH_KV_*`` (its control segment is published when ``WORKBENCH_KV_IPC_NAME`` is set,
+  so ``workbench kvctl list`` shows the engine). On a CUDA device the ledger defers releases and
+  gets a :class:`ReleaseFence`: a page whose last block is freed is unmapped only once the GPU
+  has passed the work queued before the free (kernels that may still touch it).
 """
 
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.backends import make_device
@@ -20,17 +29,38 @@ from workbench.errors import ConfigError
 _devices: dict[str, Device] = {}
 _ids = itertools.count()
 ledgers: list[KVCacheManager] = []  # every pool this process built (doctor, tests)
+streams: list[Any] = []  # extra CUDA streams whose queued work a fence must wait for
+
+
+def device_key(engine_device: Any) -> str:
+    """``"cpu"`` or ``"cuda:N"`` for an engine's device (``"cuda"`` is the current GPU)."""
+    text = str(engine_device)
+    kind, _, index = text.partition(":")
+    if kind == "cpu":
+        return "cpu"
+    if kind != "cuda":
+        raise ConfigError(f"KV device {text!r}", "the workbench adapters have the host device "
+                          "(cpu) and CUDA GPUs (cuda:N) only", "run the engine on CPU or CUDA, "
+                          "or unset WORKBENCH_KV_AUTOPATCH to use the engine's own allocator")
+    if not index:
+        import torch
+
+        index = str(torch.cuda.current_device())
+    return f"cuda:{int(index)}"
 
 
 def device_for(engine_device: Any) -> Device:
-    key = str(engine_device)
+    """The process's one device for ``engine_device`` (see the module doc); vLLM's and SGLang's
+    adapters both call this, so two pools on one GPU share one ``CudaDevice``."""
+    key = device_key(engine_device)
     if key not in _devices:
-        if key.split(":")[0] != "cpu":
-            raise ConfigError(f"KV device {key!r}", "the workbench adapters have only the host "
-                              "device (CPU) so far", "run the engine on CPU, or unset "
-                              "WORKBENCH_KV_AUTOPATCH to use the engine's own allocator")
-        _devices[key] = make_device("host")
+        _devices[key] = (make_device("host") if key == "cpu"
+                         else make_device(key, zero_writable=True))
     return _devices[key]
+
+
+def is_cuda(device: Device) -> bool:
+    return hasattr(device, "synchronize") and hasattr(device, "index")
 
 
 def pool_config(**overrides) -> PoolConfig:
@@ -39,6 +69,73 @@ def pool_config(**overrides) -> PoolConfig:
 
 def make_ledger(geometry: KVGeometry, device: Device, prefix: str,
                 config: PoolConfig) -> KVCacheManager:
-    kv = KVCacheManager(geometry, device, name=f"{prefix}-{next(_ids)}", config=config)
+    """A ledger named ``<prefix>-<n>``; on CUDA it defers releases behind a fence
+    (``ledger.fence``), on the host it releases at once (``ledger.fence`` is None)."""
+    cuda = is_cuda(device)
+    kv = KVCacheManager(geometry, device, name=f"{prefix}-{next(_ids)}", config=config,
+                        defer_release=cuda)
+    kv.fence = ReleaseFence(kv) if cuda else None
     ledgers.append(kv)
     return kv
+
+
+def watch_stream(stream: Any) -> None:
+    """Fences also wait for work queued on ``stream`` (an engine's forward or side stream)."""
+    if stream is not None and all(s is not stream for s in streams):
+        streams.append(stream)
+
+
+@dataclass(slots=True)
+class ReleaseFence:
+    """Unmap a retired page only after the GPU finished what was queued before its free.
+
+    ``after_free()`` closes the ledger's epoch and records a CUDA event on the current stream
+    and every :data:`streams` entry; ``poll()`` releases the epochs whose events all completed
+    (never blocking); ``drain()`` waits for every event first (a miss: memory is about to be
+    refused, so waiting for in-flight kernels is cheaper than failing). Inside a CUDA graph
+    capture nothing is recorded or queried: the pages stay retired until the next poll after it.
+    """
+
+    ledger: KVCacheManager
+    pending: list[tuple[int, list[Any]]] = field(default_factory=list)  # (marker, events)
+
+    def _capturing(self) -> bool:
+        import torch
+
+        return torch.cuda.is_current_stream_capturing()
+
+    def after_free(self) -> None:
+        pages = self.ledger.pages
+        if not pages.retired or self._capturing():
+            return
+        if self.pending and all(e <= self.pending[-1][0] for e in pages.retired.values()):
+            return  # nothing retired since the last marker
+        import torch
+
+        marker = self.ledger.capture_marker()
+        events = []
+        for stream in [torch.cuda.current_stream(), *streams]:
+            ev = torch.cuda.Event()
+            ev.record(stream)
+            events.append(ev)
+        self.pending.append((marker, events))
+
+    def poll(self) -> int:
+        """Release every epoch whose events completed; returns pages released."""
+        if not self.pending or self._capturing():
+            return 0
+        done = None
+        while self.pending and all(ev.query() for ev in self.pending[0][1]):
+            done = self.pending.pop(0)[0]
+        return 0 if done is None else self.ledger.release_retired_through(done)
+
+    def drain(self) -> int:
+        """Wait for every pending event, then release what they cover."""
+        if not self.pending or self._capturing():
+            return 0
+        for ev in self.pending[-1][1]:
+            ev.synchronize()
+        for _, events in self.pending[:-1]:
+            for ev in events:
+                ev.synchronize()
+        return self.poll()

@@ -4,7 +4,13 @@ What it prints is what a run needs to be reproduced: hardware, Python, torch and
 versions (and commits when the install records one), the workbench's own version and commit, the
 ``WORKBENCH_KV_*`` configuration, whether the autopatch ``.pth`` is installed, and per engine
 which patches its installed version gets. ``--check`` also imports each engine's patch targets
-here and applies the plan, so a version the patches cannot handle fails now, not at serve time.
+here and applies the plan, so a version the patches cannot handle fails now, not at serve time,
+and exits non-zero on a bad configuration.
+
+Per backend (``sim``, ``host``, ``gpu`` and every further ``cuda:N``) it says whether it can run
+here and why not (:func:`workbench.backends.probe`), and for CUDA the driver version, the
+cuda-python version, the VMM granularity and the device seen; per engine, what the adapters
+accept (executors, tensor-parallel sizes), from the plan module's ``ACCEPTS``.
 """
 
 from __future__ import annotations
@@ -87,6 +93,69 @@ def _engines(check: bool) -> dict:
     return out
 
 
+def _cuda_driver_version() -> str | None:
+    import ctypes
+
+    try:
+        cu = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    v = ctypes.c_int(0)
+    if cu.cuDriverGetVersion(ctypes.byref(v)) != 0:
+        return None
+    return f"{v.value // 1000}.{v.value % 1000 // 10}"
+
+
+def _gpu_facts(name: str, usable: bool) -> dict:
+    from workbench.backends import make_device
+    from workbench.errors import WorkbenchError
+    from workbench.manifest import dist_version
+
+    facts = {"driver": _cuda_driver_version(),
+             "cuda_python": dist_version("cuda-python") or dist_version("cuda-bindings")}
+    if usable:  # open it: VMM support and granularity are only known from the device
+        try:
+            dev = make_device(name)
+        except WorkbenchError as err:
+            return {**facts, "usable": False, "why": str(err)}
+        facts.update(device=dev.name, granularity=dev.granularity,
+                     memory=dev.mem_info().total)
+        dev.close()
+    return facts
+
+
+def _backends() -> list[dict]:
+    from workbench import backends
+
+    extra = [f"cuda:{i}" for i in range(1, backends.cuda_device_count())]
+    rows = []
+    for name in (*backends.BACKENDS, *extra):
+        ok, why = backends.probe(name)
+        row = {"backend": name, "usable": ok, "why": why}
+        if backends.kind(name) == "gpu":
+            row.update(_gpu_facts(name, ok))
+        rows.append(row)
+    return rows
+
+
+# What the adapters accept when a plan module declares no ACCEPTS of its own.
+_ACCEPTS_DEFAULT = {"vllm": {"executors": ["uni"], "tensor_parallel": "1",
+                             "note": "engine core and model runner in one process "
+                                     "(VLLM_ENABLE_V1_MULTIPROCESSING=0)"}}
+
+
+def _accepts() -> dict:
+    import importlib
+
+    from workbench.adapters import boot
+
+    out = {}
+    for engine, (target, _) in boot.ENGINES.items():
+        module = importlib.import_module(target.split(":")[0])  # workbench code only
+        out[engine] = getattr(module, "ACCEPTS", None) or _ACCEPTS_DEFAULT.get(engine, {})
+    return out
+
+
 def manifest(check: bool = False) -> dict:
     return {
         "hardware": host_hardware(),
@@ -95,6 +164,8 @@ def manifest(check: bool = False) -> dict:
         "torch": torch_info(),
         "workbench": workbench_info(),
         "config": _config(),
+        "backends": _backends(),
+        "accepts": _accepts(),
         "engines": _engines(check),
     }
 
@@ -129,6 +200,17 @@ def _print(m: dict) -> None:
         echo(f"           {k}={v}")
     for k in c["unknown_env"]:
         echo(f"           UNKNOWN SETTING: {k} is not a workbench setting (a typo?)")
+    for b in m["backends"]:
+        if b["usable"]:
+            extra = (f" driver {b['driver']} cuda-python {b['cuda_python']} {b['device']} "
+                     f"granularity {format_size(b['granularity'])}" if "device" in b else "")
+            echo(f"backend    {b['backend']:<8} usable{extra}")
+        else:
+            echo(f"backend    {b['backend']:<8} NOT usable: {b['why']}")
+    for engine, acc in m["accepts"].items():
+        if acc:
+            echo(f"accepts    {engine:<8} executors={','.join(acc['executors'])} "
+                 f"tp={acc['tensor_parallel']}" + (f" ({acc['note']})" if acc.get("note") else ""))
     for engine, e in m["engines"].items():
         if not e["installed"]:
             echo(f"{engine:<10} not installed")

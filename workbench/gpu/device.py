@@ -9,7 +9,9 @@ aborts.
 Unbacked ranges show the shared zero page (:mod:`workbench.gpu.zeropage`), mapped read-only where
 the driver allows it (``zero_access``), so reading an unbacked block gives zeros and writing one
 faults loudly instead of aliasing every other unbacked block (kvcached's zero page is writable).
-``zero_page=False`` leaves unbacked ranges unmapped (reads fault).
+``zero_page=False`` leaves unbacked ranges unmapped (reads fault); ``zero_writable=True`` maps the
+zero page read-write (the engine adapters: a warm-up or padded write to a not-yet-backed slot
+lands on the shared zero page instead of faulting; reads of unbacked slots are then undefined).
 
 The hot calls (create/map/set_access/unmap/release) are written out flat: a page id in the
 PER_LAYER layout of a 32-layer model is 192 of them, so each microsecond here shows in the bench.
@@ -44,7 +46,7 @@ class CudaDevice(DriverRefusals):
 
     def __init__(self, device_index: int = 0, *, zero_page: bool = True,
                  zero_max_exact: int = 256 * MiB, mem_info_ttl_s: float = 0.005,
-                 name: str | None = None):
+                 name: str | None = None, zero_writable: bool = False):
         cu = self._cu = driver()
         call("cuInit", cu.cuInit, 0)
         self.index = device_index
@@ -70,8 +72,8 @@ class CudaDevice(DriverRefusals):
         self._rw = [self._access(cu.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE)]
         self._ro = [self._access(cu.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READ)]
         self.zero: ZeroPage | None = (
-            ZeroPage(cu, self._prop, self.granularity, self._rw, self._ro, zero_max_exact)
-            if zero_page else None)
+            ZeroPage(cu, self._prop, self.granularity, self._rw, self._ro, zero_max_exact,
+                     writable=zero_writable) if zero_page else None)
 
         self._busy = 0.0
         self._init_tables()  # reservations: va -> size; mappings: va -> (size, handle id)

@@ -30,12 +30,14 @@ from workbench.units import MiB
 
 class ZeroPage:
     def __init__(self, cu: Any, prop: Any, granularity: int, rw: list, ro: list,
-                 max_exact: int = 256 * MiB):
+                 max_exact: int = 256 * MiB, writable: bool = False):
         self.cu, self.prop, self.g = cu, prop, granularity
         self.max_exact = max_exact
         self._rw, self._ro = rw, ro
-        self.access: str | None = None  # "read" or "readwrite", probed on the first fill
-        self._desc = ro
+        # "read" or "readwrite", probed on the first fill; ``writable`` asks for "readwrite" (an
+        # engine's KV pool: a stray write to an unbacked slot lands here instead of faulting)
+        self.access: str | None = "readwrite" if writable else None
+        self._desc = rw if writable else ro
         self.handles: dict[int, Any] = {}  # size -> a zero-filled allocation of that size
         # piece starts, sorted on demand: the steady state adds and drops exact pieces by their
         # start alone, and keeping a list of thousands sorted on every one cost ~1 µs each

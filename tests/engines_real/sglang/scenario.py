@@ -7,6 +7,7 @@ the elastic-only facts (misses, residency, cache bound). Run as a script, in the
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from array import array
@@ -23,14 +24,18 @@ from sglang.srt.mem_cache.base_prefix_cache import (  # noqa: E402
     MatchPrefixParams,
 )
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams  # noqa: E402
-from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool  # noqa: E402
+from sglang.srt.mem_cache.memory_pool import (  # noqa: E402
+    MHATokenToKVPool,
+    MLATokenToKVPool,
+    ReqToTokenPool,
+)
 from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey  # noqa: E402
 
 from workbench.adapters import boot  # noqa: E402
 from workbench.host.device import rss_shmem  # noqa: E402
 
 IMPORT_S = time.time() - t0
-DEV = "cpu"
+DEV = os.environ.get("WORKBENCH_TEST_SGLANG_DEVICE", "cpu")  # gpu_scenario.py: "cuda"
 # 8 heads x 128 dims x fp16 = 2 KiB per token per layer: a 2 MiB page holds 1024 slots
 HEADS, DIM, LAYERS, SIZE = 8, 128, 2, 8192
 
@@ -83,6 +88,23 @@ def radix_flow(page_size: int) -> dict:
     return out
 
 
+def mla_pool() -> dict:
+    """SGLang's MLA pool (DeepSeek-style latent cache: rank 512 + rope 64): shape, a write read
+    back through get_key_buffer, and (elastic) what it maps."""
+    kv = MLATokenToKVPool(size=SIZE, page_size=1, dtype=torch.bfloat16, kv_lora_rank=512,
+                          qk_rope_head_dim=64, layer_num=LAYERS, device=DEV,
+                          enable_memory_saver=False)
+    slots = torch.arange(1, 33, device=DEV)
+    kv.kv_buffer[1][slots] = 2.5
+    out = {"pool": type(kv).__name__, "shape": list(kv.kv_buffer[0].shape),
+           "readback": float(kv.get_key_buffer(1)[slots].float().mean())}
+    led = getattr(kv, "ledger", None)
+    if led is not None:
+        out.update(layout=led.geometry.layout.value, mapped=led.mapped_bytes,
+                   page_id=led.geometry.page_id_bytes)
+    return out
+
+
 def elastic_facts() -> dict:
     facts: dict = {}
     for page_size in (1, 16):
@@ -121,11 +143,65 @@ def elastic_facts() -> dict:
     return facts
 
 
+def leak_check() -> dict:
+    """SGLang's idle leak check on an elastic allocator held under a limit: the stock accounting
+    (available + protected == total) would call the limit a leak; the patched check does not."""
+    from types import SimpleNamespace
+
+    from sglang.srt.managers.scheduler_components.invariant_checker import (
+        SchedulerInvariantChecker as Checker,
+    )
+    from sglang.srt.managers.scheduler_components.pool_stats_observer import PoolStats
+    from sglang.srt.runtime_context import get_parallel
+
+    kv, alloc = pool_and_alloc(1)
+    alloc.alloc(1000)
+    kv.ledger.set_limit(kv.ledger.mapped_bytes)  # nothing new may map: available drops
+    avail = alloc.available_size()
+    checker = SimpleNamespace(
+        token_to_kv_pool_allocator=alloc, is_hybrid_swa=False, is_hybrid_ssm=False,
+        tree_cache=SimpleNamespace(protected_size=lambda: 1000), max_total_num_tokens=SIZE,
+        pool_stats_observer=SimpleNamespace(session_held_tokens=lambda: 0),
+        _check_pool_invariant=Checker._check_pool_invariant)
+    ps = PoolStats(full_num_used=1000, full_token_usage=1000 / SIZE, full_available_size=avail,
+                   full_evictable_size=0)
+    with get_parallel().override(dcp_enabled=False):
+        patched = Checker._check_full_pool(checker, ps)[0]
+    return {"available": avail, "stock_leak": Checker._check_pool_invariant(
+        "full", avail, 0, 1000, 0, SIZE)[0], "patched_leak": patched}
+
+
+def kvctl_idle() -> dict:
+    """A ``workbench kvctl limit`` from another process reaches an idle engine: SGLang's pool
+    stats ask ``available_size()`` while idle, and that applies the request."""
+    import subprocess
+
+    name = f"sglcpu{os.getpid()}"
+    os.environ["WORKBENCH_KV_IPC_NAME"] = name
+    try:
+        kv, alloc = pool_and_alloc(1)
+    finally:
+        del os.environ["WORKBENCH_KV_IPC_NAME"]
+    led = kv.ledger
+    want = 2 * led.geometry.page_id_bytes
+    out = subprocess.run([sys.executable, "-m", "workbench", "kvctl", "limit", name, str(want),
+                          "--wait", "0"], capture_output=True, text=True, timeout=120)
+    before = led.limit_bytes
+    alloc.available_size()  # what SGLang's idle pool stats do
+    result = {"kvctl_rc": out.returncode, "limit_before_poll": before == want,
+              "limit_after_poll": led.limit_bytes == want,
+              "outcome": led.limit_state.outcome.value}
+    led.close()
+    return result
+
+
 def main() -> None:
     result = {"import_s": round(IMPORT_S, 1), "patches": boot.status(),
-              "flows": {str(ps): radix_flow(ps) for ps in (1, 16)}}
+              "flows": {str(ps): radix_flow(ps) for ps in (1, 16)}, "mla": mla_pool()}
     if any(r["status"] == "applied" for r in result["patches"]):
         result["elastic"] = elastic_facts()
+        result["leak_check"] = leak_check()
+        result["kvctl_idle"] = kvctl_idle()
     print("RESULT " + json.dumps(result))
 
 

@@ -54,8 +54,10 @@ def elastic():
 def test_autopatch_applies_every_patch(stock, elastic):
     assert stock["patches"] == []  # off unless switched on
     status = {p["patch"]: p["status"] for p in elastic["patches"]}
-    assert status == {"elastic-mha-pool": "applied", "elastic-token-allocator": "applied",
-                      "elastic-paged-allocator": "applied", "radix-cache-bound": "applied"}
+    assert status == {"elastic-mha-pool": "applied", "elastic-mla-pool": "applied",
+                      "elastic-token-allocator": "applied", "elastic-paged-allocator": "applied",
+                      "radix-cache-bound": "applied", "kv-budget": "applied",
+                      "leak-check-unheld": "applied"}
 
 
 @pytest.mark.parametrize("page_size", ["1", "16"])
@@ -80,6 +82,25 @@ def test_pages_map_and_unmap_and_misses_are_none(elastic, page_size):
     if page_size == "16":
         assert f["alloc_extend_miss"] is True and f["alloc_extend_small"] == 16
         assert f["alloc_decode_miss"] is True
+
+
+def test_mla_pool_is_elastic_with_stock_shapes(stock, elastic):
+    s, e = stock["mla"], elastic["mla"]
+    assert s["pool"] == "MLATokenToKVPool" and e["pool"] == "ElasticMLATokenToKVPool"
+    assert e["shape"] == s["shape"] == [8193, 1, 576] and e["readback"] == s["readback"] == 2.5
+    # 576 bf16 = 1152 B per slot per layer; slot 0's page id (2 MiB x 2 layers) is mapped
+    assert e["layout"] == "contiguous" and e["mapped"] == e["page_id"] == 2 * (2 << 20)
+
+
+def test_leak_check_counts_unheld_slots_not_what_a_limit_lets_allocate(elastic):
+    f = elastic["leak_check"]
+    assert f["available"] < 8192 - 1000  # the limit holds admission below the unheld slots
+    assert f == {"available": f["available"], "stock_leak": True, "patched_leak": False}
+
+
+def test_a_kvctl_limit_reaches_an_idle_engine_through_its_pool_stats(elastic):
+    assert elastic["kvctl_idle"] == {"kvctl_rc": 0, "limit_before_poll": False,
+                                     "limit_after_poll": True, "outcome": "applied"}
 
 
 def test_refuses_an_unsupported_version_naming_patch_version_and_fix():

@@ -4,6 +4,11 @@ A miss is ``None`` on every path (``alloc``, ``alloc_extend``, ``alloc_decode``)
 SGLang's scheduler already handles (evict, retract, retry); nothing here raises on a miss. Frees
 keep SGLang's free-group batching. Ids are validated by the ledger, so a double free raises
 instead of silently duplicating a slot.
+
+On CUDA the ledger's fence (:class:`workbench.adapters.runtime.ReleaseFence`) orders unmaps after
+the GPU work queued before each free (SGLang's overlap scheduler frees while the next batch runs):
+every free records the fence, every allocation first releases what the GPU has finished, and a
+miss waits for the in-flight work once and retries before answering ``None``.
 """
 
 from __future__ import annotations
@@ -32,14 +37,38 @@ class _ElasticMixin:
         held = sorted(self.ledger.allocated - {self.ledger.null_block})
         self.ledger.free_reserved()
         if held:
-            self.ledger.free(held)
+            self._free_blocks(held)
         self.free_pages = None  # there is no free list: get_all_free_pages() answers None
         self.release_pages = None
         self.free_group = None
 
     def _ids(self, n: int) -> torch.Tensor | None:
+        fence = self.ledger.fence
+        if fence is not None:
+            fence.poll()
         ids = self.ledger.alloc(n)
+        if ids is None and fence is not None and fence.drain():
+            ids = self.ledger.alloc(n)
         return None if ids is None else torch.tensor(ids, dtype=torch.int64, device=self.device)
+
+    def _free_blocks(self, ids: list[int]) -> None:
+        self.ledger.free(ids)
+        if self.ledger.fence is not None:
+            self.ledger.fence.after_free()
+
+    def _room(self) -> int:
+        """Blocks an allocation could take now (finished releases counted). SGLang asks this
+        also when idle (its pool stats and idle checks), so a ``kvctl`` request waiting in the
+        control segment is applied here too, not only at the next allocation or free."""
+        if self.ledger.fence is not None:
+            self.ledger.fence.poll()
+        self.ledger.poll_control()
+        return self.ledger.available_size()
+
+    def unheld_size(self) -> int:
+        """Slots not held by anyone: what SGLang's leak check counts as free (the ledger's
+        ``available_size`` is lower under a limit or device pressure, and that is no leak)."""
+        return self.size - self.ledger.used_blocks * self.page_size
 
     def merge_and_sort_free(self):
         pass
@@ -58,7 +87,7 @@ class ElasticTokenToKVPoolAllocator(_ElasticMixin, TokenToKVPoolAllocator):
 
     def available_size(self):
         # the ledger's page-count estimate can exceed what is left of the pool: cap by both
-        return min(self.ledger.available_size(), self.size - self.ledger.used_blocks)
+        return min(self._room(), self.size - self.ledger.used_blocks)
 
     def alloc(self, need_size: int):
         return self._ids(need_size)
@@ -69,7 +98,7 @@ class ElasticTokenToKVPoolAllocator(_ElasticMixin, TokenToKVPoolAllocator):
         if self.free_group is not None:
             self.free_group.append(self._copy_for_free_group(free_index))
             return
-        self.ledger.free(free_index.tolist())
+        self._free_blocks(free_index.tolist())
 
 
 class ElasticPagedTokenToKVPoolAllocator(_ElasticMixin, PagedTokenToKVPoolAllocator):
@@ -92,7 +121,7 @@ class ElasticPagedTokenToKVPoolAllocator(_ElasticMixin, PagedTokenToKVPoolAlloca
 
     def available_size(self):
         left = self.num_pages - self.ledger.used_blocks
-        return min(self.ledger.available_size(), left) * self.page_size
+        return min(self._room(), left) * self.page_size
 
     def get_all_free_pages(self):
         return None
@@ -144,4 +173,4 @@ class ElasticPagedTokenToKVPoolAllocator(_ElasticMixin, PagedTokenToKVPoolAlloca
     def _release_page_ids(self, *page_ids: torch.Tensor):
         ids = torch.cat(page_ids).tolist() if len(page_ids) > 1 else page_ids[0].tolist()
         if ids:
-            self.ledger.free(ids)
+            self._free_blocks(ids)

@@ -1,49 +1,86 @@
-"""``ElasticMHATokenToKVPool``: SGLang's MHA pool with its K/V buffers carved from a workbench
-pool instead of ``torch.zeros``.
+"""SGLang's MHA and MLA KV pools with their buffers carved from a workbench pool.
 
-Each layer's K and V are slot views (``[size + page_size, heads, dim]``) into one per-layer-layout
-reservation; a block of the ledger is one SGLang page (``page_size`` slots; 1 for the token
-allocator) and block 0 is SGLang's padded slot/page 0, which the ledger keeps mapped as its null
-block. Everything else of the stock pool (set/get KV, layouts of the descriptors) is inherited.
+Instead of ``torch.zeros`` per layer, each layer's K and V (MLA: its one latent buffer) is a
+zero-copy slot view (``[size + page_size, heads, dim]``) over one reservation on the process's
+device for the pool's torch device (:func:`workbench.adapters.runtime.device_for`: the host on
+CPU, a ``CudaDevice`` on ``cuda:N``). The views are made once, when the pool is built, so their
+addresses are fixed before SGLang captures any CUDA graph; pages come and go underneath.
+
+A ledger block is one SGLang page (``page_size`` slots; 1 for the token allocator). Block 0 is
+SGLang's padded slot/page 0: the ledger's null block, mapped for the pool's whole life, where
+padded tokens write. Layout: CONTIGUOUS (one map per page id) when ``page_size == 1`` and the
+config asks for it (the default), since then every slot is one block and slots keep one stride;
+PER_LAYER otherwise (a paged slot index needs the slots of a page to be adjacent per layer).
+Everything else of the stock pools (set/get KV, descriptors, data pointers) is inherited.
 """
 
 from __future__ import annotations
 
-from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
+from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, MLATokenToKVPool
 
 from workbench.adapters import runtime
 from workbench.core.geometry import KVGeometry, Layout
 from workbench.errors import ConfigError
+from workbench.tensors import KVTensors
+
+UNSET = "unset WORKBENCH_KV_AUTOPATCH to run SGLang's own pool"
+
+
+def build_views(pool, *, heads: int, dim: int, buffers: int, prefix: str) -> KVTensors:
+    """Ledger + views for ``pool`` (an SGLang KV pool whose size/page_size/layer_num/
+    store_dtype/device are set); sets ``pool.ledger`` and ``pool.kv_views``."""
+    rows, ps = pool.size + pool.page_size, pool.page_size
+    if rows % ps:
+        raise ConfigError(f"{rows} slots with page_size {ps}", "not whole pages",
+                          "make the pool size a multiple of page_size")
+    cfg = runtime.pool_config()
+    if ps > 1 and cfg.contiguous_layout:
+        cfg = runtime.pool_config(contiguous_layout=False)  # paged slots: per-layer blocks
+    layout = Layout.CONTIGUOUS if cfg.contiguous_layout else Layout.PER_LAYER
+    geo = KVGeometry(num_layers=pool.layer_num, kv_heads=heads, head_dim=dim, block_size=ps,
+                     num_blocks=rows // ps, num_buffers=buffers,
+                     dtype_bytes=pool.store_dtype.itemsize, page_size=cfg.page_size,
+                     layout=layout)
+    device = runtime.device_for(pool.device)
+    pool.ledger = runtime.make_ledger(geo, device, prefix, cfg)
+    pool.kv_views = KVTensors(pool.ledger.space, pool.store_dtype)
+    return pool.kv_views
 
 
 class ElasticMHATokenToKVPool(MHATokenToKVPool):
     ledger = None
+    kv_views = None
 
     def _create_buffers_normal(self):
         if self.kv_cache_layout != "nhd":
             raise ConfigError(f"SGLang KV layout {self.kv_cache_layout!r}",
                               "the elastic pool builds NHD slot views only",
-                              "unset SGLANG_USE_HND_KVCACHE / the AITER layout, or unset "
-                              "WORKBENCH_KV_AUTOPATCH")
+                              "unset SGLANG_USE_HND_KVCACHE / the AITER layout, or " + UNSET)
         k_shape, v_shape = self._kv_buffer_shapes()
         if k_shape != v_shape:
             raise ConfigError(f"K shape {k_shape} vs V shape {v_shape}",
                               "the elastic pool needs equal K and V head dims",
-                              "use a model with v_head_dim == head_dim or unset "
-                              "WORKBENCH_KV_AUTOPATCH")
-        rows, ps = k_shape[0], self.page_size
-        if rows % ps:
-            raise ConfigError(f"{rows} slots with page_size {ps}", "not whole pages",
-                              "make the pool size a multiple of page_size")
-        cfg = runtime.pool_config(contiguous_layout=False)  # slot views need per-layer blocks
-        geo = KVGeometry(num_layers=self.layer_num, kv_heads=self.head_num,
-                         head_dim=self.head_dim, block_size=ps, num_blocks=rows // ps,
-                         dtype_bytes=self.store_dtype.itemsize, page_size=cfg.page_size,
-                         layout=Layout.PER_LAYER)
-        self.ledger = runtime.make_ledger(geo, runtime.device_for(self.device), "sglang-mha",
-                                          cfg)
-        from workbench.host.views import slot_view
+                              "use a model with v_head_dim == head_dim, or " + UNSET)
+        views = build_views(self, heads=self.head_num, dim=self.head_dim, buffers=2,
+                            prefix="sglang-mha")
+        self.k_buffer, self.v_buffer = views.sglang_buffers()
+        runtime.watch_stream(getattr(self, "alt_stream", None))
 
-        space = self.ledger.space
-        self.k_buffer = [slot_view(space, li, 0, self.store_dtype) for li in range(geo.num_layers)]
-        self.v_buffer = [slot_view(space, li, 1, self.store_dtype) for li in range(geo.num_layers)]
+    def _alloc_post_capture_buffers(self):
+        raise ConfigError("SGLang's post-capture KV backing", "the elastic pool already backs "
+                          "KV pages on demand under fixed addresses",
+                          "turn post-capture KV off, or " + UNSET)
+
+
+class ElasticMLATokenToKVPool(MLATokenToKVPool):
+    """MLA: one latent buffer per layer, ``[size + page_size, 1, kv_lora_rank + rope_dim]``."""
+
+    ledger = None
+    kv_views = None
+
+    def _create_buffers(self):
+        if getattr(self, "dsa_kv_cache_store_fp8", False) or getattr(self, "use_dsa", False):
+            raise ConfigError("SGLang's DSA (sparse-attention) MLA pool",
+                              "its indexer buffers are not elastic", UNSET)
+        views = build_views(self, heads=1, dim=self.kv_cache_dim, buffers=1, prefix="sglang-mla")
+        self.kv_buffer = [views.sglang_buffer(li, 0) for li in range(self.layer_num)]
