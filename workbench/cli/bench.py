@@ -16,6 +16,24 @@ bench = typer.Typer(help="Benchmarks: the allocator itself, and VMM on a real GP
 app.add_typer(bench, name="bench")
 
 
+def _say(as_json: bool):
+    """Progress on stderr, or nothing when stdout carries JSON."""
+    return (lambda _m: None) if as_json else (lambda m: typer.echo(f"... {m}", err=True))
+
+
+def _emit(res: dict, out: str, as_json: bool, lines) -> bool:
+    """Write ``res`` to ``out`` (if given); print it as JSON or as its summary lines. Returns
+    whether the summary was printed (so a command can add its own lines after it)."""
+    if out:
+        Path(out).write_text(json.dumps(res, indent=2))
+    if as_json:
+        typer.echo(json.dumps(res))
+        return False
+    for line in lines(res):
+        typer.echo(line)
+    return True
+
+
 @bench.command()
 def alloc(sizes: str = typer.Option("1,16,256,1024", help="Request sizes in blocks."),
           seconds: float = typer.Option(0.5, help="Seconds per measurement."),
@@ -62,7 +80,7 @@ def vmm(pages: int = typer.Option(40, help="Page ids grown and shrunk per subjec
         raise typer.Exit(2) from None
     from workbench.errors import DeviceError
 
-    say = (lambda _m: None) if as_json else (lambda m: typer.echo(f"... {m}", err=True))
+    say = _say(as_json)
     try:
         res = run_vmm(pages, rounds, bw_gib, bandwidth, bw_repeats, progress=say)
     except DeviceError as err:
@@ -93,15 +111,10 @@ def overhead(pages: int = typer.Option(40, help="Page ids per subject and round.
     instant fake driver, against the H200's raw cost (the budget for a 1.10 ratio)."""
     from workbench.bench.overhead import run_overhead, summary_lines
 
-    say = (lambda _m: None) if as_json else (lambda m: typer.echo(f"... {m}", err=True))
+    say = _say(as_json)
     res = run_overhead(pages, rounds, repeats, progress=say)
-    if out:
-        Path(out).write_text(json.dumps(res, indent=2))
-    if as_json:
-        typer.echo(json.dumps(res))
+    if not _emit(res, out, as_json, summary_lines):
         return
-    for line in summary_lines(res):
-        typer.echo(line)
 
 
 @bench.command()
@@ -118,14 +131,9 @@ def scale(repeats: int = typer.Option(3, help="Runs per point (seeds 0..repeats-
         typer.echo("error: --repeats, --requests and --longer must be at least 1", err=True)
         raise typer.Exit(2)
     points = default_points(requests, longer)
-    say = (lambda _m: None) if as_json else (lambda m: typer.echo(f"... {m}", err=True))
+    say = _say(as_json)
     res = run_scale(points, repeats, progress=say)
-    if out:
-        Path(out).write_text(json.dumps(res, indent=2))
-    if as_json:
-        typer.echo(json.dumps(res))
+    if not _emit(res, out, as_json, summary_lines):
         return
-    for line in summary_lines(res):
-        typer.echo(line)
     if profile:
         typer.echo(profile_point(max(points, key=lambda p: p.instances * p.requests)))
