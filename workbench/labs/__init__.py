@@ -22,6 +22,7 @@ LABS: dict[str, str] = {
     "same-engine-pair": "workbench.labs.same_engine_pair:SameEnginePairLab",
     "cross-engine": "workbench.labs.cross_engine:CrossEngineLab",
     "prefix-bound": "workbench.labs.prefix_bound:PrefixBoundLab",
+    "no-fake-enable": "workbench.labs.no_fake_enable:NoFakeEnableLab",
 }
 
 
