@@ -23,6 +23,7 @@ LABS: dict[str, str] = {
     "cross-engine": "workbench.labs.cross_engine:CrossEngineLab",
     "prefix-bound": "workbench.labs.prefix_bound:PrefixBoundLab",
     "no-fake-enable": "workbench.labs.no_fake_enable:NoFakeEnableLab",
+    "dynamic-limit": "workbench.labs.dynamic_limit:DynamicLimitLab",
 }
 
 
