@@ -24,6 +24,7 @@ LABS: dict[str, str] = {
     "prefix-bound": "workbench.labs.prefix_bound:PrefixBoundLab",
     "no-fake-enable": "workbench.labs.no_fake_enable:NoFakeEnableLab",
     "dynamic-limit": "workbench.labs.dynamic_limit:DynamicLimitLab",
+    "output-equality": "workbench.labs.output_equality:OutputEqualityLab",
 }
 
 
