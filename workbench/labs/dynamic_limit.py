@@ -46,6 +46,7 @@ from workbench.sim.device import SimDevice
 from workbench.units import GiB
 
 MODEL, DEVICE_GIB = "llama-3.1-8b", 24.0
+ANSWER_EXITS = (0, 3, 4)  # kvctl limit: acknowledged or pending, superseded, refused
 WRITE_WAIT_S = 60.0  # wall seconds a kvctl subprocess may take to write its request
 
 
@@ -83,13 +84,9 @@ def _await_written(name: str, after_rev: int, proc: subprocess.Popen) -> int:
 
 def _answer(proc: subprocess.Popen) -> dict[str, Any]:
     out, err = proc.communicate(timeout=120)
-    if proc.returncode not in limit_requests_exits():
+    if proc.returncode not in ANSWER_EXITS:
         raise ControlError(f"`workbench kvctl limit` exited {proc.returncode}: {err.strip()}")
     return {**json.loads(out), "exit": proc.returncode}
-
-
-def limit_requests_exits() -> tuple[int, ...]:
-    return (0, 3, 4)  # acknowledged or pending, superseded, refused (kvctl's exit codes)
 
 
 def resolve(name: str, a: dict[str, Any]) -> str:
@@ -210,7 +207,7 @@ def run_seed(p: DynamicLimitParams, seed: int) -> dict[str, Any]:
 class DynamicLimitLab(Lab):
     name = "dynamic-limit"
     description = ("`workbench kvctl limit` from another process while traffic runs: revision, "
-                   "shrink, convergence; misses and preemptions, no request killed")
+                   "shrink, convergence; misses and preemptions, no request killed (seed 000 §10)")
     params_type = DynamicLimitParams
     backends = ("sim",)
 

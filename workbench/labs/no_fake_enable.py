@@ -207,7 +207,8 @@ def run_all(p: NoFakeEnableParams, progress: Progress | None = None) -> dict[str
 class NoFakeEnableLab(Lab):
     name = "no-fake-enable"
     description = ("is elastic KV really on? autopatch switch, elastic pool, mapped bytes "
-                   "following load, the control segment; each check failing when it is off")
+                   "following load, the control segment; each check failing when it is off "
+                   "(seed 000 §5)")
     params_type = NoFakeEnableParams
     backends = ("sim",)
 

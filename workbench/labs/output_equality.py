@@ -176,7 +176,7 @@ def canary(store, kv: tuple[list, list], blocks: int = 8) -> dict[str, int]:
 class OutputEqualityLab(Lab):
     name = "output-equality"
     description = ("the same greedy tokens with static and elastic KV (mini engine), and a "
-                   "layout canary that flags deliberately wrong KV views")
+                   "layout canary that flags deliberately wrong KV views (seed 000 §13)")
     params_type = OutputEqualityParams
     backends = ("host", "gpu")
 
