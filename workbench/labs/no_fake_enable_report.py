@@ -103,6 +103,9 @@ NOTES = """## What this does and does not show
 * *control segment* is the real `workbench kvctl list --json` in a subprocess, read while the
   burst runs: the segment of this process with the arm's IPC name, alive, whose mapped bytes and
   blocks in use equal the pool's at that instant.
+* Our copy of seed 000 §5.3 keeps its rule (all evidence at once; a ready port is none) but
+  not its list; the four checks are the project issue's: patch status, mapped bytes growing
+  with load, the control segment (the elastic pool is the sim engine's patch status).
 * The `.pth` file (seed 000 §3.3) is reported, not checked: a real engine's interpreter needs it
   for the switch to act, the in-process sim engine does not."""
 
