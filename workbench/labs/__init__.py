@@ -26,8 +26,11 @@ LABS: dict[str, str] = {
     "baseline": "workbench.labs.baseline:BaselineLab",
     "chunked-prefill": "workbench.labs.chunked_prefill:ChunkedPrefillLab",
     "control-groups": "workbench.labs.control_groups:ControlGroupsLab",
+    "no-fake-enable": "workbench.labs.no_fake_enable:NoFakeEnableLab",
+    "dynamic-limit": "workbench.labs.dynamic_limit:DynamicLimitLab",
     "tp-pp": "workbench.labs.tp_pp:TpPpLab",
     "faults": "workbench.labs.faults:FaultsLab",
+    "output-equality": "workbench.labs.output_equality:OutputEqualityLab",
 }
 
 

@@ -39,6 +39,7 @@ class PreallocProcess:
                     got = pages.refill()
                 finally:
                     pages.min_reserved = min_reserved
+                self.pool._publish()  # the segment shows the page now, not at the next alloc
                 yield self.env.timeout(self.device.busy_s - before)
                 if not got:
                     break

@@ -1,0 +1,100 @@
+"""output-equality (seed 000 §13) on the host backend: elastic KV must give static KV's greedy
+tokens exactly, and the layout canary must flag exactly the views that disagree with the
+geometry -- including a wrong layout whose tokens stay identical."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+pytest.importorskip("torch")
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                reason="the host VMM device needs Linux memfd")
+
+from workbench.errors import ConfigError  # noqa: E402
+from workbench.labs import run_lab  # noqa: E402
+from workbench.labs.output_equality import (  # noqa: E402
+    Bench,
+    OutputEqualityParams,
+    canary,
+    make_prompts,
+    wrong_views,
+)
+from workbench.labs.output_equality_report import EXPECTED_CANARY, checks, tables  # noqa: E402
+from workbench.labs.output_equality_run import POOL, WIDE, first_difference, run_all  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def out() -> dict:
+    return run_all(OutputEqualityParams(quick=True), "host")
+
+
+def _case(out: dict, name: str) -> dict:
+    return next(r for r in out["rows"] if r["case"] == name)
+
+
+def test_elastic_tokens_are_static_tokens(out):
+    for name in ("elastic", "elastic, token layout", "elastic, pages recycled",
+                 "elastic, under pressure"):
+        r = _case(out, name)
+        assert r["equal"] and r["first_difference"] == [None] * 4, name
+    assert _case(out, "elastic, pages recycled")["unmaps"] > 0  # wave 2 ran on remapped pages
+    pressure = _case(out, "elastic, under pressure")
+    assert pressure["preemptions"] == pressure["ref_preemptions"] > 0  # same schedule, recompute
+
+
+def test_dense_differences_are_near_ties(out):
+    dense = _case(out, "paged vs dense")
+    diffs = [d for d in dense["first_difference"] if d is not None]
+    assert len(dense["near_tie_gaps"]) == len(diffs)
+    assert all(0 <= g <= 1 / 64 for g in dense["near_tie_gaps"])
+
+
+def test_canary_flags_every_wrong_layout_and_only_those(out):
+    by = {c["layout"]: c for c in out["canaries"]}
+    assert by["none"]["canary_wrong"] == 0 and by["none"]["equal"]
+    for layout in ("v-aliases-k", "layers-alias", "block-stride-half"):
+        assert not by[layout]["equal"] and by[layout]["canary_wrong"] > 0, layout
+    permuted = by["layers-permuted"]  # self-consistent: tokens cannot see it, the canary can
+    assert permuted["equal"] and permuted["canary_wrong"] == permuted["canary_checked"]
+    assert out["elastic_canary"] == {"checked": 32, "wrong": 0}
+    assert all(checks(out, tables(out)).values())
+    assert set(by) == set(EXPECTED_CANARY)
+
+
+@pytest.mark.parametrize("layer", [0, 1])
+def test_canary_counts_exactly_the_corrupted_pairs(layer):
+    """Only one layer's V laid over its K: the canary finds that layer's K and V blocks wrong
+    (K holds V's marks, V's true place holds none) and every other pair right."""
+    bench = Bench("tiny", "cpu", WIDE)
+    eng = bench.engine("static", kv_bytes=POOL)
+    try:
+        k, v = wrong_views(eng.kv, "none")
+        v = list(v)
+        v[layer] = k[layer]
+        got = canary(eng.kv, (k, v), blocks=5)
+        assert got == {"checked": 2 * 2 * 5, "wrong": 2 * 5}
+    finally:
+        eng.close()
+
+
+@given(st.lists(st.integers(0, 3), max_size=8), st.lists(st.integers(0, 3), max_size=8))
+def test_first_difference_is_the_first_unequal_position(a, b):
+    (d,) = first_difference([a], [b])
+    if a == b:
+        assert d is None
+    else:
+        assert a[:d] == b[:d] and (d == min(len(a), len(b)) or a[d] != b[d])
+
+
+def test_prompts_are_seeded():
+    assert make_prompts(512, 3, 1) == make_prompts(512, 3, 1) != make_prompts(512, 3, 2)
+    assert [len(p) for p in make_prompts(512, 3, 0)] == [16, 48, 80]
+
+
+def test_sim_is_refused_before_running():
+    with pytest.raises(ConfigError, match="host or gpu"):
+        run_lab("output-equality", OutputEqualityParams(quick=True), "sim")
