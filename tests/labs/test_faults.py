@@ -55,7 +55,7 @@ def test_map_failure_is_rolled_back_on_the_other_rank(backend):
     assert _labels(r) == [("coordinator", "pp0/w0", "MAP page 2"),
                           ("coordinator", "pp0/w1", "MAP page 2"),
                           ("pp0/w0", "coordinator", "map: ok"),
-                          ("pp0/w1", "coordinator", "map: error"),
+                          ("pp0/w1", "coordinator", "map: error (device)"),
                           ("coordinator", "pp0/w0", "UNMAP page 2"),
                           ("pp0/w0", "coordinator", "unmap: ok")]
     assert r["cleaned_up"] == ["coordinator -> pp0/w0: UNMAP page 2"]
