@@ -28,6 +28,7 @@ LABS: dict[str, str] = {
     "control-groups": "workbench.labs.control_groups:ControlGroupsLab",
     "tp-pp": "workbench.labs.tp_pp:TpPpLab",
     "faults": "workbench.labs.faults:FaultsLab",
+    "tiered-retrieval": "workbench.labs.tiered_retrieval:TieredRetrievalLab",
 }
 
 
