@@ -29,6 +29,7 @@ LABS: dict[str, str] = {
     "tp-pp": "workbench.labs.tp_pp:TpPpLab",
     "faults": "workbench.labs.faults:FaultsLab",
     "tiered-retrieval": "workbench.labs.tiered_retrieval:TieredRetrievalLab",
+    "store-routes": "workbench.labs.store_routes:StoreRoutesLab",
 }
 
 
