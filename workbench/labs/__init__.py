@@ -30,6 +30,7 @@ LABS: dict[str, str] = {
     "faults": "workbench.labs.faults:FaultsLab",
     "tiered-retrieval": "workbench.labs.tiered_retrieval:TieredRetrievalLab",
     "store-routes": "workbench.labs.store_routes:StoreRoutesLab",
+    "non-prefix-reuse": "workbench.labs.non_prefix_reuse:NonPrefixReuseLab",
 }
 
 
