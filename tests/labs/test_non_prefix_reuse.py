@@ -65,3 +65,18 @@ def test_lab_record_says_quality_is_not_measured_on_sim():
     assert d["correctness"].startswith("quality not measured")
     assert "**Not measured.**" in res.markdown
     assert {r["scheme"] for r in res.tables["cases"]} == {"full", "prefix", "blend 0.15"}
+
+
+def test_quality_proxy_shrinks_with_the_recomputed_fraction():
+    pytest.importorskip("torch")
+    from workbench.labs.non_prefix_reuse_quality import RATIOS, measure
+
+    exact = measure("same-order", 1)
+    assert all(r["kl"] < 1e-6 and r["top1_agrees"] for r in exact)  # the prefix cache is exact
+    rows = measure("reordered", 1)
+    kls = [r["kl"] for r in rows]
+    assert [r["ratio"] for r in rows] == list(RATIOS)
+    assert kls[0] > 1e-4  # documents computed alone miss each other: the output moves
+    assert all(a > b for a, b in zip(kls[:-1], kls[1:], strict=True))
+    # at 100% every token but the exact 32-token preamble is recomputed: full prefill again
+    assert kls[-1] < 1e-6 and rows[-1]["recomputed"] == rows[-1]["tokens"] - 32

@@ -17,7 +17,8 @@ tier. Three schemes answer each case:
 Cases follow the seed's coverage list: the same order (control), documents reordered, a new
 preamble inserted, a document swapped for a new one (position change), and a tokenisation
 boundary (a document shifted off the chunk grid: its chunks no longer match). Quality is not
-measured on sim; the ``host`` backend adds a proxy (:mod:`.non_prefix_reuse_quality`).
+measured on sim; the ``host`` backend adds a proxy on the mini model's tiny decoder
+(:mod:`.non_prefix_reuse_quality`), with the seed's caution.
 """
 
 from __future__ import annotations
@@ -141,11 +142,17 @@ class NonPrefixReuseLab(Lab):
                    "(modelled): TTFT, recomputed tokens, retrieved bytes; on host a quality "
                    "proxy on the mini model (seed 003 E9)")
     params_type = NonPrefixReuseParams
-    backends = ("sim",)
+    backends = ("sim", "host")  # host: the costs of sim plus the quality proxy on the CPU
 
     def run(self, params: NonPrefixReuseParams, backend: str = "sim",
             progress: Progress | None = None) -> LabResult:
+        from workbench.backends import kind
         from workbench.labs.non_prefix_reuse_report import build
 
         self.check_backend(backend)
-        return build(params, sweep(params, progress), backend)
+        data = sweep(params, progress)
+        if kind(backend) == "host":
+            from workbench.labs.non_prefix_reuse_quality import quality
+
+            data["quality"] = quality(CASES[:4], data["seeds"])
+        return build(params, data, backend)
