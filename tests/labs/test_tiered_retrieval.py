@@ -84,3 +84,16 @@ def test_lab_record():
     assert d["verdict"] == "supported"
     assert [r["group"] for r in res.tables["groups"]] == list(GROUPS)
     assert set(d["phase_times"]["l2"]) == {"wait", "lookup", "retrieve", "h2d", "prefill"}
+
+
+def test_loads_admitted_together_add_up(data):
+    rows = {(r["concurrency"], r["group"]): r for r in data["concurrency"]}
+    for c in P.sweep_concurrency:
+        for g in ("cpu", "l2"):
+            r = rows[c, g]
+            assert r["load_each_ms"] == [r["load_each_ms"][0]] * c  # the same document size
+            assert math.isclose(r["load_sum_ms"], c * rows[1, g]["load_sum_ms"])
+            assert r["ttft_p50_ms"] == r["ttft_max_ms"] >= r["load_sum_ms"]  # one shared step
+        base = rows[c, "baseline"]
+        if c > 1:  # without hits the probes are staggered through the token budget
+            assert base["ttft_max_ms"] > base["ttft_p50_ms"]

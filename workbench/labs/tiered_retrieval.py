@@ -55,6 +55,7 @@ class TieredRetrievalParams:
     sweep_lens: tuple[int, ...] = (128, 512, 2048, 8192)
     sweep_chunks: tuple[int, ...] = (64, 256, 1024)
     sweep_gbps: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 5.0, 25.0)
+    sweep_concurrency: tuple[int, ...] = (1, 4, 8)  # probes arriving at once
 
 
 def costs(p: TieredRetrievalParams, **over: Any) -> TierCosts:
@@ -63,21 +64,24 @@ def costs(p: TieredRetrievalParams, **over: Any) -> TierCosts:
     return replace(c, **over)
 
 
-def workload(p: TieredRetrievalParams, seed: int, cold: bool) -> list[Request]:
+def workload(p: TieredRetrievalParams, seed: int, cold: bool,
+             burst: bool = False) -> list[Request]:
     """warm_k at 2k s and probe_k at 2k+1 s on document k; ``cold``: the probes' documents are
-    others (never prefilled)."""
+    others (never prefilled); ``burst``: every probe arrives at once, after the last warm one."""
     rng = np.random.default_rng([seed, 5])
     tok = lambda n: rng.integers(1, VOCAB, size=n).tolist()  # noqa: E731
     out = []
     for k in range(p.probes):
         doc, other = tok(p.doc_len), tok(p.doc_len)
         out.append(Request(2 * k, doc + tok(p.question_len), p.output_len, 2.0 * k, "warm"))
+        at = 2.0 * p.probes + 1 if burst else 2.0 * k + 1
         out.append(Request(2 * k + 1, (other if cold else doc) + tok(p.question_len),
-                           p.output_len, 2.0 * k + 1, "probe"))
+                           p.output_len, at, "probe"))
     return out
 
 
-def run_group(p: TieredRetrievalParams, group: str, seed: int) -> dict[str, Any]:
+def run_group(p: TieredRetrievalParams, group: str, seed: int,
+              burst: bool = False) -> dict[str, Any]:
     env = simpy.Environment()
     spec = get_model(p.model)
     st = StepTimeModel.preset(p.model, p.gpu)
@@ -89,7 +93,7 @@ def run_group(p: TieredRetrievalParams, group: str, seed: int) -> dict[str, Any]
     kv = 40 * GiB
     probe = VLLMLikeEngine(env, "probe", static_pool(spec, kv, name="probe"), st,
                            options=opts, connector=conn)
-    reqs = workload(p, seed, cold=group == "all-miss")
+    reqs = workload(p, seed, cold=group == "all-miss", burst=burst)
     warm = [r for r in reqs if r.group == "warm"]
     probes = [r for r in reqs if r.group == "probe"]
     if group == "l2":  # another instance prefills; it shares only the store
@@ -98,7 +102,7 @@ def run_group(p: TieredRetrievalParams, group: str, seed: int) -> dict[str, Any]
                                options=VLLMOptions(), connector=wconn)
         other.submit(warm)
         probe.submit(probes)
-        env.run(until=2.0 * p.probes + 30)
+        env.run(until=2.0 * p.probes + 60)
     else:
         probe.submit(reqs)
         probe.advance()
@@ -174,6 +178,22 @@ def crossover(p: TieredRetrievalParams) -> list[dict[str, Any]]:
     return rows
 
 
+def concurrency(p: TieredRetrievalParams, seed: int) -> list[dict[str, Any]]:
+    """``c`` probes at once per group: their loads share one step (one link), so they add up."""
+    rows = []
+    for c in p.sweep_concurrency:
+        for g in ("baseline", "cpu", "l2"):
+            ps = run_group(replace(p, probes=c), g, seed, burst=True)["probes"]
+            t = sorted(r["ttft"] for r in ps)
+            rows.append({"concurrency": c, "group": g, "ttft_p50_ms": t[len(t) // 2] * 1e3,
+                         "ttft_max_ms": t[-1] * 1e3,
+                         "load_sum_ms": sum(r["lookup"] + r["retrieve"] + r["h2d"]
+                                            for r in ps) * 1e3,
+                         "load_each_ms": [round((r["lookup"] + r["retrieve"] + r["h2d"]) * 1e3,
+                                                3) for r in ps]})
+    return rows
+
+
 def sweep(p: TieredRetrievalParams, progress: Progress | None = None) -> dict[str, Any]:
     n = p.repeats if p.repeats is not None else (2 if p.quick else 3)
     seeds = [p.seed + i for i in range(n)]
@@ -184,9 +204,8 @@ def sweep(p: TieredRetrievalParams, progress: Progress | None = None) -> dict[st
         runs[g][s] = run_group(p, g, s)
         if progress:
             progress(k + 1, len(order) + 1, f"{g} seed {s}")
-    cross = crossover(p)
     return {"seeds": seeds, "order": [f"{g}/{s}" for g, s in order], "runs": runs,
-            "crossover": cross}
+            "crossover": crossover(p), "concurrency": concurrency(p, seeds[0])}
 
 
 class TieredRetrievalLab(Lab):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from workbench.engines.metrics import Dist
@@ -19,6 +20,8 @@ EXPECT = (
      "other instance", "paths"),
     ("all miss pays the lookup on top of the baseline and computes every token", "miss_cost"),
     ("retrieval wins above the break-even bandwidth and loses below it", "crossover"),
+    ("probes arriving together share one link: the load term grows with their number",
+     "concurrency"),
 )
 
 
@@ -68,7 +71,13 @@ def checks(p: Any, data: dict, seed: int) -> dict[str, bool]:
     rows = [r for r in data["crossover"] if r["break_even_gbps"] is not None]
     cross = bool(rows) and all((r["winner"] == "retrieve") == (r["gbps"] > r["break_even_gbps"])
                                for r in rows)
-    return {"order": order, "paths": paths, "miss_cost": miss_cost, "crossover": cross}
+    conc = data["concurrency"]
+    one = {r["group"]: r["load_sum_ms"] for r in conc if r["concurrency"] == 1}
+    concurrency = all(math.isclose(r["load_sum_ms"], r["concurrency"] * one[r["group"]])
+                      and r["ttft_p50_ms"] >= r["load_sum_ms"] for r in conc
+                      if r["group"] != "baseline") and bool(one)
+    return {"order": order, "paths": paths, "miss_cost": miss_cost, "crossover": cross,
+            "concurrency": concurrency}
 
 
 def markdown(p: Any, data: dict, found: list[dict], tables: dict) -> str:
@@ -107,6 +116,12 @@ def markdown(p: Any, data: dict, found: list[dict], tables: dict) -> str:
             lines.append(f"| {n} | {ch} | {rs[0]['hit']} | {round(rs[0]['recompute_ms'], 1)} | "
                          f"{'-' if be is None else round(be, 2)} | "
                          + " / ".join(r["winner"] for r in rs) + " |")
+    lines += ["", "## Concurrency: probes arriving at once (first seed)", "",
+              "| probes at once | group | TTFT p50 / max ms | loads on the admitting step ms |",
+              "|---|---|---|---|"]
+    for r in tables["concurrency"]:
+        lines.append(f"| {r['concurrency']} | {r['group']} | {round(r['ttft_p50_ms'], 1)} / "
+                     f"{round(r['ttft_max_ms'], 1)} | {round(r['load_sum_ms'], 1)} |")
     kvb = get_model(p.model).kv_bytes_per_token
     lines += ["", "## Reading it", "",
               f"* A hit anywhere skips the document's prefill; what it costs instead is the "
@@ -123,7 +138,15 @@ def markdown(p: Any, data: dict, found: list[dict], tables: dict) -> str:
               "(only full chunks are stored), and the partial last chunk is always recomputed.",
               "* The seed separates in-process reuse, cross-process sharing and true remote "
               "reads: here CPU is in-process, L2 is a read of another instance's chunks through "
-              "the store. Concurrency is not swept (the probes run one at a time).",
+              "the store.",
+              "* Concurrency: the modelled connector loads synchronously, before the step that "
+              "admitted the requests, over one link, so loads admitted together add up and "
+              "every one of those probes waits for all of them; a prefill without hits instead "
+              "staggers its probes through the token budget. An asynchronous load (a request "
+              "waiting for its KV while others run) is not modelled.",
+              "* Elastic KV is not offload (seed 001 §10): the elastic pool changes which "
+              "physical pages back KV *inside* HBM, and no KV byte leaves the GPU; the tiers "
+              "here move KV bytes across links, with another data path and other failures.",
               "* Every cost is a modelled assumption (``workbench.tiers.presets``), not a "
               "measurement of LMCache, Mooncake or any network; the H200 copy and recompute "
               "measurement that would calibrate them has not been run."]
@@ -156,7 +179,8 @@ def figures(tables: dict, p: Any) -> dict[str, Any]:
 
 def build(p: Any, data: dict, backend: str) -> LabResult:
     seed = data["seeds"][0]
-    tables = {"groups": group_rows(data, seed), "crossover": data["crossover"]}
+    tables = {"groups": group_rows(data, seed), "crossover": data["crossover"],
+              "concurrency": data["concurrency"]}
     found = [checks(p, data, s) for s in data["seeds"]]
     tables["checks"] = [dict(f, seed=s) for f, s in zip(found, data["seeds"], strict=True)]
     return LabResult(record(p, data, found, tables, backend), markdown(p, data, found, tables),
@@ -178,7 +202,8 @@ def record(p: Any, data: dict, found: list[dict], tables: dict, backend: str) ->
                   "output": p.output_len},
         cache_state="per group: baseline (no external cache, APC off), HBM (APC warm), CPU "
                     "(DRAM warm), L2 (store warm from another instance), all miss (cold)",
-        load={"probes": p.probes, "spacing_s": 2.0, "concurrency": 1},
+        load={"probes": p.probes, "spacing_s": 2.0, "concurrency": 1,
+              "concurrency_sweep": list(p.sweep_concurrency)},
         samples={"seeds": data["seeds"], "order": data["order"]},
         outcomes={k: r["probes"] for k, r in g.items()}, ttft=ttft,
         tpot_itl={"note": "decode is unchanged by the tiers; not reported"}, e2e={},
@@ -197,7 +222,7 @@ def record(p: Any, data: dict, found: list[dict], tables: dict, backend: str) ->
         mechanism="retrieval replaces prefill FLOPs by bytes moved; it pays while bytes/s per "
                   "token beat prefill tokens/s",
         open_questions=["calibrate the copy and recompute costs on a GPU (issue 17 item 2)",
-                        "concurrency: several loads on one step are serialised here"],
+                        "asynchronous loading: here loads admitted together share one step"],
         applicability="one instance (two for L2), one probe at a time, modelled costs",
         manifest=Manifest.collect(
             hardware={"gpu": f"simulated {p.gpu}"},
@@ -205,4 +230,5 @@ def record(p: Any, data: dict, found: list[dict], tables: dict, backend: str) ->
                            "connector": "tier model (LMCache-style, modelled)"},
             kvcached_config={"chunk_tokens": p.chunk_tokens, "pcie_gbps": p.pcie_gbps,
                              "remote_gbps": p.remote_gbps, "meta_ms": p.meta_ms}),
-        results={"groups": tables["groups"], "crossover": tables["crossover"]})
+        results={"groups": tables["groups"], "crossover": tables["crossover"],
+                 "concurrency": tables["concurrency"]})
