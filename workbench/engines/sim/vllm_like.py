@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import simpy
 
 from workbench.engines.sched.block_pool import BlockPool
-from workbench.engines.sched.vllm_sched import VLLMKVManager, VLLMScheduler
+from workbench.engines.sched.vllm_sched import KVConnector, VLLMKVManager, VLLMScheduler
 from workbench.engines.sim.engine import SimEngine
 from workbench.engines.sim.kvsetup import InstanceKV
 from workbench.engines.sim.steptime import StepTimeModel
@@ -29,9 +29,11 @@ class VLLMLikeEngine(SimEngine):
     def __init__(self, env: simpy.Environment, name: str, ikv: InstanceKV,
                  steptime: StepTimeModel, *, gpu: simpy.Resource | None = None,
                  options: VLLMOptions | None = None, sample_every_s: float | None = None,
-                 connector=None):
+                 connector: KVConnector | None = None):
         self.options = options or VLLMOptions()
-        self.connector = connector  # a KV tier connector (workbench.tiers.sim) or None
+        # a KV tier connector (workbench.tiers.sim.TierConnector): the scheduler asks it at
+        # admission, the driver charges its loads and saves
+        self.connector = connector
         self.pool = BlockPool(ikv.kv, enable_caching=self.options.enable_prefix_caching,
                               max_cached_tokens=self.options.max_cached_tokens)
         super().__init__(env, name, ikv, steptime, gpu=gpu, sample_every_s=sample_every_s)
