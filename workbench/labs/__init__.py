@@ -31,6 +31,9 @@ LABS: dict[str, str] = {
     "tp-pp": "workbench.labs.tp_pp:TpPpLab",
     "faults": "workbench.labs.faults:FaultsLab",
     "output-equality": "workbench.labs.output_equality:OutputEqualityLab",
+    "tiered-retrieval": "workbench.labs.tiered_retrieval:TieredRetrievalLab",
+    "store-routes": "workbench.labs.store_routes:StoreRoutesLab",
+    "non-prefix-reuse": "workbench.labs.non_prefix_reuse:NonPrefixReuseLab",
 }
 
 

@@ -9,9 +9,20 @@ when nothing was preempted are waiting requests admitted, each after a prefix-ca
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from workbench.engines.sched.block_pool import BlockPool, hash_chain
 from workbench.engines.sched.request import ReqState, Request
 from workbench.engines.sched.scheduler import Scheduler, StepPlan, cdiv, make_plan
+
+
+class KVConnector(Protocol):
+    """An external KV source (a tier model): how many leading tokens beyond the local hit it can
+    load, and the commitment to load them once the request's blocks are allocated."""
+
+    def lookup(self, req: Request, local_tokens: int) -> int: ...
+
+    def load(self, req: Request, local_tokens: int, tokens: int) -> None: ...
 
 
 class VLLMKVManager:
@@ -74,8 +85,9 @@ class VLLMKVManager:
 class VLLMScheduler(Scheduler):
     def __init__(self, kvm: VLLMKVManager, *, name: str = "vllm", max_num_seqs: int = 256,
                  max_num_batched_tokens: int = 2048, chunked_prefill: bool = True,
-                 max_model_len: int | None = None):
+                 max_model_len: int | None = None, connector: KVConnector | None = None):
         super().__init__(name, max_num_seqs)
+        self.connector = connector
         self.kvm = kvm
         self.budget = max_num_batched_tokens
         self.chunked_prefill = chunked_prefill
@@ -126,14 +138,19 @@ class VLLMScheduler(Scheduler):
             req = waiting[0]
             computed = kvm.get_computed_blocks(req) if req.num_computed == 0 else []
             hit = len(computed) * kvm.block_size
-            n = req.num_tokens - req.num_computed - hit
+            ask = self.connector is not None and req.num_computed == 0
+            ext = self.connector.lookup(req, hit) if ask else 0  # loaded, not computed
+            n = req.num_tokens - req.num_computed - hit - ext
             if n > budget:
                 if not self.chunked_prefill:
                     break
                 n = budget
-            if not kvm.allocate_slots(req, n, computed):
+            if not kvm.allocate_slots(req, n + ext, computed):
                 stats.misses += 1
                 break
+            if ask:  # a miss still pays its lookup
+                self.connector.load(req, hit, ext)
+                req.num_computed += ext
             waiting.popleft()
             if req.first_scheduled is None:
                 req.first_scheduled = -1.0  # the driver stamps the time

@@ -47,6 +47,7 @@ class EngineDriver:
         self.busy_s = 0.0  # simulated seconds this engine spent in steps
         self.vmm_s = 0.0  # of which: VMM calls on the step path
         self.steps = 0
+        self.connector = None  # a KV tier connector: load before a step, save after a prefill
         env.process(self._loop())
         if background_refill and kv.config.prealloc:
             self.prealloc = PreallocProcess(env, kv)
@@ -85,7 +86,8 @@ class EngineDriver:
                 if r.first_scheduled is not None and r.first_scheduled < 0:
                     r.first_scheduled = now
             cost = st.cost(plan.num_seqs, plan.new_tokens, plan.ctx_tokens, plan.attn_pairs)
-            yield env.timeout(cost.cpu_s + vmm)
+            load = self.connector.take_load_s() if self.connector is not None else 0.0
+            yield env.timeout(cost.cpu_s + vmm + load)
             if self.gpu is not None:
                 with self.gpu.request() as slot:
                     yield slot
@@ -95,6 +97,9 @@ class EngineDriver:
             t1 = dev.busy_s
             sched.update(plan, env.now)
             carry = dev.busy_s - t1
+            if self.connector is not None:  # the prompt's KV is saved once its prefill is done
+                carry += self.connector.saved(r for r, _ in plan.items if r.first_token == env.now
+                                              and r.output_len == 1)
             self.vmm_s += vmm
             self.busy_s += env.now - now
             self.steps += 1

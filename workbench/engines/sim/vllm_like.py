@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import simpy
 
 from workbench.engines.sched.block_pool import BlockPool
-from workbench.engines.sched.vllm_sched import VLLMKVManager, VLLMScheduler
+from workbench.engines.sched.vllm_sched import KVConnector, VLLMKVManager, VLLMScheduler
 from workbench.engines.sim.engine import SimEngine
 from workbench.engines.sim.kvsetup import InstanceKV
 from workbench.engines.sim.steptime import StepTimeModel
@@ -28,15 +28,20 @@ class VLLMLikeEngine(SimEngine):
 
     def __init__(self, env: simpy.Environment, name: str, ikv: InstanceKV,
                  steptime: StepTimeModel, *, gpu: simpy.Resource | None = None,
-                 options: VLLMOptions | None = None, sample_every_s: float | None = None):
+                 options: VLLMOptions | None = None, sample_every_s: float | None = None,
+                 connector: KVConnector | None = None):
         self.options = options or VLLMOptions()
+        # a KV tier connector (workbench.tiers.sim.TierConnector): the scheduler asks it at
+        # admission, the driver charges its loads and saves
+        self.connector = connector
         self.pool = BlockPool(ikv.kv, enable_caching=self.options.enable_prefix_caching,
                               max_cached_tokens=self.options.max_cached_tokens)
         super().__init__(env, name, ikv, steptime, gpu=gpu, sample_every_s=sample_every_s)
+        self.driver.connector = connector
 
     def _scheduler(self) -> VLLMScheduler:
         o = self.options
         return VLLMScheduler(
             VLLMKVManager(self.pool), name=self.name, max_num_seqs=o.max_num_seqs,
             max_num_batched_tokens=o.max_num_batched_tokens, chunked_prefill=o.chunked_prefill,
-            max_model_len=o.max_model_len)
+            max_model_len=o.max_model_len, connector=self.connector)

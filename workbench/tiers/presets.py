@@ -1,0 +1,57 @@
+"""Default tier costs: assumptions of the right order, not measurements (calibrate them).
+
+* pinned host DRAM: an in-process hash lookup (~20 us); data already in host memory, so a
+  retrieve is only the host-to-device copy, at ``pcie_bw`` (25 GB/s: a PCIe Gen4 x16 link moves
+  about that much from pinned memory; Gen5 about twice);
+* remote store: one metadata request costs ``meta_s`` (an RPC to the master over a data-centre
+  network, ~0.3 ms); payload moves at ``remote_bw`` (5 GB/s: a TCP-class path; an RDMA path is
+  several times faster) plus ``remote_op_s`` per chunk; retrieved chunks land in host memory and
+  still pay the host-to-device copy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workbench.engines.models import get_model
+from workbench.tiers.model import RemoteStore, Tier, TierSpec, TierStack
+
+GiB = 1 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class TierCosts:
+    chunk_tokens: int = 256  # LMCache's documented default chunk size
+    hbm_bytes: int = 0  # 0: the engine's own prefix cache plays HBM (no tier in the stack)
+    dram_bytes: int = 64 * GiB
+    remote_bytes: int = 1024 * GiB
+    dram_lookup_s: float = 20e-6
+    meta_s: float = 300e-6
+    meta_batch: int = 0  # keys per metadata request (0: one request per lookup)
+    remote_bw: float = 5e9
+    remote_op_s: float = 20e-6
+    pcie_bw: float = 25e9
+    pcie_op_s: float = 5e-6
+
+
+def make_store(model: str, c: TierCosts) -> RemoteStore:
+    kvb = get_model(model).kv_bytes_per_token
+    spec = TierSpec("remote", c.remote_bytes, lookup_s=c.meta_s, read_bw=c.remote_bw,
+                    write_bw=c.remote_bw, op_s=c.remote_op_s, batch_keys=c.meta_batch)
+    return RemoteStore(spec, c.chunk_tokens * kvb)
+
+
+def make_stack(model: str, c: TierCosts, *, store: RemoteStore | None = None,
+               owner: str = "engine", dram: bool = True, remote: bool = True) -> TierStack:
+    """HBM (if ``hbm_bytes``), DRAM and the remote store (``store``: shared by instances)."""
+    kvb = get_model(model).kv_bytes_per_token
+    cb = c.chunk_tokens * kvb
+    tiers: list[Tier] = []
+    if c.hbm_bytes:
+        tiers.append(Tier(TierSpec("hbm", c.hbm_bytes, on_device=True), cb))
+    if dram:
+        tiers.append(Tier(TierSpec("dram", c.dram_bytes, lookup_s=c.dram_lookup_s), cb))
+    if remote:
+        tiers.append(store if store is not None else make_store(model, c))
+    return TierStack(tiers, chunk_tokens=c.chunk_tokens, kv_bytes_per_token=kvb,
+                     pcie_bw=c.pcie_bw, pcie_op_s=c.pcie_op_s, owner=owner)
