@@ -28,6 +28,8 @@ LABS: dict[str, str] = {
     "control-groups": "workbench.labs.control_groups:ControlGroupsLab",
     "tp-pp": "workbench.labs.tp_pp:TpPpLab",
     "faults": "workbench.labs.faults:FaultsLab",
+    "pd-split": "workbench.labs.pd_split:PDSplitLab",
+    "transfer-faults": "workbench.labs.transfer_faults:TransferFaultsLab",
 }
 
 
