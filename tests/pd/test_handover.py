@@ -42,7 +42,10 @@ def test_rows_are_the_seeds_seven_and_leave_nothing_held():
     slow = ROWS["store-slow"]()
     # 8 requests time out at 0.2 s, then recompute 2 at a time for 0.1 s each: 4 waves
     assert slow.state["peak_fallback"] == 2 and slow.state["recovery_s"] == pytest.approx(0.6)
-    assert ROWS["p-or-d-fails"]().state["residual_blocks_after_lease"] == 0
+    # D dies: P's lease frees the pinned source; P dies: D's pull times out, landing blocks go
+    assert ROWS["p-or-d-fails"]().state == {"residual_blocks_after_lease": 0,
+                                            "d_landing_blocks_held": 0, "recomputed_tokens": 32}
+    assert ROWS["p-or-d-fails"](False).state["d_landing_blocks_held"] == 4
     cap = ROWS["capacity-exhausted"]().state
     assert (cap["saved_chunks"], cap["refused_chunks"], cap["evicted"]) == (1, 1, 1)
 

@@ -39,7 +39,7 @@ class PDSplitParams:
     repeats: int = 2
     prefill: int = 1  # PD's prefill instances; colocated runs prefill + decode instances
     decode: int = 1
-    link_gbps: float = 25.0  # GB/s of payload (an assumed 200 Gb/s NIC)
+    link_gbps: float = 25.0  # GB/s (assumed: a 200 Gb/s NIC's line rate)
     link_latency_us: float = 50.0
     gpu: str = "a100"
     seed: int = 0

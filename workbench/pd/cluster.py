@@ -27,7 +27,7 @@ import simpy
 
 from workbench.engines.metrics import SLO
 from workbench.engines.models import get_model
-from workbench.engines.sched.request import Request
+from workbench.engines.sched.request import ReqState, Request
 from workbench.engines.sched.vllm_sched import VLLMScheduler
 from workbench.engines.sim.kvsetup import static_pool
 from workbench.engines.sim.steptime import GPUS, StepTimeModel
@@ -184,7 +184,7 @@ def run_pd(cfg: PDConfig, requests: list[Request]) -> ServeResult:
         p = Request(r.rid, list(r.prompt), 1, r.arrival, r.group)
         copies[r.rid] = p
         pre[i % len(pre)].submit([p])
-    _run_until_done(env, lambda: sum(r.finish is None and r.state.value != "rejected"
+    _run_until_done(env, lambda: sum(r.finish is None and r.state is not ReqState.REJECTED
                                      for r in requests))
     use = [_use(e, "prefill") for e in pre] + [_use(e, "decode") for e in dec]
     return ServeResult("pd", requests, handovers, copies, use, env.now,

@@ -214,9 +214,33 @@ def p_or_d_fails(guards: bool = True) -> FaultCase:
     kv = want if refused or b is None else [x for blk in got for x in blk]
     if refused:
         case.log("D", "D", "recompute A's prompt", 0.7, "fallback")
-    case.checks = {"no permanent hold": held == 0,
+    d_held = _p_dies_mid_pull(case, guards)
+    case.checks = {"no permanent hold": held == 0 and d_held == 0,
                    "no read of a reused source block": refused or b is None,
                    "A's output unchanged": output_of(kv) == output_of(want)}
-    case.state = {"residual_blocks_after_lease": held, "recomputed_tokens":
-                  len(PROMPT) if refused else 0}
+    case.state = {"residual_blocks_after_lease": held, "d_landing_blocks_held": d_held,
+                  "recomputed_tokens": len(PROMPT) * (int(refused) + (d_held == 0))}
     return case
+
+
+def _p_dies_mid_pull(case: FaultCase, guards: bool, timeout_s: float = 0.2) -> int:
+    """The other half of the row: P dies while D pulls C into its landing blocks. D's pull
+    times out (with the guard), the copies are abandoned, the landing blocks are freed and C is
+    recomputed; without a timeout D waits for ever, holding them. Returns D's blocks held."""
+    d_pool = BlockPool(4, BS)
+    land = d_pool.alloc(4, "C")
+    for b in land:
+        d_pool.blocks[b].writing = True
+    case.log("D", "P", f"pull C into landing blocks {land}", 1.0)
+    case.log("P", "P", "P dies mid-transfer", 1.01, "fault", False)
+    if not guards:
+        case.log("D", "D", "no timeout: waiting for P", 1.0 + 10 * timeout_s, "state", False)
+        return d_pool.held
+    case.log("D", "D", f"pull timed out after {timeout_s * 1e3:.0f} ms", 1.0 + timeout_s,
+             "state", False)
+    for b in land:
+        d_pool.blocks[b].writing = False  # the transport aborted the copies
+    d_pool.release(land, 1.0 + timeout_s)
+    case.log("D", "pool", "landing blocks freed", 1.0 + timeout_s, "cleanup")
+    case.log("D", "D", "recompute C's prompt locally", 1.0 + timeout_s, "fallback")
+    return d_pool.held

@@ -1,10 +1,10 @@
 """The KV transfer link's cost model (pure, no SimPy): a fixed latency per transfer plus the
 payload over the link's bandwidth, with ``channels`` transfers in flight at once.
 
-The defaults are an assumption, not a measurement: 25 GB/s is the payload rate of a 200 Gb/s
-network card, the class of link a PD deployment across hosts uses; 50 µs stands for connection
-and completion-notification overhead. Within one host (NVLink) the bandwidth is an order of
-magnitude higher; the lab takes both as parameters.
+The defaults are an assumption, not a measurement: 25 GB/s is the line rate of a 200 Gb/s
+network card (its payload rate is a little less), the class of link a PD deployment across hosts
+uses; 50 µs stands for connection and completion-notification overhead. Within one host
+(NVLink) the bandwidth is an order of magnitude higher or more; the lab takes both as parameters.
 """
 
 from __future__ import annotations
