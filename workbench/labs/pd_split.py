@@ -17,7 +17,6 @@ from typing import Any
 
 from workbench.engines.metrics import SLO
 from workbench.engines.sched.request import Request
-from workbench.engines.sim.workloads import _tokens
 from workbench.errors import ConfigError
 from workbench.labs.base import Lab, LabResult, Progress
 from workbench.labs.chunked_prefill import mix
@@ -65,7 +64,8 @@ def single_requests(cfg: PDConfig, n: int = 6, gap_s: float = 3.0,
     out: dict[str, Any] = {}
     for mode in MODES:
         rng = np.random.default_rng(seed)
-        reqs = [Request(i, _tokens(rng, 4096), 128, 0.1 + i * gap_s, "long_in")
+        reqs = [Request(i, rng.integers(1, 128_000, 4096).tolist(), 128, 0.1 + i * gap_s,
+                        "long_in")
                 for i in range(n)]
         res = serve(mode, cfg, reqs)
         out[mode] = latency_row(res.requests, SLOS["interactive"])["ttft_ms"]
