@@ -51,6 +51,20 @@ def test_long_prompt_load_pd_tpot_tail_beats_colocated(quick):
     assert "Seed's expected result" in quick.markdown
 
 
+def test_the_starved_side_saturates_first(quick):
+    rows = {(r["long_share"], r["split"]): r for r in quick.tables["ratios"]}
+    assert {s for _, s in rows} == {"colocated x4", "1:3", "2:2", "3:1"}
+    few_p, many_p = rows[(0.5, "1:3")], rows[(0.5, "3:1")]
+    # prompt-heavy: one prefill GPU for three decode GPUs queues the prompts
+    assert few_p["ttft_ms"]["p99"] > 3 * many_p["ttft_ms"]["p99"]
+    assert few_p["busy"]["prefill"] > 2 * many_p["busy"]["prefill"]
+    # decode-heavy: one decode GPU batches every decode, so its TPOT is the highest of the splits
+    assert rows[(0.1, "3:1")]["tpot_ms"]["p99"] > rows[(0.1, "1:3")]["tpot_ms"]["p99"]
+    best = quick.record.results["best_splits"]
+    assert best["0.5"]["streaming"] != "1:3" and best["0.1"]["streaming"] != "3:1"
+    assert "## P:D ratio on 4 GPUs" in quick.markdown
+
+
 def test_every_request_finishes_in_both_modes(quick):
     assert all(r["finished"] == 150 for r in quick.tables["sweep"])
     assert {r["mode"] for r in quick.tables["sweep"]} == {"colocated", "pd"}
@@ -70,6 +84,9 @@ def test_bad_parameters_are_refused():
         lab.run(lab.params(link_gbps=0.0))
     with pytest.raises(ConfigError, match="both sides"):
         lab.run(lab.params(decode=0, quick=True))
+    with pytest.raises(ConfigError, match="no room for both sides"):
+        lab.run(lab.params(ratio_gpus=1, rates=(1.0,), long_shares=(0.1,), num_requests=10,
+                           repeats=1))
     with pytest.raises(ConfigError, match="not supported"):
         run_lab("pd-split", None, "gpu")
 
@@ -78,7 +95,8 @@ def test_cli_runs_the_lab(tmp_path):
     out = tmp_path / "pd.json"
     res = CliRunner().invoke(app, ["labs", "run", "pd-split", "--param", "rates=2",
                                    "--param", "long_shares=0.3", "--param", "num_requests=40",
-                                   "--param", "repeats=1", "--json", str(out)])
+                                   "--param", "repeats=1", "--param", "ratio_gpus=0",
+                                   "--json", str(out)])
     assert res.exit_code == 0, res.output
     d = json.loads(out.read_text())
     assert [r["mode"] for r in d["results"]["sweep"]] == ["colocated", "pd"]

@@ -20,6 +20,7 @@ from workbench.engines.sched.request import Request
 from workbench.errors import ConfigError
 from workbench.labs.base import Lab, LabResult, Progress
 from workbench.labs.chunked_prefill import mix
+from workbench.labs.pd_split_ratio import best_splits, ratio_figure, ratio_markdown, ratio_sweep
 from workbench.labs.pd_split_text import figures, markdown, record
 from workbench.labs.serving import latency_row
 from workbench.pd.cluster import PDConfig, ServeResult, run_colocated, run_pd
@@ -41,6 +42,8 @@ class PDSplitParams:
     link_gbps: float = 25.0  # GB/s (assumed: a 200 Gb/s NIC's line rate)
     link_latency_us: float = 50.0
     gpu: str = "a100"
+    ratio_gpus: int = 4  # the P:D ratio step: every split of this many GPUs (0: skip it)
+    ratio_rate: float = 8.0  # req/s for the ratio step
     seed: int = 0
     quick: bool = False  # shares 0.1 and 0.5 at 1 and 4 req/s, 150 requests, one repeat
 
@@ -142,5 +145,14 @@ class PDSplitLab(Lab):
         single = single_requests(config(params), seed=params.seed)
         rows = sweep(params, progress)
         table = [{k: v for k, v in r.items() if k != "repeats"} for r in rows]
-        return LabResult(record(params, rows, single, backend), markdown(params, table, single),
-                         tables={"sweep": table}, figures=figures(table, single))
+        ratios = ratio_sweep(config(params), params.ratio_gpus, params.ratio_rate,
+                             min(params.num_requests, 150), params.seed) \
+            if params.ratio_gpus else []
+        rec = record(params, rows, single, backend)
+        rec.results.update(ratios=ratios, best_splits=best_splits(ratios))
+        figs = figures(table, single)
+        if ratios and (fig := ratio_figure(ratios)) is not None:
+            figs["ratios"] = fig
+        md = markdown(params, table, single)
+        md += "\n".join(ratio_markdown(ratios, params.ratio_gpus, params.ratio_rate)) + "\n"
+        return LabResult(rec, md, tables={"sweep": table, "ratios": ratios}, figures=figs)
