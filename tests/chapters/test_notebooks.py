@@ -15,7 +15,7 @@ from .nbrun import CHAPTERS, NOTEBOOKS, run_notebook  # noqa: E402
 EXPECTED = ["00_start_here", "01_block_token_page", "02_elastic_memory",
             "03_prefix_ownership", "04_colocation_and_limits", "05_one_request",
             "06_tp_pp_transactions", "07_operating", "08_measuring_honestly",
-            "09_beyond_one_kv_group"]
+            "09_beyond_one_kv_group", "10_beyond_hbm"]
 LIMIT_S = 120
 
 

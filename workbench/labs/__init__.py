@@ -33,6 +33,8 @@ LABS: dict[str, str] = {
     "output-equality": "workbench.labs.output_equality:OutputEqualityLab",
     "tiered-retrieval": "workbench.labs.tiered_retrieval:TieredRetrievalLab",
     "store-routes": "workbench.labs.store_routes:StoreRoutesLab",
+    "pd-split": "workbench.labs.pd_split:PDSplitLab",
+    "transfer-faults": "workbench.labs.transfer_faults:TransferFaultsLab",
     "non-prefix-reuse": "workbench.labs.non_prefix_reuse:NonPrefixReuseLab",
 }
 
