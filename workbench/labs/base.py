@@ -4,7 +4,8 @@ every lab through it.
 
 A lab refuses *before* running (and so writes no record) when the backend name is unknown, when
 the lab does not support it, or when it cannot be used here (``gpu`` without a CUDA GPU): the
-check asks :func:`workbench.backends.make_device` for the device, as the lab itself would.
+check asks :func:`workbench.backends.kind` and :func:`workbench.backends.require`, which build
+nothing.
 """
 
 from __future__ import annotations
