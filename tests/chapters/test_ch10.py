@@ -11,9 +11,8 @@ from workbench.pd.crossover import break_even_Bps
 from workbench.pd.link import LinkSpec, handover_tokens, kv_bytes
 from workbench.quiz import load_chapter_quiz
 
-from .nbrun import CHAPTERS
-
 nbformat = pytest.importorskip("nbformat", reason="no notebook stack here (make setup)")
+from .nbrun import CHAPTERS  # noqa: E402 - nbrun needs the notebook stack
 PATH = CHAPTERS / "10_beyond_hbm.ipynb"
 ST = StepTimeModel.preset("llama-3.1-8b", "a100")
 
