@@ -13,6 +13,7 @@ from workbench.quiz import load_chapter_quiz
 
 nbformat = pytest.importorskip("nbformat", reason="no notebook stack here (make setup)")
 from .nbrun import CHAPTERS  # noqa: E402 - nbrun needs the notebook stack
+
 PATH = CHAPTERS / "10_beyond_hbm.ipynb"
 ST = StepTimeModel.preset("llama-3.1-8b", "a100")
 
