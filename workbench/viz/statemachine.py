@@ -38,6 +38,8 @@ EDGES: list[tuple[str, str, str]] = [
     ("prepared", "released", "commit"),
     ("prepared", "restored", "abort"),
     ("free", "reclaimed", "shrink"),
+    ("in_use", "reclaimed", "shrink: unmap past limit"),
+    ("retired", "reclaimed", "barrier, past limit"),
     ("reclaimed", "free", "grow"),
     ("free", "quarantined", "rollback failed"),
 ]
@@ -48,11 +50,15 @@ def node_of(state: str) -> str:
 
 
 def edge_of(e: Event | None) -> tuple[str, str] | None:
-    """The diagram edge(s) a core event walked: an unmap passes through "prepared"."""
+    """The diagram edge a core event walked. An unmap back to FREE passes through "prepared"
+    (the core prepares then commits in one step); a page in the retired tail of a limit that
+    loses its last block goes straight to RECLAIMED (the shrink edges), not "last block freed"."""
     if e is None or e.src == e.dst:
         return None
+    if e.dst == "reclaimed" and e.src in ("in_use", "retired"):
+        return (e.src, "reclaimed")
     if e.dst in ("free", "reclaimed") and e.src in ("in_use", "reserved", "retired"):
-        return (e.src, "prepared")  # the core unmaps in one step: prepare then commit
+        return (e.src, "prepared")
     return (e.src, e.dst)
 
 
