@@ -62,7 +62,8 @@ class ChurnResult:
     misses: dict[str, int]  # admissions refused + requests preempted for lack of memory
     finished: dict[str, int]
     limit_results: list = field(default_factory=list)
-    offered: dict[str, list[int]] = field(default_factory=dict)  # pool -> request ids, in order
+    # pool -> the requests offered to it, in order: (id, target tokens, first chunk)
+    offered: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for n in self.misses:
@@ -205,8 +206,8 @@ def colocation(*, steps: int = 48, phase: int = 8, busy: int = 6, idle: int = 1,
             want = busy if n == hot else idle
             while len(run) < want:
                 if waiting[n] is None:
-                    waiting[n] = next(streams[n])
-                    res.offered[n].append(waiting[n][0].rid)
+                    waiting[n] = req, first = next(streams[n])
+                    res.offered[n].append((req.rid, req.target, first))
                 r, first = waiting[n]
                 if not _grow(kv, r, first):
                     res.misses[n] += 1

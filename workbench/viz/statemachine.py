@@ -17,7 +17,7 @@ NODES: dict[str, tuple[float, float, str, str]] = {
     "free": (0.0, 3.0, "FREE<br>zero page only", STATE_COLORS["free"]),
     "in_use": (0.0, 1.8, "IN_USE<br>physical page mapped", STATE_COLORS["in_use"]),
     "reserved": (2.6, 1.8, "RESERVED<br>mapped, no live block", STATE_COLORS["reserved"]),
-    "retired": (-2.6, 1.8, "RETIRED<br>wait for release barrier", STATE_COLORS["retired"]),
+    "retired": (-2.6, 0.6, "RETIRED<br>wait for release barrier", STATE_COLORS["retired"]),
     "prepared": (0.0, 0.6, "UNMAP PREPARED<br>handles retained", "#fff3bf"),
     "released": (-1.6, -0.6, "handle released<br>(back to FREE)", "#f1f3f5"),
     "restored": (1.6, -0.6, "mapping restored<br>(abort)", "#d0ebff"),
@@ -34,6 +34,7 @@ EDGES: list[tuple[str, str, str]] = [
     ("in_use", "retired", "retire (async)"),
     ("in_use", "prepared", "last block freed"),
     ("retired", "prepared", "barrier passed"),
+    ("retired", "reserved", "barrier passed, parked"),
     ("reserved", "prepared", "trim / shrink"),
     ("prepared", "released", "commit"),
     ("prepared", "restored", "abort"),
@@ -71,6 +72,8 @@ def state_machine(state: str | None = None, last: Event | None = None,
 
 
 W, H = 0.62, 0.30  # half width and half height of a node box, in data units
+# where along an edge its label sits (default: the middle), for edges whose middle is taken
+LABEL_AT = {("retired", "reserved"): 0.78}
 
 
 def _border(x0: float, y0: float, x1: float, y1: float) -> tuple[float, float]:
@@ -99,7 +102,8 @@ def _draw(fig, state: str | None, last: Event | None, title: str) -> None:
             x=tx + ox, y=ty + oy, ax=sx + ox, ay=sy + oy, xref="x", yref="y", axref="x",
             ayref="y", text="", showarrow=True, arrowhead=2, arrowsize=1.1,
             arrowwidth=3.5 if on else 1.3, arrowcolor="#d9480f" if on else "#868e96"))
-        lx, ly = (sx + tx) / 2 + ox * 2.5, (sy + ty) / 2 + oy * 2.5
+        f = LABEL_AT.get((src, dst), 0.5)
+        lx, ly = sx + (tx - sx) * f + ox * 2.5, sy + (ty - sy) * f + oy * 2.5
         annotations.append(dict(x=lx, y=ly, xref="x", yref="y", text=label, showarrow=False,
                                 font=dict(size=10, color="#d9480f" if on else "#495057"),
                                 bgcolor="rgba(255,255,255,0.8)"))
