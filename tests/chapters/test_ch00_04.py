@@ -63,7 +63,7 @@ def test_slider_value_and_label_agree_at_every_step():
     for k in range(len(ex.rec.steps)):
         ex.step_slider.value = k
         assert ex.label.value.startswith(f"<b>step {k}:")
-        assert ex.fig_map.layout.title.text.startswith(f"Page map — step: step {k}:")
+        assert ex.fig_map.layout.title.text.startswith(f"Page map — step {k}:")
     assert "limit 6 pages" in ex.rec.steps[4].label  # limit_at=4 acts in step 4
 
 

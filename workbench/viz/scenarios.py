@@ -1,13 +1,9 @@
 """Small, seeded runs that chapters record and plot (the logic lives here, not in cells).
 
-* :func:`one_request` — a pool and one request's blocks (chapter 01).
-* :func:`churn` — requests arrive, grow and leave on one pool; an optional limit mid-run
-  (chapter 02).
-* :func:`colocation` — three pools on one device, load taking turns, an optional limit on one
-  (chapter 04).
-
-A "request" here is just a list of block ids that grows by ``grow`` tokens per step: enough to
-drive the ledger's alloc/free exactly as an engine would, without an engine.
+:func:`one_request` (chapter 01), :func:`churn` (one pool, an optional limit: 02) and
+:func:`colocation` (three pools taking turns, one per-pool request stream each: 04). A "request"
+is a list of block ids that grows each step: enough to drive the ledger's alloc/free exactly as an
+engine would. Recording step *k* is always labelled "step k:", the value of the step slider.
 """
 
 from __future__ import annotations
