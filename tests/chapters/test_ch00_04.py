@@ -220,3 +220,19 @@ def test_chapter_00_maps_every_chapter_and_lab():
         assert f"experiment {k} |" in text
     assert text.count("\n| Why") + text.count("\n| Do ") + text.count("\n| What does the") \
         + text.count("\n| How does") == 10  # the ten self-test questions, each with its chapter
+
+
+def test_chapter_01_page_map_follows_the_steps():
+    """01's page map is an explorer over one_request's recording: each step shows that step."""
+    ex = Explorer(lambda: one_request(300)[2], live=True, width=24)
+    assert len(ex.rec.steps) == 5
+    maps = []
+    for k in range(5):
+        ex.step_slider.value = k
+        maps.append([list(r) for r in ex.fig_map.data[0].z])
+    in_use = 2.0  # the state index of "in_use" in the page map's codes
+    assert STATES[int(in_use)] == "in_use"
+    assert [sum(v == in_use for row in m for v in row if v is not None) for m in maps] \
+        == [sum(s == "in_use" for s in ex.rec.states_at(k)["pool"]) for k in range(5)]
+    assert maps[0] != maps[4]  # our request puts blocks on page 1, parked until then
+    assert "explore(lambda: one_request(" in _text("01_block_token_page")
