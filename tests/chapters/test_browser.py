@@ -1,8 +1,10 @@
 """A learner's path in a real browser: JupyterLab + Debian chromium driven by Playwright.
 
-Opens chapter 02, runs all cells, waits for the page map to render, answers the first quiz
-question and checks the feedback, and keeps screenshots in ``artifacts/browser/``. Skips only when
-chromium is absent (``make browser-deps`` installs it). No browser is downloaded.
+Opens every chapter (00-09) in one JupyterLab server, runs all its cells, waits for the chapter's
+main figure (a plotly figure with a known title), answers one quiz question by the text of its
+right choice and checks the feedback, and keeps one screenshot per chapter in
+``artifacts/browser/NN_name.png``. Skips only when chromium is absent (``make browser-deps``
+installs it). No browser is downloaded.
 """
 
 from __future__ import annotations
@@ -24,14 +26,26 @@ pytest.importorskip("nbformat", reason="the notebook stack is not installed (mak
 
 from workbench.quiz import load_chapter_quiz
 
-from .nbrun import CHAPTERS, ROOT
+from .nbrun import CHAPTERS, NOTEBOOKS, ROOT
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
         "--disable-background-networking", "--disable-component-update", "--disable-sync",
         "--no-first-run"]
 ARTIFACTS = ROOT / "artifacts" / "browser"
-CHAPTER = "02_elastic_memory"
+# Each chapter's main figure: the start of its plotly title (a stable string the chapter sets).
+MAIN_FIGURE = {
+    "00_start_here": "Page map",
+    "01_block_token_page": "One request:",
+    "02_elastic_memory": "Page map",
+    "03_prefix_ownership": "Page map",
+    "04_colocation_and_limits": "Page map",
+    "05_one_request": "vLLM: EngineCore decides",
+    "06_tp_pp_transactions": "alloc then free",
+    "07_operating": "Failure decision tree",
+    "08_measuring_honestly": "TTFT of every request",
+    "09_beyond_one_kv_group": "Blocks held per group",
+}
 
 pytestmark = pytest.mark.browser
 
@@ -57,10 +71,11 @@ def _settings(root: Path) -> Path:
     return d
 
 
-@pytest.fixture
-def lab(tmp_path):
-    """JupyterLab on 127.0.0.1 (free port, no token) over a copy of the chapters, so the
-    committed notebooks never get outputs saved into them."""
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """One JupyterLab on 127.0.0.1 (free port, no token) for every chapter, over a copy of the
+    chapters, so the committed notebooks never get outputs saved into them."""
+    tmp_path = tmp_path_factory.mktemp("lab")
     work = tmp_path / "chapters"
     shutil.copytree(CHAPTERS, work, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
     port = _free_port()
@@ -117,8 +132,9 @@ def _run_all(page, attempts: int = 3) -> None:
         page.click("#jp-MainMenu .lm-MenuBar-itemLabel:text-is('Run')", timeout=10_000)
         page.click(".lm-Menu-itemLabel:text-is('Run All Cells')", timeout=10_000)
         try:
-            page.wait_for_function(
-                "() => [...document.querySelectorAll('.jp-InputArea-prompt')]"
+            page.wait_for_function(  # in the shown notebook only
+                "() => [...document.querySelectorAll("
+                "'.jp-NotebookPanel:not(.lm-mod-hidden) .jp-InputArea-prompt')]"
                 ".some(p => /\\[[0-9*]+\\]/.test(p.textContent))", timeout=20_000)
             return
         except Exception:  # noqa: BLE001 - nothing ran: try the menu again
@@ -126,68 +142,102 @@ def _run_all(page, attempts: int = 3) -> None:
     raise AssertionError("Run All Cells never started a cell")
 
 
-def _first_question() -> tuple[str, str]:
-    """The right choice of Q1, found by its text: the learner's shuffle decides where it shows."""
-    q = load_chapter_quiz(CHAPTER).questions[0]
+def _question(stem: str) -> tuple[str, str, str]:
+    """The chapter's first single-choice question: its prompt, and its right choice's text and
+    feedback, found by text (the learner's shuffle decides where the choice shows)."""
+    q = next(q for q in load_chapter_quiz(stem).questions if q.kind == "single")
     right = next(c for c in q.choices if c.correct)
-    return right.text, right.feedback
+    return q.prompt, right.text, right.feedback
 
 
-@pytest.mark.timeout(300)
-def test_chapter02_in_chromium(lab):
+@pytest.fixture(scope="module")
+def browser():
     if not CHROMIUM.exists():
         pytest.skip("Debian chromium is not installed at /usr/bin/chromium "
                     "(run `make browser-deps` or `apt-get install chromium`)")
     from playwright.sync_api import sync_playwright
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    answer, feedback = _first_question()
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        try:
-            page.goto(f"{lab}/lab/tree/{CHAPTER}.ipynb", timeout=90_000)
-            page.wait_for_selector(".jp-NotebookPanel", timeout=90_000)
-            _accept_kernel_dialog(page)
-            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']",
-                                   timeout=90_000)
-            _run_all(page)
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
+        yield b
+        b.close()
 
-            # The page map: a plotly figure inside the explorer, with its title and cells drawn.
-            page.wait_for_selector(".wb-explorer .js-plotly-plot .main-svg", timeout=120_000)
-            try:
-                page.wait_for_function(
-                    "() => [...document.querySelectorAll('.wb-explorer .js-plotly-plot .gtitle')]"
-                    ".some(t => t.textContent.startsWith('Page map'))", timeout=60_000)
-            except Exception:
-                print("titles:", page.evaluate(
-                    "() => [...document.querySelectorAll('.gtitle')].map(t => t.textContent)"))
-                raise
-            page.wait_for_selector(".wb-explorer .js-plotly-plot .hm image", state="attached",
-                                   timeout=60_000)
-            page.evaluate("document.querySelector('.wb-explorer').scrollIntoView({block: 'start'})")
-            page.wait_for_timeout(1000)
-            page.screenshot(path=str(ARTIFACTS / "chapter02.png"))
 
-            # The quiz: answer the first question correctly and read the feedback.
-            page.wait_for_selector(".wb-quiz .wb-quiz-question", timeout=120_000)
-            card = page.locator(".wb-quiz .wb-quiz-question").first
-            card.scroll_into_view_if_needed()
-            card.locator("label", has_text=answer).first.click()
-            card.locator(".wb-quiz-check").click()
-            fb = card.locator(".wb-quiz-feedback")
-            fb.get_by_text("Correct").wait_for(timeout=30_000)
-            shown = fb.inner_text()
-            assert "Correct" in shown and feedback[:40] in shown, shown
-            score = page.locator(".wb-quiz-score").first.inner_text()
-            assert score.startswith("Score 1 /"), score
-            page.wait_for_timeout(500)
-            page.screenshot(path=str(ARTIFACTS / "chapter02_quiz.png"))
-            errors = page.locator(".jp-OutputArea-output[data-mime-type="
-                                  "'application/vnd.jupyter.stderr']").all_inner_texts()
-            assert not [e for e in errors if "Traceback" in e], errors
-        except Exception:
-            page.screenshot(path=str(ARTIFACTS / "chapter02_failure.png"))
-            raise
-        finally:
-            browser.close()
+def _open_and_run(page, url: str) -> None:
+    page.goto(url, timeout=90_000)
+    page.wait_for_selector(".jp-NotebookPanel", timeout=90_000)
+    _accept_kernel_dialog(page)
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']",
+                           timeout=90_000)
+    _run_all(page)
+
+
+def _see_main_figure(page, title: str) -> None:
+    """Wait until a plotly figure titled ``title...`` has drawn, and scroll it into view."""
+    js = ("t => [...document.querySelectorAll('.js-plotly-plot .gtitle')]"
+          ".some(g => g.textContent.startsWith(t))")
+    try:
+        page.wait_for_function(js, arg=title, timeout=150_000)
+    except Exception:
+        print("titles:", page.evaluate(
+            "() => [...document.querySelectorAll('.gtitle')].map(t => t.textContent)"))
+        raise
+    assert page.locator(".js-plotly-plot .main-svg").count() > 0
+    page.evaluate("t => [...document.querySelectorAll('.js-plotly-plot .gtitle')]"
+                  ".find(g => g.textContent.startsWith(t)).closest('.js-plotly-plot')"
+                  ".scrollIntoView({block: 'start'})", title)
+    page.wait_for_timeout(1000)
+
+
+def _answer(page, stem: str) -> None:
+    prompt, answer, feedback = _question(stem)
+    page.wait_for_selector(".wb-quiz .wb-quiz-question", timeout=120_000)
+    card = page.locator(".wb-quiz .wb-quiz-question", has_text=prompt[:50]).first
+    card.scroll_into_view_if_needed()
+    card.locator("label", has_text=answer).first.click()
+    card.locator(".wb-quiz-check").click()
+    fb = card.locator(".wb-quiz-feedback")
+    fb.get_by_text("Correct").wait_for(timeout=30_000)
+    shown = fb.inner_text()
+    assert "Correct" in shown and feedback[:40] in shown, shown
+    score = page.locator(".wb-quiz-score").first.inner_text()
+    assert score.startswith("Score 1 /"), score
+
+
+def _shut_down_kernels(page) -> None:
+    """Close every session, so ten chapters never hold ten kernels at once."""
+    page.evaluate("""async () => {
+        const x = document.cookie.match(/_xsrf=([^;]+)/);
+        const h = x ? {'X-XSRFToken': decodeURIComponent(x[1])} : {};
+        const s = await (await fetch('/api/sessions')).json();
+        for (const t of s) await fetch('/api/sessions/' + t.id, {method: 'DELETE', headers: h});
+    }""")
+
+
+def test_every_chapter_has_a_main_figure():
+    assert sorted(MAIN_FIGURE) == [p.stem for p in NOTEBOOKS]
+
+
+@pytest.mark.timeout(360)
+@pytest.mark.parametrize("stem", sorted(MAIN_FIGURE))
+def test_chapter_in_chromium(lab, browser, stem):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    shot = ARTIFACTS / f"{stem}.png"
+    t0 = time.monotonic()
+    try:
+        # a fresh workspace per chapter: only this notebook is open, no tab of the last one
+        _open_and_run(page, f"{lab}/lab/workspaces/ch{stem[:2]}/tree/{stem}.ipynb?reset")
+        _see_main_figure(page, MAIN_FIGURE[stem])
+        page.screenshot(path=str(shot))
+        _answer(page, stem)
+        errors = page.locator(".jp-OutputArea-output[data-mime-type="
+                              "'application/vnd.jupyter.stderr']").all_inner_texts()
+        assert not [e for e in errors if "Traceback" in e], errors
+        print(f"{stem}: {time.monotonic() - t0:.0f} s in chromium")
+    except Exception:
+        page.screenshot(path=str(ARTIFACTS / f"{stem}_failure.png"))
+        raise
+    finally:
+        _shut_down_kernels(page)
+        page.close()

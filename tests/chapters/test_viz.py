@@ -126,8 +126,16 @@ def test_state_machine_highlight():
 def test_bytes_figure_series():
     res = colocation(steps=10)
     fig = bytes_figure(res.rec, 3, capacity=1 << 30)
-    assert len(fig.data) == 3 * len(res.rec.pools)
+    # no limit set: mapped and reserved per pool, no "limit" line (an unset limit is the
+    # capacity, which must not be drawn or named as a limit)
+    assert [t.name for t in fig.data] == [f"{n} {k}" for n in "abc" for k in ("mapped", "reserved")]
     assert len(fig.data[0].x) == len(res.rec.steps)
+    assert [a.text for a in fig.layout.annotations] == ["device capacity"]
+    capped = colocation(steps=10, limit_pool="a", limit_gib=0.25, limit_at=4)
+    fig = bytes_figure(capped.rec, 3)
+    assert [t.name for t in fig.data if t.name.endswith("limit")] == ["a limit"]
+    line = next(t for t in fig.data if t.name == "a limit").y
+    assert line[:4] == (None,) * 4 and set(line[4:]) == {0.25}
 
 
 @settings(max_examples=30, deadline=None)
@@ -177,7 +185,7 @@ def test_explorer_live_controls_drive_the_figures():
     last = [list(r) for r in ex.fig_map.data[0].z]
     ex.step_slider.value = 2  # what dragging the slider does
     assert ex.step == 2 and [list(r) for r in ex.fig_map.data[0].z] != last
-    assert "step 1" in ex.label.value or "step 2" in ex.label.value
+    assert ex.label.value.startswith("<b>step 2:")  # the slider's value is the label's step
     ex.page_slider.value = 3
     assert "page 3" in ex.fig_machine.layout.title.text
     n_events = len(ex.rec.events)

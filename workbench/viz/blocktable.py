@@ -15,7 +15,7 @@ from plotly.subplots import make_subplots
 
 from workbench.core.geometry import KVGeometry
 from workbench.errors import ConfigError
-from workbench.viz.style import FONT, pool_color
+from workbench.viz.style import FONT, page_color
 
 
 class Span(NamedTuple):
@@ -39,7 +39,7 @@ def request_spans(geo: KVGeometry, block_ids: list[int], num_tokens: int,
         raise ConfigError(f"{num_tokens} tokens", f"they need {need} blocks of {bs}, got "
                           f"{len(block_ids)}", "pass a block id for every block the tokens fill")
     pages = {geo.block_page(b) for b in block_ids[:need]}
-    shade = {p: pool_color(i) for i, p in enumerate(sorted(pages))}
+    shade = {p: page_color(i) for i, p in enumerate(sorted(pages))}
     spans: list[Span] = []
     for i, b in enumerate(block_ids[:need]):
         lo, hi = i * bs, min((i + 1) * bs, num_tokens)
@@ -50,8 +50,8 @@ def request_spans(geo: KVGeometry, block_ids: list[int], num_tokens: int,
             spans.append(Span(1, lo, hi, f"b{b}", "#a5d8ff",
                               f"block_table[{i}] = block {b}"))
         else:
-            s0 = b * bs
-            spans.append(Span(1, lo, hi, f"{s0}…{s0 + hi - lo - 1}", "#d0bfff",
+            s0 = b * bs  # the box shows the first slot; the hover gives the whole run
+            spans.append(Span(1, lo, hi, f"{s0}…", "#d0bfff",
                               f"req_to_token[{lo}:{hi}] = slots {s0}–{s0 + hi - lo - 1}"))
         spans.append(Span(2, lo, hi, f"p{page}", shade[page],
                           f"block {b} lives on VMM page {page} "
@@ -64,8 +64,34 @@ LANES = {"vllm": ("request tokens", "block table → block id", "VMM page id"),
          "sglang": ("request tokens", "req_to_token → token slots", "VMM page id")}
 
 
+PLOT_PX = 600  # the narrowest plot area a notebook gives this figure (the layout is responsive)
+CHAR_PX = 6.5  # width of one character at the label font (10 px)
+GAP_PX = 4.0
+
+
+def visible_labels(spans: list[Span], num_tokens: int, plot_px: float = PLOT_PX) -> list[str]:
+    """The label each box shows ("" where it would touch its left neighbour's): left to right, a
+    label is drawn only if it clears the last drawn one; every box keeps its hover text."""
+    px = plot_px / max(1, num_tokens)
+    out, right = [], float("-inf")
+    for s in spans:
+        centre, half = (s.start + s.stop) / 2 * px, len(s.label) * CHAR_PX / 2
+        if centre - half >= right + GAP_PX:
+            out.append(s.label)
+            right = centre + half
+        else:
+            out.append("")
+    return out
+
+
 def _add(fig, spans: list[Span], row: int, view: str) -> None:
     xs, ys, texts, hovers = [], [], [], []
+    num_tokens = max(s.stop for s in spans)
+    shown = {}
+    for lane in (0, 1, 2):
+        lane_spans = [s for s in spans if s.lane == lane]
+        shown.update(zip(map(id, lane_spans), visible_labels(lane_spans, num_tokens),
+                         strict=True))
     for s in spans:
         y = 2 - s.lane
         fig.add_shape(type="rect", x0=s.start, x1=s.stop, y0=y - 0.38, y1=y + 0.38,
@@ -73,7 +99,7 @@ def _add(fig, spans: list[Span], row: int, view: str) -> None:
                       row=row, col=1)
         xs.append((s.start + s.stop) / 2)
         ys.append(y)
-        texts.append(s.label)
+        texts.append(shown[id(s)])
         hovers.append(s.hover)
     fig.add_trace(go.Scatter(x=xs, y=ys, mode="text", text=texts, hovertext=hovers,
                              hoverinfo="text", textfont=dict(size=10), showlegend=False,

@@ -54,6 +54,11 @@ def _scale(rec: Recording, color_by: str):
     return discrete_scale(colors), len(colors)
 
 
+def _title(label: str) -> str:
+    """Steps labelled "step k: ..." (the scenarios) read as they are; other labels get "at"."""
+    return f"Page map — {label}" if label.startswith("step ") else f"Page map — at: {label}"
+
+
 def page_map(rec: Recording, step: int | None = None, *, width: int = 32,
              color_by: str = "state", title: str | None = None) -> go.Figure:
     """The page map after ``step``. ``color_by`` is "state" or "owner" (mapped pages take their
@@ -73,7 +78,7 @@ def page_map(rec: Recording, step: int | None = None, *, width: int = 32,
                                  marker=dict(symbol="square", size=12, color=color)))
     label = rec.steps[step].label if rec.steps and step is not None else "end"
     fig.update_layout(
-        title=title or f"Page map — step: {label}", font=FONT, height=150 + 24 * len(z),
+        title=title or _title(label), font=FONT, height=150 + 24 * len(z),
         margin=dict(l=110, r=10, t=80, b=40), plot_bgcolor="white",
         xaxis=dict(title="page id (column)", showgrid=False, zeroline=False),
         yaxis=dict(autorange="reversed", tickmode="array", tickvals=list(range(len(z))),
@@ -91,4 +96,4 @@ def update_page_map(fig, rec: Recording, step: int | None, *, width: int = 32,
     with fig.batch_update():
         fig.data[0].z = z
         fig.data[0].text = text
-        fig.layout.title.text = f"Page map — step: {label}"
+        fig.layout.title.text = _title(label)

@@ -1,13 +1,9 @@
 """Small, seeded runs that chapters record and plot (the logic lives here, not in cells).
 
-* :func:`one_request` — a pool and one request's blocks (chapter 01).
-* :func:`churn` — requests arrive, grow and leave on one pool; an optional limit mid-run
-  (chapter 02).
-* :func:`colocation` — three pools on one device, load taking turns, an optional limit on one
-  (chapter 04).
-
-A "request" here is just a list of block ids that grows by ``grow`` tokens per step: enough to
-drive the ledger's alloc/free exactly as an engine would, without an engine.
+:func:`one_request` (chapter 01), :func:`churn` (one pool, an optional limit: 02) and
+:func:`colocation` (three pools taking turns, one per-pool request stream each: 04). A "request"
+is a list of block ids that grows each step: enough to drive the ledger's alloc/free exactly as an
+engine would. Recording step *k* is always labelled "step k:", the value of the step slider.
 """
 
 from __future__ import annotations
@@ -62,6 +58,12 @@ class ChurnResult:
     misses: dict[str, int]  # admissions refused + requests preempted for lack of memory
     finished: dict[str, int]
     limit_results: list = field(default_factory=list)
+    # pool -> the requests offered to it, in order: (id, target tokens, first chunk)
+    offered: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for n in self.misses:
+            self.offered.setdefault(n, [])
 
 
 def one_request(num_tokens: int = 100, *, block_size: int = 16, others: int = 2, seed: int = 0,
@@ -75,31 +77,32 @@ def one_request(num_tokens: int = 100, *, block_size: int = 16, others: int = 2,
                         config=PoolConfig(min_reserved_pages=1, max_reserved_pages=2),
                         events=rec.log)
     rec.add_pool(kv)
-    rec.mark("start")
+    rec.mark("step 0: start, the null block's page mapped")
     held = []
     for i in range(others):
         ids = kv.alloc(rng.randint(3, 12))
         held.append(ids)
-        rec.mark(f"request {i} admitted")
+        rec.mark(f"step {len(rec.steps)}: request {i} admitted ({len(ids)} blocks)")
     # Interleave: free one earlier request so ours reuses its scattered blocks.
     if held:
         kv.free(held.pop(0))
-        rec.mark("request 0 finished")
+        rec.mark(f"step {len(rec.steps)}: request 0 finished")
     ours = kv.alloc(ceil_div(num_tokens, block_size))
     if ours is None:
         raise ConfigError(f"num_tokens={num_tokens}", "the request does not fit in this small "
                           f"pool of {geo.num_blocks} blocks after the others took theirs",
                           "use fewer tokens")
-    rec.mark("our request admitted")
+    rec.mark(f"step {len(rec.steps)}: our request admitted ({len(ours)} blocks)")
     return kv, ours, rec
 
 
 def churn(*, steps: int = 40, load: int = 6, limit_pages: int | None = None,
           limit_at: int | None = None, num_pages: int = 32, seed: int = 0,
           backend: str = "sim", defer_release: bool = False, **device_kw) -> ChurnResult:
-    """One pool; each step admits requests up to ``load``, grows every running request by 64
-    tokens and finishes those that reached their length. At step ``limit_at`` the pool's limit is
-    set to ``limit_pages`` page ids."""
+    """One pool; step 0 is the empty pool, then each step 1..``steps`` admits requests up to
+    ``load``, grows every running request by 64 tokens and finishes those that reached their
+    length. At step ``limit_at`` (before its traffic) the limit is set to ``limit_pages`` page
+    ids. Recording step *k* is labelled "step k", so a slider's value and its label agree."""
     rng = random.Random(seed)
     rec = Recording()
     geo = small_geometry(num_pages=num_pages)
@@ -107,15 +110,20 @@ def churn(*, steps: int = 40, load: int = 6, limit_pages: int | None = None,
                         config=PoolConfig(min_reserved_pages=2, max_reserved_pages=4),
                         events=rec.log, defer_release=defer_release)
     rec.add_pool(kv)
-    rec.mark("start: null block + 2 reserved pages")
     res = ChurnResult(rec, {"pool": 0}, {"pool": 0})
+
+    def limit_note(step: int) -> str:
+        if limit_at is None or step != limit_at or limit_pages is None:
+            return ""
+        r = kv.set_limit(limit_pages * geo.page_id_bytes)
+        res.limit_results.append(r)
+        return f" · limit {limit_pages} pages → {r.outcome.value}"
+
+    rec.mark("step 0: start, null block + 2 reserved pages" + limit_note(0))
     running: list[Req] = []
     nid = 0
-    for step in range(steps):
-        if limit_at is not None and step == limit_at and limit_pages is not None:
-            r = kv.set_limit(limit_pages * geo.page_id_bytes)
-            res.limit_results.append(r)
-            rec.mark(f"step {step}: limit {limit_pages} pages → {r.outcome.value}")
+    for step in range(1, steps + 1):
+        note = limit_note(step)
         admitted = done = 0
         while len(running) < load:
             r = Req(nid, 0, rng.randint(300, 1200))
@@ -137,8 +145,19 @@ def churn(*, steps: int = 40, load: int = 6, limit_pages: int | None = None,
         if defer_release and step % 3 == 2:  # the async barrier passes every third step
             kv.release_retired_through(kv.capture_marker())
         res.finished["pool"] += done
-        rec.mark(f"step {step}: +{admitted} −{done} running {len(running)}")
+        rec.mark(f"step {step}: +{admitted} −{done} running {len(running)}{note}")
     return res
+
+
+def request_stream(seed: int, pool: str):
+    """The requests offered to one pool, in order: ``Req(k, 0, target)`` with its first chunk
+    of tokens. Each pool draws from its own generator, seeded by (seed, pool), so what happens
+    to one pool (a limit, a miss) never changes another pool's workload."""
+    rng = random.Random(f"{seed}/{pool}")
+    k = 0
+    while True:
+        yield Req(k, 0, rng.randint(600, 2000)), rng.randint(200, 800)
+        k += 1
 
 
 def colocation(*, steps: int = 48, phase: int = 8, busy: int = 6, idle: int = 1,
@@ -147,8 +166,9 @@ def colocation(*, steps: int = 48, phase: int = 8, busy: int = 6, idle: int = 1,
                backend: str = "sim", **device_kw) -> ChurnResult:
     """Three pools on one device of ``device_gib``; the busy pool changes every ``phase`` steps
     (``busy`` requests for it, ``idle`` for the others). ``limit_pool`` gets ``limit_gib`` at
-    step ``limit_at``."""
-    rng = random.Random(seed)
+    step ``limit_at`` (0: before any traffic). Each pool takes its requests from its own
+    :func:`request_stream`, in order: a refused request waits and is offered again next step, so
+    ``res.offered[pool]`` is always a prefix of that pool's stream."""
     rec = Recording()
     # a device of device_gib: sim and host honour the capacity, a real GPU is what it is
     dev = make_device(backend, **{"capacity": int(device_gib * GiB), **device_kw})
@@ -159,28 +179,37 @@ def colocation(*, steps: int = 48, phase: int = 8, busy: int = 6, idle: int = 1,
         pools[n] = KVCacheManager(geo, dev, name=n, events=rec.log,
                                   config=PoolConfig(min_reserved_pages=1, max_reserved_pages=3))
         rec.add_pool(pools[n])
-    rec.mark("start: three pools reserved, nothing mapped but null blocks")
     res = ChurnResult(rec, dict.fromkeys(names, 0), dict.fromkeys(names, 0))
+    streams = {n: request_stream(seed, n) for n in names}
+    waiting: dict[str, tuple[Req, int] | None] = dict.fromkeys(names)
+
+    def limit_note(step: int) -> str:
+        if not limit_pool or limit_gib is None or step != limit_at:
+            return ""
+        kv = pools[limit_pool]
+        r = kv.set_limit(int(limit_gib * GiB) // kv.geometry.page_id_bytes
+                         * kv.geometry.page_id_bytes)
+        res.limit_results.append(r)
+        return f" · limit {limit_pool}={limit_gib} GiB → {r.outcome.value}"
+
+    rec.mark("step 0: three pools reserved, nothing mapped but null blocks" + limit_note(0))
     running: dict[str, list[Req]] = {n: [] for n in names}
-    nid = 0
-    for step in range(steps):
-        hot = names[(step // phase) % len(names)]
-        if limit_pool and limit_gib is not None and step == limit_at:
-            kv = pools[limit_pool]
-            r = kv.set_limit(int(limit_gib * GiB) // kv.geometry.page_id_bytes
-                             * kv.geometry.page_id_bytes)
-            res.limit_results.append(r)
-            rec.mark(f"step {step}: limit {limit_pool}={limit_gib} GiB → {r.outcome.value}")
+    for step in range(1, steps + 1):
+        hot = names[((step - 1) // phase) % len(names)]
+        note = limit_note(step)
         for n in names:
             kv, run = pools[n], running[n]
             want = busy if n == hot else idle
             while len(run) < want:
-                r = Req(nid, 0, rng.randint(600, 2000))
-                if not _grow(kv, r, rng.randint(200, 800)):
+                if waiting[n] is None:
+                    waiting[n] = req, first = next(streams[n])
+                    res.offered[n].append((req.rid, req.target, first))
+                r, first = waiting[n]
+                if not _grow(kv, r, first):
                     res.misses[n] += 1
                     break
+                waiting[n] = None
                 run.append(r)
-                nid += 1
             for r in list(run):
                 if r.tokens >= r.target:
                     kv.free(r.blocks)
@@ -190,7 +219,8 @@ def colocation(*, steps: int = 48, phase: int = 8, busy: int = 6, idle: int = 1,
                     kv.free(r.blocks)
                     run.remove(r)
                     res.misses[n] += 1
-        rec.mark(f"step {step}: busy={hot} " + " ".join(f"{n}:{len(running[n])}" for n in names))
+        rec.mark(f"step {step}: busy={hot} " + " ".join(f"{n}:{len(running[n])}" for n in names)
+                 + note)
     return res
 
 
@@ -303,12 +333,12 @@ def prefix_sharing(*, steps: int = 30, arrivals: int = 2, max_cached_tokens: int
             * geo.num_buffers
         res.mapped_live_bytes.append((kv.mapped_bytes, held))
 
-    mark("start")
+    mark("step 0: start")
     running: list[tuple[int, list[int]]] = []  # (finish step, blocks)
-    for step in range(steps):
+    for step in range(1, steps + 1):
+        note = ""
         if reset_at is not None and step == reset_at:
-            n = bp.reset_prefix_cache()
-            mark(f"step {step}: reset prefix cache ({n} blocks evicted)")
+            note = f" · reset prefix cache ({bp.reset_prefix_cache()} blocks evicted)"
         for end, blocks in [r for r in running if r[0] == step]:
             bp.free_blocks(reversed(blocks))  # tail first: the prefix stays longest
             running.remove((end, blocks))
@@ -329,7 +359,7 @@ def prefix_sharing(*, steps: int = 30, arrivals: int = 2, max_cached_tokens: int
             blocks = hit + new
             bp.cache_full_blocks(blocks, hashes, len(hit), len(hashes))
             running.append((step + rng.randint(1, 3), blocks))
-        mark(f"step {step}: {len(running)} running, {len(bp.evictable)} cached blocks")
+        mark(f"step {step}: {len(running)} running, {len(bp.evictable)} cached blocks{note}")
     return res
 
 

@@ -17,7 +17,7 @@ NODES: dict[str, tuple[float, float, str, str]] = {
     "free": (0.0, 3.0, "FREE<br>zero page only", STATE_COLORS["free"]),
     "in_use": (0.0, 1.8, "IN_USE<br>physical page mapped", STATE_COLORS["in_use"]),
     "reserved": (2.6, 1.8, "RESERVED<br>mapped, no live block", STATE_COLORS["reserved"]),
-    "retired": (-2.6, 1.8, "RETIRED<br>wait for release barrier", STATE_COLORS["retired"]),
+    "retired": (-2.6, 0.6, "RETIRED<br>wait for release barrier", STATE_COLORS["retired"]),
     "prepared": (0.0, 0.6, "UNMAP PREPARED<br>handles retained", "#fff3bf"),
     "released": (-1.6, -0.6, "handle released<br>(back to FREE)", "#f1f3f5"),
     "restored": (1.6, -0.6, "mapping restored<br>(abort)", "#d0ebff"),
@@ -34,10 +34,13 @@ EDGES: list[tuple[str, str, str]] = [
     ("in_use", "retired", "retire (async)"),
     ("in_use", "prepared", "last block freed"),
     ("retired", "prepared", "barrier passed"),
+    ("retired", "reserved", "barrier passed, parked"),
     ("reserved", "prepared", "trim / shrink"),
     ("prepared", "released", "commit"),
     ("prepared", "restored", "abort"),
     ("free", "reclaimed", "shrink"),
+    ("in_use", "reclaimed", "shrink: unmap past limit"),
+    ("retired", "reclaimed", "barrier, past limit"),
     ("reclaimed", "free", "grow"),
     ("free", "quarantined", "rollback failed"),
 ]
@@ -48,11 +51,15 @@ def node_of(state: str) -> str:
 
 
 def edge_of(e: Event | None) -> tuple[str, str] | None:
-    """The diagram edge(s) a core event walked: an unmap passes through "prepared"."""
+    """The diagram edge a core event walked. An unmap back to FREE passes through "prepared"
+    (the core prepares then commits in one step); a page in the retired tail of a limit that
+    loses its last block goes straight to RECLAIMED (the shrink edges), not "last block freed"."""
     if e is None or e.src == e.dst:
         return None
+    if e.dst == "reclaimed" and e.src in ("in_use", "retired"):
+        return (e.src, "reclaimed")
     if e.dst in ("free", "reclaimed") and e.src in ("in_use", "reserved", "retired"):
-        return (e.src, "prepared")  # the core unmaps in one step: prepare then commit
+        return (e.src, "prepared")
     return (e.src, e.dst)
 
 
@@ -65,6 +72,8 @@ def state_machine(state: str | None = None, last: Event | None = None,
 
 
 W, H = 0.62, 0.30  # half width and half height of a node box, in data units
+# where along an edge its label sits (default: the middle), for edges whose middle is taken
+LABEL_AT = {("retired", "reserved"): 0.78}
 
 
 def _border(x0: float, y0: float, x1: float, y1: float) -> tuple[float, float]:
@@ -93,7 +102,8 @@ def _draw(fig, state: str | None, last: Event | None, title: str) -> None:
             x=tx + ox, y=ty + oy, ax=sx + ox, ay=sy + oy, xref="x", yref="y", axref="x",
             ayref="y", text="", showarrow=True, arrowhead=2, arrowsize=1.1,
             arrowwidth=3.5 if on else 1.3, arrowcolor="#d9480f" if on else "#868e96"))
-        lx, ly = (sx + tx) / 2 + ox * 2.5, (sy + ty) / 2 + oy * 2.5
+        f = LABEL_AT.get((src, dst), 0.5)
+        lx, ly = sx + (tx - sx) * f + ox * 2.5, sy + (ty - sy) * f + oy * 2.5
         annotations.append(dict(x=lx, y=ly, xref="x", yref="y", text=label, showarrow=False,
                                 font=dict(size=10, color="#d9480f" if on else "#495057"),
                                 bgcolor="rgba(255,255,255,0.8)"))

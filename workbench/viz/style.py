@@ -10,12 +10,20 @@ STATE_COLORS = {
     "reclaimed": "#adb5bd",  # outside the current limit
     "quarantined": "#e03131",  # backing unknown: never issued again
 }
-POOL_COLORS = ["#1971c2", "#e8590c", "#2f9e44", "#9c36b5", "#c2255c", "#0c8599", "#f08c00"]
+# Pool and page-id colours share no hue with the state colours above: a green or amber cell
+# must always mean a state, never "pool 3" or "page 7" (tests/chapters/test_ch00_04.py).
+POOL_COLORS = ["#3b5bdb", "#9c36b5", "#0c8599", "#862e9c", "#8d5524", "#5f3dc4"]
+PAGE_COLORS = ["#f783ac", "#ffe066", "#63e6be", "#e599f7", "#ffc078", "#da77f2"]
 FONT = dict(family="Inter, Helvetica, Arial, sans-serif", size=12)
 
 
 def pool_color(i: int) -> str:
     return POOL_COLORS[i % len(POOL_COLORS)]
+
+
+def page_color(i: int) -> str:
+    """The fill of the i-th distinct VMM page id in a block-table figure."""
+    return PAGE_COLORS[i % len(PAGE_COLORS)]
 
 
 def discrete_scale(colors: list[str]) -> list[list]:

@@ -12,8 +12,8 @@ GiB = float(1 << 30)
 
 def bytes_figure(rec: Recording, step: int | None = None, *, capacity: int | None = None,
                  title: str = "Physical memory per pool") -> go.Figure:
-    """Lines per pool: mapped (solid), reserved (dashed), limit (dotted); ``step`` draws a cursor;
-    ``capacity`` a device line."""
+    """Lines per pool: mapped (solid), reserved (dashed), limit (dotted, only while one is set);
+    ``step`` draws a cursor; ``capacity`` a labelled device line."""
     series = rec.series()
     x = list(range(len(rec.steps)))
     labels = rec.labels()
@@ -27,15 +27,21 @@ def bytes_figure(rec: Recording, step: int | None = None, *, capacity: int | Non
                                  name=f"{name} reserved", mode="lines",
                                  line=dict(color=c, width=1.5, dash="dash"), text=labels,
                                  hovertemplate="%{text}<br>%{y:.2f} GiB"))
-        fig.add_trace(go.Scatter(x=x, y=[v / GiB for v in s["limit"]], name=f"{name} limit",
-                                 mode="lines", line=dict(color=c, width=1, dash="dot"),
-                                 text=labels, hovertemplate="%{text}<br>limit %{y:.2f} GiB"))
+        if any(s["limit"]):  # steps before the limit was set draw nothing (0 = no limit)
+            fig.add_trace(go.Scatter(x=x, y=[v / GiB if v else None for v in s["limit"]],
+                                     name=f"{name} limit", mode="lines",
+                                     line=dict(color=c, width=1, dash="dot"), text=labels,
+                                     hovertemplate="%{text}<br>limit %{y:.2f} GiB"))
     shapes = []
+    notes = []
     if capacity:
         shapes.append(dict(type="line", xref="paper", x0=0, x1=1, y0=capacity / GiB,
                            y1=capacity / GiB, line=dict(color="#c92a2a", width=1.5)))
+        notes.append(dict(xref="paper", x=1, y=capacity / GiB, yanchor="bottom", xanchor="right",
+                          text="device capacity", showarrow=False,
+                          font=dict(size=10, color="#c92a2a")))
     shapes.append(_cursor(step))
-    fig.update_layout(title=title, font=FONT, height=360, shapes=shapes,
+    fig.update_layout(title=title, font=FONT, height=360, shapes=shapes, annotations=notes,
                       xaxis=dict(title="step"), yaxis=dict(title="GiB", rangemode="tozero"),
                       margin=dict(l=60, r=10, t=50, b=40), plot_bgcolor="white",
                       legend=dict(font=dict(size=10)))

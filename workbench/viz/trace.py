@@ -17,6 +17,12 @@ STATES = [s.value for s in PageState]
 MAPPED = ("in_use", "reserved", "retired")
 
 
+def limit_in_force(kv) -> int:
+    """The pool's limit in bytes, or 0 when none was ever set: an unset limit reads as the
+    pool's capacity, which a plot must not label "limit"."""
+    return kv.limit_bytes if getattr(kv, "revision", 0) > 0 else 0
+
+
 @dataclass(slots=True)
 class PoolInfo:
     name: str
@@ -29,7 +35,7 @@ class Step(NamedTuple):
     label: str
     end: int  # events[:end] happened by the end of this step
     t: float
-    limits: dict[str, int]  # pool -> limit bytes in force
+    limits: dict[str, int]  # pool -> limit bytes in force (0: no limit set)
 
 
 @dataclass
@@ -54,7 +60,7 @@ class Recording:
 
     def mark(self, label: str) -> int:
         """Close a step; returns its index."""
-        limits = {n: getattr(m, "limit_bytes", 0) for n, m in self.managers.items()}
+        limits = {n: limit_in_force(m) for n, m in self.managers.items()}
         t = self.log.events[-1].t if self.log.events else 0.0
         self.steps.append(Step(label, len(self.log.events), t, limits))
         return len(self.steps) - 1
