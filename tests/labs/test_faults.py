@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import shutil
-import tempfile
 
 import pytest
 from typer.testing import CliRunner
@@ -19,20 +16,13 @@ from workbench.labs.faults import FaultsParams, run_order
 from workbench.labs.faults_cases import CASES, coordinator_killed, run_case
 from workbench.labs.faults_report import case_checks
 from workbench.labs.tp_pp_workers import GEO, open_rig
-from workbench.transport.paths import SOCKET_DIR_ENV
+
+pytestmark = pytest.mark.usefixtures("socket_base")
 
 BACKENDS = ["sim", "host"]
 PAGE = GEO.page_id_bytes
 ONE = {"pp0/tp0": PAGE, "pp0/tp1": PAGE}  # page 0 (the null block's) on each rank
 TWO = {"pp0/tp0": 2 * PAGE, "pp0/tp1": 2 * PAGE}
-
-
-@pytest.fixture(autouse=True)
-def socket_base(monkeypatch):
-    base = tempfile.mkdtemp(prefix="wbkv-")  # short: socket paths stay under 107 bytes
-    monkeypatch.setenv(SOCKET_DIR_ENV, os.path.join(base, "s"))
-    yield
-    shutil.rmtree(base, ignore_errors=True)
 
 
 def _labels(r: dict) -> list[tuple[str, str, str]]:

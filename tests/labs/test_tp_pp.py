@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import shutil
-import tempfile
 
 import pytest
 from typer.testing import CliRunner
@@ -27,17 +24,10 @@ from workbench.labs.tp_pp_runs import (
     tp_all_or_nothing,
 )
 from workbench.labs.tp_pp_workers import GEO
-from workbench.transport.paths import SOCKET_DIR_ENV
+
+pytestmark = pytest.mark.usefixtures("socket_base")
 
 BACKENDS = ["sim", "host"]
-
-
-@pytest.fixture(autouse=True)
-def socket_base(monkeypatch):
-    base = tempfile.mkdtemp(prefix="wbkv-")  # short: socket paths stay under 107 bytes
-    monkeypatch.setenv(SOCKET_DIR_ENV, os.path.join(base, "s"))
-    yield
-    shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
