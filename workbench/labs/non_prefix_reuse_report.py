@@ -8,6 +8,7 @@ from typing import Any
 
 from workbench.engines.models import get_model
 from workbench.labs.base import LabResult
+from workbench.labs.common import checks_verdict
 from workbench.labs.non_prefix_reuse import CASES
 from workbench.labs.record import LabRecord, Manifest
 
@@ -194,8 +195,7 @@ def record(p: Any, data: dict, found: list[dict], tables: dict, backend: str) ->
         if q else "quality not measured (sim); the seed forbids calling it lossless without a "
                   "task-level evaluation",
         raw_data={"ratios": "results.ratios"},
-        verdict="supported" if all(all(f.values()) for f in found) else
-        "refuted: see kv.checks",
+        verdict=checks_verdict(found),
         mechanism="position-free document keys find reused KV anywhere; recomputing a fraction "
                   "restores some cross-document attention at a cost linear in the fraction",
         open_questions=["task-level quality (needs trained weights and a RAG task)",

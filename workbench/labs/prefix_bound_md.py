@@ -6,6 +6,7 @@ from typing import Any
 
 from workbench.engines.models import get_model
 from workbench.labs.base import LabResult
+from workbench.labs.common import checks_verdict
 from workbench.labs.phased_sim import GiB
 from workbench.labs.prefix_bound import bounds, group_bounds
 from workbench.labs.prefix_bound_report import (
@@ -154,8 +155,7 @@ def record(p: Any, data: dict, found: list[dict], tables: dict, backend: str) ->
         transfer_bytes=None, phase_times=None,
         kv={"memory": tables["memory"], "checks": found}, correctness=None,
         raw_data={"probes": "results.probes (every A-D probe, every bound)"},
-        verdict="supported" if all(all(f.values()) for f in found) else
-        "refuted: see kv.checks",
+        verdict=checks_verdict(found),
         mechanism="the bound caps cached blocks no request holds; 0 frees at once, -1 never, "
                   "N evicts whole pages first",
         open_questions=["the seed's three request classes are not listed in our copy: ours "

@@ -7,6 +7,8 @@ from typing import Any
 from workbench.engines.metrics import Dist
 from workbench.engines.models import get_model
 from workbench.labs.base import LabResult
+from workbench.labs.common import checks_verdict
+from workbench.labs.common import ms_or_none as _ms
 from workbench.labs.record import LabRecord, Manifest
 from workbench.labs.store_routes import ROUTES, SCENARIOS
 
@@ -21,10 +23,6 @@ EXPECT = (
     ("under capacity pressure the store evicts (LRU) and stays within its capacity; reads hit "
      "only what it kept", "pressure"),
 )
-
-
-def _ms(x: float) -> float | None:
-    return None if x != x else round(x * 1e3, 1)
 
 
 def case_row(run: dict, p: Any) -> dict[str, Any]:
@@ -226,8 +224,7 @@ def record(p: Any, data: dict, found: list[dict], tables: dict, backend: str) ->
         kv={"checks": found, "config": tables["config"]},
         correctness="exact-prefix reuse only (chained chunk keys)",
         raw_data={"cases": "results.cases"},
-        verdict="supported" if all(all(f.values()) for f in found) else
-        "refuted: see kv.checks",
+        verdict=checks_verdict(found),
         mechanism="the store's master answers every lookup and put; the transfer path moves "
                   "every remote byte; a local tier removes both for repeats",
         open_questions=["no RDMA path is modelled", "the routes' real default chunk sizes and "

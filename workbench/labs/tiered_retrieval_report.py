@@ -9,6 +9,7 @@ from typing import Any
 from workbench.engines.metrics import Dist
 from workbench.engines.models import get_model
 from workbench.labs.base import LabResult
+from workbench.labs.common import checks_verdict, ms_or_none
 from workbench.labs.record import LabRecord, Manifest
 from workbench.labs.tiered_retrieval import GROUPS
 
@@ -26,7 +27,7 @@ EXPECT = (
 
 
 def _ms(x: float) -> float | None:
-    return None if x != x else round(x * 1e3, 2)
+    return ms_or_none(x, digits=2)
 
 
 def group_rows(data: dict, seed: int) -> list[dict[str, Any]]:
@@ -217,8 +218,7 @@ def record(p: Any, data: dict, found: list[dict], tables: dict, backend: str) ->
         kv={"checks": found}, correctness="exact-prefix reuse only (chained chunk keys); "
                                           "quality is unchanged by construction",
         raw_data={"crossover": "results.crossover"},
-        verdict="supported" if all(all(f.values()) for f in found) else
-        "refuted: see kv.checks",
+        verdict=checks_verdict(found),
         mechanism="retrieval replaces prefill FLOPs by bytes moved; it pays while bytes/s per "
                   "token beat prefill tokens/s",
         open_questions=["calibrate the copy and recompute costs on a GPU (issue 17 item 2)",
