@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from workbench.labs.colocation import KVCACHED
-from workbench.labs.common import lat_cell, without_repeats
+from workbench.labs.common import grouped_bars, lat_cell, without_repeats
 from workbench.labs.record import LabRecord, Manifest
 
 SEED_EXPECTED = (
@@ -143,11 +143,7 @@ def figures(rows: list[dict]) -> dict[str, Any]:
         import plotly.graph_objects as go
     except ImportError:
         return {}
-    fig = go.Figure()
-    for kind in dict.fromkeys(r["workload"] for r in rows):
-        sel = [r for r in rows if r["workload"] == kind]
-        fig.add_bar(x=[r["group"] for r in sel], y=[r["ttft_ms"]["p99"] for r in sel],
-                    name=kind)
-    fig.update_layout(barmode="group", yaxis_type="log", yaxis_title="TTFT p99 (ms)",
-                      xaxis_title="control group", title="TTFT p99 per group and workload")
+    fig = grouped_bars(go, rows, "workload", "group", lambda r: r["ttft_ms"]["p99"],
+                       yaxis_type="log", yaxis_title="TTFT p99 (ms)",
+                       xaxis_title="control group", title="TTFT p99 per group and workload")
     return {"ttft_p99": fig}
