@@ -8,9 +8,8 @@ import copy
 import json
 
 import pytest
-from typer.testing import CliRunner
 
-from workbench.cli import app
+from tests.labs.cli import run_lab_cli
 from workbench.labs import run_lab
 from workbench.labs.faults import FaultsParams, run_order
 from workbench.labs.faults_cases import CASES, coordinator_killed, run_case
@@ -134,7 +133,4 @@ def test_lab_record_and_cli(tmp_path):
     assert set(res.tables["checks"][0]) >= {"all_or_none", "nothing_left", "case"}
     assert d["results"]["messages"]["lost-commit-reply"][-1]["label"] == "commit: committed"
     assert "| case | expected | measured |" in res.markdown
-    out = CliRunner().invoke(app, ["labs", "run", "faults", "--quick", "--json",
-                                   str(tmp_path / "f.json")])
-    assert out.exit_code == 0, out.output
-    assert json.loads((tmp_path / "f.json").read_text())["verdict"] == "supported"
+    assert run_lab_cli(tmp_path / "f.json", "faults", "--quick")["verdict"] == "supported"
