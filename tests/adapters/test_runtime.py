@@ -4,8 +4,10 @@ be imported here."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import types
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import given
@@ -141,24 +143,36 @@ def test_virtual_budget_does_not_depend_on_other_processes():
         int(141 * GiB * 0.9) - 16 * GiB - int(0.12 * int(141 * GiB * 0.9)))
 
 
-def test_an_optional_patch_whose_module_cannot_import_is_skipped_with_the_reason(tmp_path,
-                                                                                   monkeypatch):
-    pkg = tmp_path / "optengine"
+@contextlib.contextmanager
+def fake_engine(tmp_path, monkeypatch, name: str) -> Iterator[None]:
+    """Package ``name`` (version 1.0) on sys.path whose ``core`` imports and whose ``server``
+    needs a missing dependency; afterwards the boot registry is reset and the package gone."""
+    pkg = tmp_path / name
     pkg.mkdir()
     (pkg / "__init__.py").write_text("__version__ = '1.0'\n")
     (pkg / "core.py").write_text("X = 1\n")
     (pkg / "server.py").write_text("import no_such_dependency_here\n")
     monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        yield
+    finally:
+        boot.reset()
+        for module in [m for m in sys.modules if m.split(".")[0] == name]:
+            del sys.modules[module]
+
+
+def test_an_optional_patch_whose_module_cannot_import_is_skipped_with_the_reason(tmp_path,
+                                                                                   monkeypatch):
     applied = []
 
     def patch(name, module, required):
         return Patch(name, module, ">=1.0,<2", apply=lambda m: applied.append(name) or (
             lambda: None), required=required)
 
-    plan = boot.register(EnginePlan("optengine", "optengine", ("optengine",), [
-        patch("core-patch", "optengine.core", True),
-        patch("server-patch", "optengine.server", False)]))
-    try:
+    with fake_engine(tmp_path, monkeypatch, "optengine"):
+        plan = boot.register(EnginePlan("optengine", "optengine", ("optengine",), [
+            patch("core-patch", "optengine.core", True),
+            patch("server-patch", "optengine.server", False)]))
         import optengine.core  # noqa: F401
 
         assert plan.state == "applied" and applied == ["core-patch"]
@@ -166,32 +180,18 @@ def test_an_optional_patch_whose_module_cannot_import_is_skipped_with_the_reason
         assert rec["core-patch"] == ("applied", "")
         assert rec["server-patch"][0] == "skipped"
         assert "no_such_dependency_here" in rec["server-patch"][1]
-    finally:
-        boot.reset()
-        for name in [m for m in sys.modules if m.split(".")[0] == "optengine"]:
-            del sys.modules[name]
 
 
 def test_a_required_patch_whose_module_cannot_import_refuses_the_plan(tmp_path, monkeypatch):
     from workbench.adapters.registry import AutopatchError
 
-    pkg = tmp_path / "reqengine"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("__version__ = '1.0'\n")
-    (pkg / "core.py").write_text("X = 1\n")
-    (pkg / "server.py").write_text("import no_such_dependency_here\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    plan = boot.register(EnginePlan("reqengine", "reqengine", ("reqengine",), [
-        Patch(n, m, ">=1.0", apply=lambda mod: (lambda: None))
-        for n, m in (("a", "reqengine.core"), ("b", "reqengine.server"))]))
-    try:
+    with fake_engine(tmp_path, monkeypatch, "reqengine"):
+        plan = boot.register(EnginePlan("reqengine", "reqengine", ("reqengine",), [
+            Patch(n, m, ">=1.0", apply=lambda mod: (lambda: None))
+            for n, m in (("a", "reqengine.core"), ("b", "reqengine.server"))]))
         with pytest.raises(AutopatchError, match="cannot import reqengine.server"):
             import reqengine.core  # noqa: F401
         assert plan.state == "failed"
-    finally:
-        boot.reset()
-        for name in [m for m in sys.modules if m.split(".")[0] == "reqengine"]:
-            del sys.modules[name]
 
 
 def test_watch_stream_keeps_each_stream_once(monkeypatch):

@@ -8,44 +8,17 @@ import signal
 import stat
 import subprocess
 import sys
-import textwrap
 import uuid
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.pool_owner import spawn_owner
 from workbench.core import control
 from workbench.errors import ConfigError
 from workbench.names import NAME_MAX, check_name, is_valid_name
 from workbench.procs import pid_alive, proc_start_time
-
-OWNER = textwrap.dedent("""
-    import sys, time
-    from workbench.config import PoolConfig
-    from workbench.core.geometry import KVGeometry
-    from workbench.core.ledger import KVCacheManager
-    from workbench.sim.device import SimDevice
-    geo = KVGeometry(num_layers=2, kv_heads=8, head_dim=128, num_blocks=640)  # 10 x 8 MiB
-    kv = KVCacheManager(geo, SimDevice(), name=sys.argv[1],
-                        config=PoolConfig(ipc_name=sys.argv[1], min_reserved_pages=1,
-                                          max_reserved_pages=2))
-    held = [kv.alloc(63)] + [kv.alloc(64) for _ in range(4)]   # pages 0..4 in use
-    print("ready", flush=True)
-    while True:                      # an engine's step loop: alloc/free poll the segment
-        line = sys.stdin.readline().strip()
-        if line == "free":
-            while held:
-                kv.free(held.pop())
-            print("freed", flush=True)
-        elif line == "quit" or not line:
-            kv.close()
-            print("closed", flush=True)
-            break
-        else:
-            kv.poll_control()
-            print("polled", flush=True)
-""")
 
 
 def cli(*args: str, check: bool = False) -> subprocess.CompletedProcess:
@@ -56,8 +29,7 @@ def cli(*args: str, check: bool = False) -> subprocess.CompletedProcess:
 @pytest.fixture
 def owner():
     name = f"t_{uuid.uuid4().hex[:10]}"
-    p = subprocess.Popen([sys.executable, "-c", OWNER, name], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, text=True)
+    p = spawn_owner(name)
     assert p.stdout.readline().strip() == "ready"
 
     def say(cmd: str) -> str:

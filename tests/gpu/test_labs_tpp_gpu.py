@@ -4,10 +4,6 @@ refuse in one line, which is checked where that is the case."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-
 import pytest
 
 from workbench.backends import cuda_device_count, probe
@@ -15,17 +11,8 @@ from workbench.errors import ConfigError
 from workbench.labs import run_lab
 from workbench.labs.faults import FaultsParams
 from workbench.labs.tp_pp import TpPpParams
-from workbench.transport.paths import SOCKET_DIR_ENV
 
-pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(autouse=True)
-def socket_base(monkeypatch):
-    base = tempfile.mkdtemp(prefix="wbkv-")  # short: socket paths stay under 107 bytes
-    monkeypatch.setenv(SOCKET_DIR_ENV, os.path.join(base, "s"))
-    yield
-    shutil.rmtree(base, ignore_errors=True)
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("socket_base")]
 
 
 def _gpus() -> int:

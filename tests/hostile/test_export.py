@@ -10,7 +10,6 @@ import os
 import queue
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 import urllib.request
@@ -19,28 +18,8 @@ import uuid
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-OWNER = textwrap.dedent("""
-    import sys
-    from workbench.config import PoolConfig
-    from workbench.core.geometry import KVGeometry
-    from workbench.core.ledger import KVCacheManager
-    from workbench.sim.device import SimDevice
-    geo = KVGeometry(num_layers=2, kv_heads=8, head_dim=128, num_blocks=640)  # 10 x 8 MiB
-    kv = KVCacheManager(geo, SimDevice(), name=sys.argv[1],
-                        config=PoolConfig(ipc_name=sys.argv[1], min_reserved_pages=1,
-                                          max_reserved_pages=2))
-    held = [kv.alloc(63)] + [kv.alloc(64) for _ in range(4)]   # pages 0..4 in use
-    print("ready", flush=True)
-    for line in sys.stdin:
-        if line.strip() == "free":
-            while held:
-                kv.free(held.pop())
-            print("freed", flush=True)
-        else:
-            break
-    kv.close()
-    print("closed", flush=True)
-""")
+from tests.pool_owner import spawn_owner
+
 KV_NAMES = ("mapped", "reserved", "limit", "used", "capacity")
 
 
@@ -88,8 +67,7 @@ def env(tmp_path):
 
 def test_export_serves_every_live_pool_and_skips_malformed_segments(env):
     name = f"x_{uuid.uuid4().hex[:10]}"
-    owner = subprocess.Popen([sys.executable, "-c", OWNER, name], env=env, text=True,
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    owner = spawn_owner(name, env)
     exporter = subprocess.Popen([sys.executable, "-m", "workbench", "kvctl", "export",
                                  "--port", "0"], env=env, text=True, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE)

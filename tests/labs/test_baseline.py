@@ -3,12 +3,9 @@ takes over and throughput plateaus; the knee and the saturation rate follow the 
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from typer.testing import CliRunner
 
-from workbench.cli import app
+from tests.labs.cli import run_lab_cli
 from workbench.errors import ConfigError
 from workbench.labs import get_lab, run_lab
 from workbench.labs.baseline import knee, sweep
@@ -68,10 +65,7 @@ def test_bad_workload_is_refused_before_running():
 
 def test_cli_runs_the_lab(tmp_path):
     out = tmp_path / "b.json"
-    res = CliRunner().invoke(app, ["labs", "run", "baseline", "--param", "workload=short",
-                                   "--param", "rates=10,60", "--param", "num_requests=80",
-                                   "--param", "repeats=1", "--json", str(out)])
-    assert res.exit_code == 0, res.output
-    d = json.loads(out.read_text())
+    d = run_lab_cli(out, "baseline", workload="short", rates="10,60", num_requests="80",
+                    repeats="1")
     assert [r["rate"] for r in d["results"]["rates"]] == [10.0, 60.0]
     assert d["samples"]["requests_per_rate"] == 80

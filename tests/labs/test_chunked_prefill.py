@@ -4,12 +4,9 @@ prompts' TTFT pays."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from typer.testing import CliRunner
 
-from workbench.cli import app
+from tests.labs.cli import run_lab_cli
 from workbench.errors import ConfigError
 from workbench.labs import get_lab, run_lab
 from workbench.labs.chunked_prefill import mix, sweep
@@ -72,9 +69,6 @@ def test_bad_parameters_are_refused():
 
 def test_cli_runs_the_lab(tmp_path):
     out = tmp_path / "c.json"
-    res = CliRunner().invoke(app, ["labs", "run", "chunked-prefill", "--param", "budgets=512",
-                                   "--param", "rates=3", "--param", "num_requests=60",
-                                   "--param", "repeats=1", "--json", str(out)])
-    assert res.exit_code == 0, res.output
-    d = json.loads(out.read_text())
+    d = run_lab_cli(out, "chunked-prefill", budgets="512", rates="3", num_requests="60",
+                    repeats="1")
     assert [r["config"] for r in d["results"]["configs"]] == ["off", "on/512"]

@@ -4,12 +4,9 @@ unlimited prefix cache gives the elasticity back."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from typer.testing import CliRunner
 
-from workbench.cli import app
+from tests.labs.cli import run_lab_cli
 from workbench.errors import ConfigError
 from workbench.labs import get_lab, run_lab
 from workbench.labs.control_groups import ControlGroupsParams, group_config, workload
@@ -82,8 +79,5 @@ def test_workloads_keep_the_ramp_arrivals():
 
 def test_cli_runs_the_lab(tmp_path):
     out = tmp_path / "g.json"
-    res = CliRunner().invoke(app, ["labs", "run", "control-groups", "--param", "peak=6",
-                                   "--param", "workloads=readme", "--json", str(out)])
-    assert res.exit_code == 0, res.output
-    d = json.loads(out.read_text())
+    d = run_lab_cli(out, "control-groups", peak="6", workloads="readme")
     assert [r["group"] for r in d["results"]["cells"]] == list("ABCDE")

@@ -6,33 +6,22 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import shutil
-import tempfile
 
 import pytest
-from typer.testing import CliRunner
 
-from workbench.cli import app
+from tests.labs.cli import run_lab_cli
 from workbench.labs import run_lab
 from workbench.labs.faults import FaultsParams, run_order
 from workbench.labs.faults_cases import CASES, coordinator_killed, run_case
 from workbench.labs.faults_report import case_checks
 from workbench.labs.tp_pp_workers import GEO, open_rig
-from workbench.transport.paths import SOCKET_DIR_ENV
+
+pytestmark = pytest.mark.usefixtures("socket_base")
 
 BACKENDS = ["sim", "host"]
 PAGE = GEO.page_id_bytes
 ONE = {"pp0/tp0": PAGE, "pp0/tp1": PAGE}  # page 0 (the null block's) on each rank
 TWO = {"pp0/tp0": 2 * PAGE, "pp0/tp1": 2 * PAGE}
-
-
-@pytest.fixture(autouse=True)
-def socket_base(monkeypatch):
-    base = tempfile.mkdtemp(prefix="wbkv-")  # short: socket paths stay under 107 bytes
-    monkeypatch.setenv(SOCKET_DIR_ENV, os.path.join(base, "s"))
-    yield
-    shutil.rmtree(base, ignore_errors=True)
 
 
 def _labels(r: dict) -> list[tuple[str, str, str]]:
@@ -144,7 +133,4 @@ def test_lab_record_and_cli(tmp_path):
     assert set(res.tables["checks"][0]) >= {"all_or_none", "nothing_left", "case"}
     assert d["results"]["messages"]["lost-commit-reply"][-1]["label"] == "commit: committed"
     assert "| case | expected | measured |" in res.markdown
-    out = CliRunner().invoke(app, ["labs", "run", "faults", "--quick", "--json",
-                                   str(tmp_path / "f.json")])
-    assert out.exit_code == 0, out.output
-    assert json.loads((tmp_path / "f.json").read_text())["verdict"] == "supported"
+    assert run_lab_cli(tmp_path / "f.json", "faults", "--quick")["verdict"] == "supported"

@@ -8,9 +8,8 @@ import math
 from dataclasses import replace
 
 import pytest
-from typer.testing import CliRunner
 
-from workbench.cli import app
+from tests.labs.cli import run_lab_cli
 from workbench.core.events import Event
 from workbench.labs import run_lab
 from workbench.labs.grow_reclaim import GrowReclaimParams, run_order, spec_for
@@ -132,7 +131,4 @@ def test_lab_record_and_cli(tmp_path):
                                                             "no-prealloc"}
     assert all(c["live_unmaps"] == 0 for c in res.tables["checks"])
     assert "| seed 000 §6.3 expects | measured (every seed) |" in res.markdown
-    out = CliRunner().invoke(app, ["labs", "run", "grow-reclaim", "--quick", "--json",
-                                   str(tmp_path / "g.json")])
-    assert out.exit_code == 0, out.output
-    assert json.loads((tmp_path / "g.json").read_text())["verdict"] == "supported"
+    assert run_lab_cli(tmp_path / "g.json", "grow-reclaim", "--quick")["verdict"] == "supported"

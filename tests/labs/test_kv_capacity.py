@@ -10,9 +10,8 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
-from workbench.cli import app
+from tests.labs.cli import run_lab_cli
 from workbench.engines.models import get_model
 from workbench.labs import get_lab, run_lab
 from workbench.labs.kv_capacity_probe import CapacityCase, measure
@@ -119,8 +118,6 @@ def test_rules_explain_any_pool(model, mem, bs, mode):
 
 def test_cli_runs_the_lab(tmp_path):
     out = tmp_path / "kv.json"
-    res = CliRunner().invoke(app, ["labs", "run", "kv-capacity", "--quick", "--json", str(out)])
-    assert res.exit_code == 0, res.output
-    d = json.loads(out.read_text())
+    d = run_lab_cli(out, "kv-capacity", "--quick")
     assert len(d["results"]["capacity"]) == 8
     assert out.with_suffix(".md").exists()

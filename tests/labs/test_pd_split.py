@@ -4,12 +4,9 @@ chunks) while its one prefill GPU saturates first, so the SLO decides who wins g
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from typer.testing import CliRunner
 
-from workbench.cli import app
+from tests.labs.cli import run_lab_cli
 from workbench.errors import ConfigError
 from workbench.labs import get_lab, run_lab
 from workbench.labs.pd_split import sweep
@@ -93,10 +90,6 @@ def test_bad_parameters_are_refused():
 
 def test_cli_runs_the_lab(tmp_path):
     out = tmp_path / "pd.json"
-    res = CliRunner().invoke(app, ["labs", "run", "pd-split", "--param", "rates=2",
-                                   "--param", "long_shares=0.3", "--param", "num_requests=40",
-                                   "--param", "repeats=1", "--param", "ratio_gpus=0",
-                                   "--json", str(out)])
-    assert res.exit_code == 0, res.output
-    d = json.loads(out.read_text())
+    d = run_lab_cli(out, "pd-split", rates="2", long_shares="0.3", num_requests="40",
+                    repeats="1", ratio_gpus="0")
     assert [r["mode"] for r in d["results"]["sweep"]] == ["colocated", "pd"]

@@ -7,14 +7,10 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import shutil
-import tempfile
 
 import pytest
-from typer.testing import CliRunner
 
-from workbench.cli import app
+from tests.labs.cli import run_lab_cli
 from workbench.errors import ConfigError
 from workbench.labs import run_lab, tp_pp_workers
 from workbench.labs.tp_pp import TpPpParams
@@ -27,17 +23,10 @@ from workbench.labs.tp_pp_runs import (
     tp_all_or_nothing,
 )
 from workbench.labs.tp_pp_workers import GEO
-from workbench.transport.paths import SOCKET_DIR_ENV
+
+pytestmark = pytest.mark.usefixtures("socket_base")
 
 BACKENDS = ["sim", "host"]
-
-
-@pytest.fixture(autouse=True)
-def socket_base(monkeypatch):
-    base = tempfile.mkdtemp(prefix="wbkv-")  # short: socket paths stay under 107 bytes
-    monkeypatch.setenv(SOCKET_DIR_ENV, os.path.join(base, "s"))
-    yield
-    shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -127,10 +116,7 @@ def test_lab_record_and_cli(sim_result, tmp_path):
     assert d["verdict"] == "supported" and d["kv"]["checks"]["round_trips"] is True
     assert d["results"]["messages"]["unmap"]["2"][4]["label"].startswith("PREPARE page 1")
     assert "| check | the seed expects | measured here | holds |" in sim_result.markdown
-    out = CliRunner().invoke(app, ["labs", "run", "tp-pp", "--quick", "--json",
-                                   str(tmp_path / "t.json")])
-    assert out.exit_code == 0, out.output
-    assert json.loads((tmp_path / "t.json").read_text())["verdict"] == "supported"
+    assert run_lab_cli(tmp_path / "t.json", "tp-pp", "--quick")["verdict"] == "supported"
 
 
 def test_gpu_refused_with_fewer_gpus_than_ranks(monkeypatch):

@@ -3,12 +3,9 @@ unsafe control names the criteria that fail without it; one phased sequence diag
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from typer.testing import CliRunner
 
-from workbench.cli import app
+from tests.labs.cli import run_lab_cli
 from workbench.errors import ConfigError
 from workbench.labs import get_lab, run_lab
 from workbench.pd.faults_store import ROWS
@@ -47,10 +44,6 @@ def test_bad_rows_are_refused_and_cli_runs(tmp_path):
     with pytest.raises(ConfigError, match="not fault rows"):
         lab.run(lab.params(rows=("disk-on-fire",)))
     out = tmp_path / "tf.json"
-    r = CliRunner().invoke(app, ["labs", "run", "transfer-faults", "--param",
-                                 "rows=store-slow,identity-change", "--param", "unsafe=false",
-                                 "--json", str(out)])
-    assert r.exit_code == 0, r.output
-    d = json.loads(out.read_text())
+    d = run_lab_cli(out, "transfer-faults", rows="store-slow,identity-change", unsafe="false")
     assert [x["row"] for x in d["results"]["rows"]] == ["store-slow", "identity-change"]
     assert all(x["unsafe_failed"] is None for x in d["results"]["rows"])

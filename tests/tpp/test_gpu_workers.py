@@ -3,10 +3,6 @@ own CUDA context; the fault cases hold there too, and device memory returns to w
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-
 import pytest
 
 from tests.tpp.helpers import BPP, GEO
@@ -16,9 +12,8 @@ from workbench.core.events import PageState
 from workbench.core.ledger import KVCacheManager
 from workbench.errors import StateConsistencyError
 from workbench.transport import WorkerGroup
-from workbench.transport.paths import SOCKET_DIR_ENV
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("socket_base")]
 W0, W1 = WorkerId(0, 0), WorkerId(0, 1)
 
 
@@ -32,14 +27,6 @@ def _gpu_count() -> int:
     if err != cu.CUresult.CUDA_SUCCESS or n < 1:
         pytest.skip("no CUDA device")
     return n
-
-
-@pytest.fixture(autouse=True)
-def socket_base(monkeypatch):
-    base = tempfile.mkdtemp(prefix="wbkv-")
-    monkeypatch.setenv(SOCKET_DIR_ENV, os.path.join(base, "s"))
-    yield
-    shutil.rmtree(base, ignore_errors=True)
 
 
 def _free(g: WorkerGroup) -> dict[WorkerId, int]:

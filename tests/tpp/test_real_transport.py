@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import socket
 import stat
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -28,18 +26,11 @@ from workbench.core.events import PageState
 from workbench.core.ledger import KVCacheManager
 from workbench.errors import PoolFailedError, StateConsistencyError
 from workbench.transport import WorkerGroup, gc_sockets
-from workbench.transport.paths import SOCKET_DIR_ENV
+
+pytestmark = pytest.mark.usefixtures("socket_base")
 
 S = PageState
 W0, W1 = WorkerId(0, 0), WorkerId(0, 1)
-
-
-@pytest.fixture(autouse=True)
-def socket_base(monkeypatch):
-    base = tempfile.mkdtemp(prefix="wbkv-")  # short: socket paths stay under 107 bytes
-    monkeypatch.setenv(SOCKET_DIR_ENV, os.path.join(base, "s"))
-    yield Path(base, "s")
-    shutil.rmtree(base, ignore_errors=True)
 
 
 def pool(g: WorkerGroup, **kw) -> KVCacheManager:

@@ -25,6 +25,7 @@ from workbench.engines.sched.request import Request
 from workbench.errors import ConfigError
 from workbench.labs.base import Lab, LabResult, Progress
 from workbench.labs.baseline_text import figures, markdown, record
+from workbench.labs.common import without_repeats
 from workbench.labs.serving import WORKLOADS, InstanceSetup, latency_row, run, workload
 
 DEFAULT_RATES: dict[str, tuple[float, ...]] = {
@@ -123,7 +124,7 @@ class BaselineLab(Lab):
             progress: Progress | None = None) -> LabResult:
         rows = sweep(params, progress)
         k = knee(rows)
-        table = [{key: v for key, v in r.items() if key != "repeats"} for r in rows]
+        table = without_repeats(rows)
         return LabResult(record(params, rows, k, backend), markdown(params, table, k),
                          tables={"rates": table}, figures=figures(table, k))
 

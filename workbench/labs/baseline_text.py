@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from workbench.engines.sim.workloads import MIX_CLASSES
+from workbench.labs.common import lat_cell, without_repeats
 from workbench.labs.record import LabRecord, Manifest
 
 SEED_EXPECTED = (
@@ -35,10 +36,6 @@ EXPLAIN = """## Reading it
 """
 
 
-def _lat(d: dict) -> str:
-    return f"{d['p50']:,.0f} / {d['p95']:,.0f} / {d['p99']:,.0f}"
-
-
 def markdown(params: Any, rows: list[dict], k: dict) -> str:
     ins = ", ".join(f"{c} {MIX_CLASSES[c][0]}/{MIX_CLASSES[c][1]}" for c in MIX_CLASSES)
     load = "equal thirds of " + ins if params.workload == "mix" else \
@@ -61,8 +58,9 @@ def markdown(params: Any, rows: list[dict], k: dict) -> str:
           "| goodput | in SLO | stable | saturated |", "|" + "---|" * 13]
     for r in rows:
         md.append(f"| {r['rate']:g} | {r['sent_req_per_s']:g} | {r['steady_ratio']} | "
-                  f"{_lat(r['ttft_ms'])} | {_lat(r['tpot_ms'])} | {_lat(r['itl_ms'])} | "
-                  f"{_lat(r['e2e_ms'])} | {r['queue_ms']['p99']:,.0f} | "
+                  f"{lat_cell(r['ttft_ms'])} | {lat_cell(r['tpot_ms'])} | "
+                  f"{lat_cell(r['itl_ms'])} | "
+                  f"{lat_cell(r['e2e_ms'])} | {r['queue_ms']['p99']:,.0f} | "
                   f"{r['output_tok_per_s']:,.0f} | {r['goodput_req_per_s']:g} | "
                   f"{r['slo_attainment']:.0%} | {'yes' if r['stable'] else 'no'} | "
                   f"{'yes' if r['saturated'] else 'no'} |")
@@ -124,7 +122,7 @@ def record(params: Any, rows: list[dict], k: dict, backend: str) -> LabRecord:
                            "max_num_seqs": 256, "chunked_prefill": True,
                            "prefix_caching": False, "gpu_memory_utilization": 0.9},
             kvcached_config={"kv": "static split (no KVCacheD)"}, backend=backend),
-        results={"rates": [{key: v for key, v in r.items() if key != "repeats"} for r in rows],
+        results={"rates": without_repeats(rows),
                  "knee": k})
 
 

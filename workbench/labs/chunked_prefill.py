@@ -29,6 +29,7 @@ from workbench.engines.sim.workloads import long_short_mix
 from workbench.errors import ConfigError
 from workbench.labs.base import Lab, LabResult, Progress
 from workbench.labs.chunked_prefill_text import figures, markdown, record
+from workbench.labs.common import without_repeats
 from workbench.labs.serving import InstanceSetup, latency_row, run
 
 LONG = "long_in"  # the long prompts; every other class is a decoding request
@@ -135,6 +136,6 @@ class ChunkedPrefillLab(Lab):
     def run(self, params: ChunkedPrefillParams, backend: str = "sim",
             progress: Progress | None = None) -> LabResult:
         rows = sweep(params, progress)
-        table = [{k: v for k, v in r.items() if k != "repeats"} for r in rows]
+        table = without_repeats(rows)
         return LabResult(record(params, rows, backend), markdown(params, table),
                          tables={"configs": table}, figures=figures(table))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from workbench.labs.common import lat_cell, without_repeats
 from workbench.labs.record import LabRecord, Manifest
 
 SEED_EXPECTED = (
@@ -37,10 +38,6 @@ EXPLAIN = """## Why it comes out this way
 * No profiler alignment of kernels with ITL spikes (the seed's step 5): the simulator knows each
   step's content exactly, so the worst-gap column stands in for it.
 """
-
-
-def _lat(d: dict) -> str:
-    return f"{d['p50']:,.0f} / {d['p95']:,.0f} / {d['p99']:,.0f}"
 
 
 def verdict(rows: list[dict]) -> dict[str, Any]:
@@ -78,8 +75,8 @@ def markdown(params: Any, rows: list[dict]) -> str:
                "| config | long TTFT | decode ITL | decode worst gap | smooth | decode TTFT "
                "p99 | goodput | steps | mean step ms |", "|" + "---|" * 9]
         for r in (r for r in rows if r["rate"] == rate):
-            md.append(f"| {r['config']} | {_lat(r['long_ttft_ms'])} | "
-                      f"{_lat(r['decode_itl_ms'])} | {_lat(r['decode_worst_itl_ms'])} | "
+            md.append(f"| {r['config']} | {lat_cell(r['long_ttft_ms'])} | "
+                      f"{lat_cell(r['decode_itl_ms'])} | {lat_cell(r['decode_worst_itl_ms'])} | "
                       f"{r['smooth_share']:.0%} | {r['decode_ttft_ms']['p99']:,.0f} | "
                       f"{r['goodput_req_per_s']:g} | {r['steps']:,} | {r['mean_step_ms']} |")
     md += ["", f"*decode worst gap*: each decoding request's largest ITL; *smooth*: share of "
@@ -88,7 +85,7 @@ def markdown(params: Any, rows: list[dict]) -> str:
 
 
 def record(params: Any, rows: list[dict], backend: str) -> LabRecord:
-    table = [{k: v for k, v in r.items() if k != "repeats"} for r in rows]
+    table = without_repeats(rows)
 
     def by(key: str) -> dict:
         return {f"{r['rate']:g}/{r['config']}": r[key] for r in rows}

@@ -37,6 +37,7 @@ from workbench.engines.sim.workloads import VOCAB, ramp_arrivals, ramp_trace
 from workbench.errors import ConfigError
 from workbench.labs.base import Lab, LabResult, Progress
 from workbench.labs.colocation_sim import parse_steptime
+from workbench.labs.common import without_repeats
 from workbench.labs.control_groups_text import figures, markdown, record
 
 GROUPS = ("A", "B", "C", "D", "E")
@@ -150,6 +151,6 @@ class ControlGroupsLab(Lab):
     def run(self, params: ControlGroupsParams, backend: str = "sim",
             progress: Progress | None = None) -> LabResult:
         rows = sweep(params, progress)
-        table = [{k: v for k, v in r.items() if k != "repeats"} for r in rows]
+        table = without_repeats(rows)
         return LabResult(record(params, rows, backend), markdown(params, table),
                          tables={"cells": table}, figures=figures(table))

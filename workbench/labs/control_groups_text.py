@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from workbench.labs.colocation import KVCACHED
+from workbench.labs.common import grouped_bars, lat_cell, without_repeats
 from workbench.labs.record import LabRecord, Manifest
 
 SEED_EXPECTED = (
@@ -46,10 +47,6 @@ WHY = """## Why the 2-28x belongs to its workload
 """
 
 
-def _lat(d: dict) -> str:
-    return f"{d['p50']:,.0f} / {d['p95']:,.0f} / {d['p99']:,.0f}"
-
-
 def _hit(r: dict) -> str:
     return f"{r['prefix_hit_tokens'] / r['prompt_tokens']:.0%}" if r["prompt_tokens"] else "-"
 
@@ -76,8 +73,8 @@ def markdown(params: Any, rows: list[dict]) -> str:
                "| group | setting | TTFT | ITL | E2E p99 | goodput | in SLO | preemptions | "
                "prefix hits | step VMM s | x A p50 / p99 / mean |", "|" + "---|" * 11]
         for r in (r for r in rows if r["workload"] == kind):
-            md.append(f"| {r['group']} | {GROUP_TEXT[r['group']]} | {_lat(r['ttft_ms'])} | "
-                      f"{_lat(r['itl_ms'])} | {r['e2e_ms']['p99']:,.0f} | "
+            md.append(f"| {r['group']} | {GROUP_TEXT[r['group']]} | {lat_cell(r['ttft_ms'])} | "
+                      f"{lat_cell(r['itl_ms'])} | {r['e2e_ms']['p99']:,.0f} | "
                       f"{r['goodput_req_per_s']:g} | {r['slo_attainment']:.0%} | "
                       f"{r['preemptions']} | {_hit(r)} | {r['step_vmm_s']} | "
                       f"{r['ttft_p50_vs_A']} / {r['ttft_p99_vs_A']} / {r['ttft_mean_vs_A']} |")
@@ -86,7 +83,7 @@ def markdown(params: Any, rows: list[dict]) -> str:
 
 
 def record(params: Any, rows: list[dict], backend: str) -> LabRecord:
-    table = [{k: v for k, v in r.items() if k != "repeats"} for r in rows]
+    table = without_repeats(rows)
 
     def by(key: str) -> dict:
         return {f"{r['workload']}/{r['group']}": r[key] for r in rows}
@@ -146,11 +143,7 @@ def figures(rows: list[dict]) -> dict[str, Any]:
         import plotly.graph_objects as go
     except ImportError:
         return {}
-    fig = go.Figure()
-    for kind in dict.fromkeys(r["workload"] for r in rows):
-        sel = [r for r in rows if r["workload"] == kind]
-        fig.add_bar(x=[r["group"] for r in sel], y=[r["ttft_ms"]["p99"] for r in sel],
-                    name=kind)
-    fig.update_layout(barmode="group", yaxis_type="log", yaxis_title="TTFT p99 (ms)",
-                      xaxis_title="control group", title="TTFT p99 per group and workload")
+    fig = grouped_bars(go, rows, "workload", "group", lambda r: r["ttft_ms"]["p99"],
+                       yaxis_type="log", yaxis_title="TTFT p99 (ms)",
+                       xaxis_title="control group", title="TTFT p99 per group and workload")
     return {"ttft_p99": fig}

@@ -8,6 +8,7 @@ from typing import Any
 
 from workbench.engines.models import get_model
 from workbench.labs.base import LabResult
+from workbench.labs.common import agreement_rows, checks_verdict, grouped_bars
 from workbench.labs.non_prefix_reuse import CASES
 from workbench.labs.record import LabRecord, Manifest
 
@@ -100,9 +101,7 @@ def markdown(p: Any, data: dict, found: list[dict], tables: dict) -> str:
              f"question; chunks of {p.chunk_tokens}. Blending is CacheBlend's idea, modelled "
              f"(not measured): reuse found chunks, recompute {p.recompute_ratio:.0%} of their "
              f"tokens. Seeds {data['seeds']}, the case order reversed on odd seeds. Seed 003 E9.",
-             "", "| the seed expects | seeds that agree |", "|---|---|"]
-    for text, key in EXPECT + ((PROXY,) if data.get("quality") else ()):
-        lines.append(f"| {text} | {sum(f[key] for f in found)}/{len(found)} |")
+             "", *agreement_rows(EXPECT + ((PROXY,) if data.get("quality") else ()), found)]
     lines += ["", "## Cases (first seed)", "",
               "| case | scheme | TTFT ms | recomputed tokens | reused tokens | retrieved MiB |",
               "|---|---|---|---|---|---|"]
@@ -142,12 +141,8 @@ def figures(tables: dict) -> dict[str, Any]:
         import plotly.graph_objects as go
     except ImportError:
         return {}
-    bars = go.Figure()
-    schemes = list(dict.fromkeys(r["scheme"] for r in tables["cases"]))
-    for s in schemes:
-        rs = [r for r in tables["cases"] if r["scheme"] == s]
-        bars.add_bar(x=[r["case"] for r in rs], y=[r["ttft_ms"] for r in rs], name=s)
-    bars.update_layout(title="TTFT per case and scheme", barmode="group", yaxis_title="ms")
+    bars = grouped_bars(go, tables["cases"], "scheme", "case", "ttft_ms",
+                        title="TTFT per case and scheme", yaxis_title="ms")
     ratio = go.Figure()
     for c in CASES:
         rs = [r for r in tables["ratios"] if r["case"] == c]
@@ -194,8 +189,7 @@ def record(p: Any, data: dict, found: list[dict], tables: dict, backend: str) ->
         if q else "quality not measured (sim); the seed forbids calling it lossless without a "
                   "task-level evaluation",
         raw_data={"ratios": "results.ratios"},
-        verdict="supported" if all(all(f.values()) for f in found) else
-        "refuted: see kv.checks",
+        verdict=checks_verdict(found),
         mechanism="position-free document keys find reused KV anywhere; recomputing a fraction "
                   "restores some cross-document attention at a cost linear in the fraction",
         open_questions=["task-level quality (needs trained weights and a RAG task)",

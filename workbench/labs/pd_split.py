@@ -20,6 +20,7 @@ from workbench.engines.sched.request import Request
 from workbench.errors import ConfigError
 from workbench.labs.base import Lab, LabResult, Progress
 from workbench.labs.chunked_prefill import mix
+from workbench.labs.common import without_repeats
 from workbench.labs.pd_split_ratio import best_splits, ratio_figure, ratio_markdown, ratio_sweep
 from workbench.labs.pd_split_text import figures, markdown, record
 from workbench.labs.serving import latency_row
@@ -144,7 +145,7 @@ class PDSplitLab(Lab):
             progress: Progress | None = None) -> LabResult:
         single = single_requests(config(params), seed=params.seed)
         rows = sweep(params, progress)
-        table = [{k: v for k, v in r.items() if k != "repeats"} for r in rows]
+        table = without_repeats(rows)
         ratios = ratio_sweep(config(params), params.ratio_gpus, params.ratio_rate,
                              min(params.num_requests, 150), params.seed) \
             if params.ratio_gpus else []

@@ -9,6 +9,7 @@ from typing import Any
 
 from workbench.errors import ConfigError
 from workbench.labs.chunked_prefill import mix
+from workbench.labs.common import P50_P99, lat_cell
 from workbench.pd.cluster import PDConfig, run_colocated, run_pd
 
 SHARES = (0.1, 0.5)
@@ -51,8 +52,8 @@ def ratio_markdown(rows: list[dict], gpus: int, rate: float) -> list[str]:
           "streaming | busy |", "|" + "---|" * 7]
     for r in rows:
         busy = ", ".join(f"{k} {x:.0%}" for k, x in r["busy"].items())
-        md.append(f"| {r['long_share']:g} | {r['split']} | {r['ttft_ms']['p50']:,.0f} / "
-                  f"{r['ttft_ms']['p99']:,.0f} | {r['tpot_ms']['p99']:,.1f} | "
+        md.append(f"| {r['long_share']:g} | {r['split']} | {lat_cell(r['ttft_ms'], P50_P99)} | "
+                  f"{r['tpot_ms']['p99']:,.1f} | "
                   f"{r['goodput_interactive']:g} | {r['goodput_streaming']:g} | {busy} |")
     md += [""] + [f"* long share {s}: best split for the interactive SLO **{b['interactive']}**, "
                   f"for the streaming SLO **{b['streaming']}**." for s, b in best.items()]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from workbench.labs.common import P50_P99, lat_cell, without_repeats
 from workbench.labs.record import LabRecord, Manifest
 
 SEED_EXPECTED = (
@@ -62,10 +63,6 @@ def verdict(rows: list[dict], single: dict) -> dict[str, Any]:
             "pd_lower_tpot_p99": tail}
 
 
-def _lat(d: dict) -> str:
-    return f"{d['p50']:,.0f} / {d['p99']:,.0f}"
-
-
 def markdown(params: Any, rows: list[dict], single: dict) -> str:
     v = verdict(rows, single)
     ph = single["phases_ms"]
@@ -94,15 +91,16 @@ def markdown(params: Any, rows: list[dict], single: dict) -> str:
           "| busy | mixed steps |", "|" + "---|" * 9]
     for r in rows:
         busy = ", ".join(f"{k} {x:.0%}" for k, x in r["busy"].items())
-        md.append(f"| {r['long_share']:g} | {r['rate']:g} | {r['mode']} | {_lat(r['ttft_ms'])} "
-                  f"| {_lat(r['tpot_ms'])} | {r['goodput_interactive']:g} | "
+        md.append(f"| {r['long_share']:g} | {r['rate']:g} | {r['mode']} | "
+                  f"{lat_cell(r['ttft_ms'], P50_P99)} "
+                  f"| {lat_cell(r['tpot_ms'], P50_P99)} | {r['goodput_interactive']:g} | "
                   f"{r['goodput_streaming']:g} | {busy} | "
                   + ", ".join(f"{k} {x}" for k, x in r["mixed_steps"].items()) + " |")
     return "\n".join(md + ["", EXPLAIN]) + "\n"
 
 
 def record(params: Any, rows: list[dict], single: dict, backend: str) -> LabRecord:
-    table = [{k: x for k, x in r.items() if k != "repeats"} for r in rows]
+    table = without_repeats(rows)
 
     def by(key: str) -> dict:
         return {f"{r['long_share']:g}@{r['rate']:g}/{r['mode']}": r[key] for r in rows}

@@ -5,14 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from workbench.labs.common import ms_or_none as _ms
 from workbench.labs.phased_sim import GiB, window_slice
 
 SHADES = ("rgba(31,119,180,0.10)", "rgba(255,127,14,0.10)", "rgba(44,160,44,0.10)",
           "rgba(214,39,40,0.10)", "rgba(148,103,189,0.10)", "rgba(140,86,75,0.10)")
-
-
-def _ms(x: float) -> float | None:
-    return None if x != x else round(x * 1e3, 1)  # NaN (no request) stays None
 
 
 def phase_rows(run: dict[str, Any], label: str) -> list[dict[str, Any]]:

@@ -6,6 +6,7 @@ from typing import Any
 
 from workbench.engines.models import get_model
 from workbench.labs.base import LabResult
+from workbench.labs.common import agreement_rows, checks_verdict, grouped_bars
 from workbench.labs.phased_sim import GiB
 from workbench.labs.prefix_bound import bounds, group_bounds
 from workbench.labs.prefix_bound_report import (
@@ -31,9 +32,7 @@ def markdown(p: Any, data: dict, found: list[dict], tables: dict[str, list]) -> 
              f"{p.num_repeat_prompts} prompts), {p.output_len} output tokens, then "
              f"{p.idle_s:g} s idle. N = {p.bounded}. Seeds {data['seeds']}, the bound order "
              "reversed on odd seeds.", "",
-             "| the seeds expect | seeds that agree |", "|---|---|"]
-    for text, keys in EXPECT:
-        lines.append(f"| {text} | {sum(all(f[k] for k in keys) for f in found)}/{len(found)} |")
+             *agreement_rows(EXPECT, found, head="the seeds expect")]
     lines += ["", "## Classes (first seed)", "",
               "| bound | class | req | token hit rate | requests hit | computed prefill tokens "
               "| TTFT p50 / p95 / p99 ms |", "|---|---|---|---|---|---|---|"]
@@ -83,13 +82,10 @@ def figures(tables: dict[str, list], data: dict, p: Any) -> dict[str, Any]:
         import plotly.graph_objects as go
     except ImportError:
         return {}
-    hits = go.Figure()
-    for cls in ("shared", "unique", "repeat"):
-        rs = [r for r in tables["classes"] if r["class"] == cls]
-        hits.add_bar(x=[_label(r["bound"]) for r in rs], y=[r["token_hit_rate"] for r in rs],
-                     name=cls)
-    hits.update_layout(title="token hit rate per class and bound", barmode="group",
-                       yaxis_title="hit tokens / prompt tokens")
+    hits = grouped_bars(go, tables["classes"], "class", lambda r: _label(r["bound"]),
+                        "token_hit_rate", ("shared", "unique", "repeat"),
+                        title="token hit rate per class and bound",
+                        yaxis_title="hit tokens / prompt tokens")
     mem = go.Figure()
     seed = data["seeds"][0]
     for b in bounds(p):
@@ -154,8 +150,7 @@ def record(p: Any, data: dict, found: list[dict], tables: dict, backend: str) ->
         transfer_bytes=None, phase_times=None,
         kv={"memory": tables["memory"], "checks": found}, correctness=None,
         raw_data={"probes": "results.probes (every A-D probe, every bound)"},
-        verdict="supported" if all(all(f.values()) for f in found) else
-        "refuted: see kv.checks",
+        verdict=checks_verdict(found),
         mechanism="the bound caps cached blocks no request holds; 0 frees at once, -1 never, "
                   "N evicts whole pages first",
         open_questions=["the seed's three request classes are not listed in our copy: ours "

@@ -5,16 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from workbench.engines.metrics import Dist
+from workbench.labs.common import ms_or_none as _ms
 from workbench.labs.phased_sim import GiB, window_slice
 from workbench.labs.prefix_bound import CLASSES, bounds, group_bounds
 
 
 def _label(b: int) -> str:
     return {-1: "-1 (unlimited)", 0: "0 (evict at once)"}.get(b, f"{b} tokens")
-
-
-def _ms(x: float) -> float | None:
-    return None if x != x else round(x * 1e3, 1)
 
 
 def class_rows(run: dict, bound: int) -> list[dict[str, Any]]:

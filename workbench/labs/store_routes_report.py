@@ -7,6 +7,8 @@ from typing import Any
 from workbench.engines.metrics import Dist
 from workbench.engines.models import get_model
 from workbench.labs.base import LabResult
+from workbench.labs.common import agreement_rows, checks_verdict, grouped_bars, ttft_percentiles
+from workbench.labs.common import ms_or_none as _ms
 from workbench.labs.record import LabRecord, Manifest
 from workbench.labs.store_routes import ROUTES, SCENARIOS
 
@@ -21,10 +23,6 @@ EXPECT = (
     ("under capacity pressure the store evicts (LRU) and stays within its capacity; reads hit "
      "only what it kept", "pressure"),
 )
-
-
-def _ms(x: float) -> float | None:
-    return None if x != x else round(x * 1e3, 1)
 
 
 def case_row(run: dict, p: Any) -> dict[str, Any]:
@@ -121,9 +119,7 @@ def markdown(p: Any, data: dict, found: list[dict], tables: dict) -> str:
              f"{p.doc_len} tokens plus a {p.question_len}-token question; seeds "
              f"{data['seeds']}, the case order reversed on odd seeds. Seed 003 E6. Neither "
              "system is measured: both are modelled from their documented designs.", "",
-             "| the seed expects | seeds that agree |", "|---|---|"]
-    for text, key in EXPECT:
-        lines.append(f"| {text} | {sum(f[key] for f in found)}/{len(found)} |")
+             *agreement_rows(EXPECT, found)]
     lines += ["", "## Configuration first (the seed: report differences before results)", "",
               "| route | path | chunk | metadata batching | local tier | save |",
               "|---|---|---|---|---|---|"]
@@ -170,16 +166,11 @@ def figures(tables: dict) -> dict[str, Any]:
         import plotly.graph_objects as go
     except ImportError:
         return {}
-    meta, payload = go.Figure(), go.Figure()
-    for r in ROUTES:
-        rs = [x for x in tables["cases"] if x["route"] == r]
-        meta.add_bar(x=[x["scenario"] for x in rs], y=[x["store_metadata_requests"] for x in rs],
-                     name=r)
-        payload.add_bar(x=[x["scenario"] for x in rs], y=[x["payload_read_mib"] for x in rs],
-                        name=r)
-    meta.update_layout(title="metadata requests at the store's master", barmode="group")
-    payload.update_layout(title="payload read over the transfer path", barmode="group",
-                          yaxis_title="MiB")
+    cases = tables["cases"]
+    meta = grouped_bars(go, cases, "route", "scenario", "store_metadata_requests", ROUTES,
+                        title="metadata requests at the store's master")
+    payload = grouped_bars(go, cases, "route", "scenario", "payload_read_mib", ROUTES,
+                           title="payload read over the transfer path", yaxis_title="MiB")
     return {"metadata_requests": meta, "payload_read": payload}
 
 
@@ -211,8 +202,7 @@ def record(p: Any, data: dict, found: list[dict], tables: dict, backend: str) ->
         load={"spacing_s": p.spacing_s, "instances": 2},
         samples={"seeds": data["seeds"], "order": data["order"]},
         outcomes={k: v["reads"] for k, v in key.items()},
-        ttft={k: {"p50_ms": v["ttft_p50_ms"], "p95_ms": v["ttft_p95_ms"],
-                  "p99_ms": v["ttft_p99_ms"]} for k, v in key.items()},
+        ttft=ttft_percentiles(key),
         tpot_itl={"note": "decode is unchanged by the routes; not reported"}, e2e={},
         throughput={}, slo_goodput={},
         hits={k: {"hit_tokens": v["hit_tokens"], "denominator_prompt_tokens": v["prompt_tokens"],
@@ -226,8 +216,7 @@ def record(p: Any, data: dict, found: list[dict], tables: dict, backend: str) ->
         kv={"checks": found, "config": tables["config"]},
         correctness="exact-prefix reuse only (chained chunk keys)",
         raw_data={"cases": "results.cases"},
-        verdict="supported" if all(all(f.values()) for f in found) else
-        "refuted: see kv.checks",
+        verdict=checks_verdict(found),
         mechanism="the store's master answers every lookup and put; the transfer path moves "
                   "every remote byte; a local tier removes both for repeats",
         open_questions=["no RDMA path is modelled", "the routes' real default chunk sizes and "

@@ -9,6 +9,7 @@ from typing import Any
 from workbench.engines.metrics import Dist
 from workbench.engines.models import get_model
 from workbench.labs.base import LabResult
+from workbench.labs.common import agreement_rows, checks_verdict, ms_or_none, ttft_percentiles
 from workbench.labs.record import LabRecord, Manifest
 from workbench.labs.tiered_retrieval import GROUPS
 
@@ -26,7 +27,7 @@ EXPECT = (
 
 
 def _ms(x: float) -> float | None:
-    return None if x != x else round(x * 1e3, 2)
+    return ms_or_none(x, digits=2)
 
 
 def group_rows(data: dict, seed: int) -> list[dict[str, Any]]:
@@ -90,9 +91,7 @@ def markdown(p: Any, data: dict, found: list[dict], tables: dict) -> str:
              f"{p.probes} probes is a {p.doc_len}-token document plus a {p.question_len}-token "
              f"question, a second after a warm request on the same document. Seeds "
              f"{data['seeds']}, the group order reversed on odd seeds. Seed 003 E5.", "",
-             "| the seed expects | seeds that agree |", "|---|---|"]
-    for text, key in EXPECT:
-        lines.append(f"| {text} | {sum(f[key] for f in found)}/{len(found)} |")
+             *agreement_rows(EXPECT, found)]
     lines += ["", "## The five groups (first seed; components are means per probe)", "",
               "| group | TTFT p50 / p95 / p99 ms | wait | lookup | retrieve | H2D | prefill | "
               "hit local / external / prompt tokens | chunks by tier | metadata req | "
@@ -189,8 +188,7 @@ def build(p: Any, data: dict, backend: str) -> LabResult:
 
 def record(p: Any, data: dict, found: list[dict], tables: dict, backend: str) -> LabRecord:
     g = {r["group"]: r for r in tables["groups"]}
-    ttft = {k: {"p50_ms": r["ttft_p50_ms"], "p95_ms": r["ttft_p95_ms"], "p99_ms": r["ttft_p99_ms"]}
-            for k, r in g.items()}
+    ttft = ttft_percentiles(g)
     return LabRecord(
         experiment_id=f"tiered-retrieval-{p.model}-{p.gpu}",
         hypothesis="a hit in a tier beyond HBM beats recomputing the prefix while the tier's "
@@ -217,8 +215,7 @@ def record(p: Any, data: dict, found: list[dict], tables: dict, backend: str) ->
         kv={"checks": found}, correctness="exact-prefix reuse only (chained chunk keys); "
                                           "quality is unchanged by construction",
         raw_data={"crossover": "results.crossover"},
-        verdict="supported" if all(all(f.values()) for f in found) else
-        "refuted: see kv.checks",
+        verdict=checks_verdict(found),
         mechanism="retrieval replaces prefill FLOPs by bytes moved; it pays while bytes/s per "
                   "token beat prefill tokens/s",
         open_questions=["calibrate the copy and recompute costs on a GPU (issue 17 item 2)",
