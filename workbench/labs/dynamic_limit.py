@@ -28,6 +28,7 @@ from typing import Any
 
 import simpy
 
+from workbench.backends import make_device
 from workbench.config import PoolConfig
 from workbench.core import limit_requests
 from workbench.core.control import read_segment
@@ -42,7 +43,6 @@ from workbench.engines.sim.workloads import poisson
 from workbench.errors import ControlError
 from workbench.labs.base import Lab, LabResult, Progress
 from workbench.labs.phased_sim import UnmapWatch
-from workbench.sim.device import SimDevice
 from workbench.units import GiB
 
 MODEL, DEVICE_GIB = "llama-3.1-8b", 24.0
@@ -105,8 +105,8 @@ class Run:
     def __init__(self, p: DynamicLimitParams, seed: int):
         self.p, self.env = p, simpy.Environment()
         spec = get_model(MODEL)
-        self.dev = SimDevice("h200", env=self.env, capacity=int(DEVICE_GIB * GiB),
-                             name="dynamic-limit")
+        self.dev = make_device("sim", preset="h200", env=self.env, capacity=int(DEVICE_GIB * GiB),
+                               name="dynamic-limit")
         self.dev.occupy("weights", spec.weight_bytes)
         self.name = f"wblab-dl-{os.getpid()}-{secrets.token_hex(3)}"
         self.ikv = elastic_pool(spec, self.dev, name="engine",

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import simpy
 
+from workbench.backends import make_device
 from workbench.config import PoolConfig
 from workbench.core.events import PageState
 from workbench.engines.metrics import summarize
@@ -26,7 +27,6 @@ from workbench.engines.sim.vllm_like import VLLMLikeEngine, VLLMOptions
 from workbench.engines.sim.workloads import prefix_heavy
 from workbench.labs.base import Lab, LabResult, Progress
 from workbench.labs.record import LabRecord, Manifest
-from workbench.sim.device import SimDevice
 
 GiB = 1 << 30
 
@@ -41,7 +41,8 @@ def measure(engine: str = "vllm", *, page_aware: bool = True, num_requests: int 
             max_cached_tokens: int = 16000, seed: int = 0, model: str = "qwen3-4b") -> dict:
     env = simpy.Environment()
     spec = get_model(model)
-    dev = SimDevice("h200", env=env, capacity=48 * GiB)  # an L40-sized device, h200 latencies
+    # an L40-sized device with h200 latencies
+    dev = make_device("sim", preset="h200", env=env, capacity=48 * GiB)
     dev.occupy("weights", spec.weight_bytes)
     cfg = PoolConfig(max_cached_tokens=max_cached_tokens)
     ikv = elastic_pool(spec, dev, name=engine, config=cfg)

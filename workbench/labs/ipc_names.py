@@ -17,13 +17,14 @@ import os
 import secrets
 from typing import Any
 
+from workbench.backends import make_device
 from workbench.config import PoolConfig
 from workbench.core.control import read_segment
+from workbench.core.device import Device
 from workbench.core.limit_requests import request_limit
 from workbench.engines.models import get_model
 from workbench.engines.sim.kvsetup import elastic_pool
 from workbench.errors import ConfigError
-from workbench.sim.device import SimDevice
 from workbench.units import GiB
 
 
@@ -41,7 +42,7 @@ def ipc_names_demo(model: str = "llama-3.1-8b", device_gib: float = 4.0,
     prefix = prefix or f"wblab-{os.getpid()}-{secrets.token_hex(3)}"
     names = (f"{prefix}-a", f"{prefix}-b")
     spec = get_model(model)
-    dev = SimDevice("h200", capacity=int(device_gib * GiB), name="ipc-demo")
+    dev = make_device("sim", preset="h200", capacity=int(device_gib * GiB), name="ipc-demo")
     cfg = {n: PoolConfig(ipc_name=n, prealloc=False) for n in names}
     pools = [elastic_pool(spec, dev, name=n, config=cfg[n]).kv for n in names]
     a, b = pools
@@ -75,7 +76,7 @@ def ipc_names_demo(model: str = "llama-3.1-8b", device_gib: float = 4.0,
             "left_behind": [n for n in names if read_segment(n) is not None]}
 
 
-def _try_same(spec, dev: SimDevice, name: str) -> dict[str, Any]:
+def _try_same(spec, dev: Device, name: str) -> dict[str, Any]:
     """A pool asking for a held name; what the device kept of the refused construction (the pool
     maps its null block's page before it claims the name, and gives it back when refused)."""
     free0 = dev.mem_info().free

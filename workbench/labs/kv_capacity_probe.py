@@ -22,13 +22,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from workbench.backends import make_device
 from workbench.config import PoolConfig
+from workbench.core.device import Device
 from workbench.core.geometry import KVGeometry
 from workbench.core.ledger import KVCacheManager
 from workbench.engines.models import ModelSpec, get_model
 from workbench.engines.sim.kvsetup import elastic_pool, static_pool
 from workbench.errors import ConfigError
-from workbench.sim.device import SimDevice
 
 GiB = 1 << 30
 
@@ -86,14 +87,14 @@ def whole_blocks(g: KVGeometry, pages: int) -> int:
     return sum(g.blocks_per_page(p) for p in range(min(pages, g.num_pages)))
 
 
-def build(case: CapacityCase) -> tuple[KVCacheManager, SimDevice | None]:
+def build(case: CapacityCase) -> tuple[KVCacheManager, Device | None]:
     spec = get_model(case.model)
     cfg = PoolConfig(contiguous_layout=case.layout == "contiguous")
     if case.mode == "static":
         return static_pool(spec, kv_budget(spec, case), name="static", block_size=case.block_size,
                            config=cfg).kv, None
     mem = int(case.mem_gib * GiB)
-    dev = SimDevice("a100", capacity=mem)
+    dev = make_device("sim", preset="a100", capacity=mem)
     dev.occupy("weights+activations", spec.weight_bytes + int(case.activation_gib * GiB))
     cfg = PoolConfig(contiguous_layout=cfg.contiguous_layout, gpu_utilization=case.utilization)
     return elastic_pool(spec, dev, name="elastic", block_size=case.block_size, config=cfg).kv, dev
@@ -207,7 +208,7 @@ def shared_prefix(model: str, block_size: int, prefix_blocks: int = 4) -> list[d
     from workbench.engines.sched.vllm_sched import VLLMKVManager
 
     spec = get_model(model)
-    dev = SimDevice("a100", capacity=8 * GiB)
+    dev = make_device("sim", preset="a100", capacity=8 * GiB)
     kv = elastic_pool(spec, dev, name="prefix", block_size=block_size).kv
     kvm = VLLMKVManager(BlockPool(kv, enable_caching=True))
     pool = kvm.pool

@@ -30,7 +30,9 @@ from typing import Any
 
 import simpy
 
+from workbench.backends import make_device
 from workbench.config import PoolConfig
+from workbench.core.device import Device
 from workbench.engines.metrics import summarize
 from workbench.engines.models import get_model
 from workbench.engines.sim.kvsetup import InstanceKV, elastic_pool, static_pool
@@ -39,7 +41,6 @@ from workbench.engines.sim.vllm_like import VLLMLikeEngine, VLLMOptions
 from workbench.engines.sim.workloads import poisson
 from workbench.errors import ControlError
 from workbench.labs.base import Lab, LabResult, Progress
-from workbench.sim.device import SimDevice
 from workbench.units import GiB
 
 AUTOPATCH, IPC = "WORKBENCH_KV_AUTOPATCH", "WORKBENCH_KV_IPC_NAME"
@@ -94,7 +95,7 @@ def _json(proc: subprocess.Popen, what: str) -> Any:
     return json.loads(out)
 
 
-def engine_kv(arm: Arm, spec, dev: SimDevice, name: str, env: simpy.Environment) -> InstanceKV:
+def engine_kv(arm: Arm, spec, dev: Device, name: str, env: simpy.Environment) -> InstanceKV:
     """What the engine's KV becomes in this arm: the switch and the patch decide, as at start."""
     from workbench.adapters.boot import enabled
 
@@ -109,7 +110,8 @@ def run_arm(arm: Arm, p: NoFakeEnableParams, seed: int) -> dict[str, Any]:
     """One arm's traffic; the device's KV bytes sampled every 0.1 s; ``kvctl list`` mid-burst."""
     env = simpy.Environment()
     spec = get_model(MODEL)
-    dev = SimDevice("h200", env=env, capacity=int(DEVICE_GIB * GiB), name=f"nfe-{arm.name}")
+    dev = make_device("sim", preset="h200", env=env, capacity=int(DEVICE_GIB * GiB),
+                      name=f"nfe-{arm.name}")
     dev.occupy("weights", spec.weight_bytes)
     ikv = engine_kv(arm, spec, dev, f"nfe-{arm.name}", env)
     n = 24 if p.quick else 64

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import simpy
 
+from workbench.backends import make_device
 from workbench.config import PoolConfig
 from workbench.engines.metrics import SLO, Dist, summarize
 from workbench.engines.models import get_model
@@ -28,7 +29,6 @@ from workbench.engines.sim.steptime import GPUS, StepTimeModel
 from workbench.engines.sim.vllm_like import VLLMLikeEngine, VLLMOptions
 from workbench.engines.sim.workloads import MIX_CLASSES, long_short_mix
 from workbench.errors import ConfigError
-from workbench.sim.device import SimDevice
 
 GiB = 1 << 30
 WORKLOADS = ("short", "long_in", "long_out", "mix")  # seed 003 E1's four loads
@@ -68,7 +68,7 @@ def build(setup: InstanceSetup, env: simpy.Environment):
         kv_bytes = int(setup.gpu_memory_utilization * mem) - spec.weight_bytes - act
         ikv = static_pool(spec, kv_bytes, name=setup.engine, config=setup.pool, env=env)
     elif setup.kv == "elastic":
-        dev = SimDevice(setup.gpu, env=env, capacity=mem)
+        dev = make_device("sim", preset=setup.gpu, env=env, capacity=mem)
         dev.occupy("weights+activations", spec.weight_bytes + act)
         ikv = elastic_pool(spec, dev, name=setup.engine, config=setup.pool)
     else:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from workbench.backends import make_device
 from workbench.core.coordinator import TransportError, WorkerId, local_pools
 from workbench.labs.tp_pp_workers import BPP, GEO, Rig, open_rig, wid
-from workbench.sim.device import SimDevice
 
 
 def _causes(kv: Any) -> list[str]:
@@ -46,7 +46,7 @@ def tp_all_or_nothing(backend: str, tp: int) -> dict[str, Any]:
 
 def local_pools_contrast(tp: int) -> dict[str, Any]:
     """SGLang-style: each rank's own pool on its own (simulated) device; nothing broadcast."""
-    devs = [SimDevice("h200", name=f"gpu{r}") for r in range(tp)]
+    devs = [make_device("sim", preset="h200", name=f"gpu{r}") for r in range(tp)]
     pools = local_pools(GEO, devs)
     before = [len(d.mappings) for d in devs]
     ids = pools[0].alloc(3 * BPP)
