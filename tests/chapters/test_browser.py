@@ -45,6 +45,7 @@ MAIN_FIGURE = {
     "07_operating": "Failure decision tree",
     "08_measuring_honestly": "TTFT of every request",
     "09_beyond_one_kv_group": "Blocks held per group",
+    "10_beyond_hbm": "PD: where each request",
 }
 
 pytestmark = pytest.mark.browser
