@@ -2,7 +2,7 @@
 
 Run as a script (vLLM needs the ``__main__`` guard). ``WORKBENCH_KV_AUTOPATCH=1`` in the
 environment makes it the elastic run; the engine core runs in this process
-(VLLM_ENABLE_V1_MULTIPROCESSING=0) so the report can read the physical backing's counters.
+(VLLM_ENABLE_V1_MULTIPROCESSING=0) so the report can read the ledger's page counters.
 """
 
 from __future__ import annotations
@@ -39,11 +39,11 @@ def main(model_dir: str, max_tokens: int) -> None:
     from workbench.adapters import boot
 
     report["patches"] = [r["patch"] + ":" + r["status"] for r in boot.status()]
-    backing = None
+    kv = None
     if report["patches"]:
         from workbench.adapters.vllm import registry
 
-        backing = registry.backings[-1][1] if registry.backings else None
+        kv = registry.ledgers[-1][1] if registry.ledgers else None
     outs_all = []
     for _ in range(2):  # the second round hits the prefix cache of the first
         t0 = time.time()
@@ -53,9 +53,10 @@ def main(model_dir: str, max_tokens: int) -> None:
         outs_all.append(ids)
         r = {"s": round(dt, 2), "tokens": sum(map(len, ids)),
              "cached_prompt_tokens": sum(o.num_cached_tokens or 0 for o in outs)}
-        if backing is not None:
-            r.update(mapped_pages=backing.mapped_pages, held_blocks=len(backing.held),
-                     maps=backing.maps, unmaps=backing.unmaps,
+        if kv is not None:
+            kv.check_invariants()
+            r.update(mapped_pages=kv.pages.mapped_pages, held_blocks=len(kv.allocated),
+                     maps=kv.count_events("map"), unmaps=kv.count_events("unmap"),
                      shortfalls=sum(p.shortfalls for p in registry.pools))
         report["rounds"].append(r)
     report["token_ids"] = outs_all

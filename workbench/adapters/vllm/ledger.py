@@ -1,0 +1,130 @@
+"""The core ledger with the engine choosing block ids: vLLM's BlockPool decides which block comes
+next (its free-queue order is part of its prefix caching and of its own tests), the workbench
+decides which pages are backed.
+
+``BlockLedger`` is a :class:`~workbench.core.ledger.KVCacheManager`: one page state machine
+(:class:`~workbench.core.pages.PageAllocator`), its events, limits (``set_limit``, deferred while
+live blocks sit on the tail), the reserve (``PREALLOC``, ``MIN``/``MAX_RESERVED_PAGES``), async
+release epochs (``defer_release``) and the control segment under ``WORKBENCH_KV_IPC_NAME`` (so
+``workbench kvctl list`` shows the engine). It adds two calls for caller-chosen ids:
+
+* :meth:`hold` backs every block of a list or none (a block is *held* while vLLM uses or caches
+  it), mapping the page of each block that is not on a backed page yet;
+* :meth:`release` gives blocks back; a page whose last block goes follows the core's free path
+  (park in the reserve, unmap, or retire until the kernels that may touch it have finished).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from workbench.core.events import PageState
+from workbench.core.ledger import KVCacheManager
+from workbench.errors import WorkbenchError
+
+RESERVED, FREE = PageState.RESERVED, PageState.FREE
+
+
+class PoolExhausted(WorkbenchError, ValueError):
+    """No physical page for a block vLLM chose; the scheduler treats it as 'cannot schedule'."""
+
+
+class BlockLedger(KVCacheManager):
+    """A ledger whose block ids come from the engine. ``alloc`` (best fit) still works, but the
+    vLLM adapter only uses :meth:`hold` / :meth:`release`."""
+
+    # -- what can be backed now --------------------------------------------------------------
+    def room_pages(self) -> int:
+        """Pages below the limit that could start holding blocks now: reserved (no map) plus
+        new ones the limit and the device's headroom allow."""
+        p = self.pages
+        parked = sum(1 for q in p.reserved if q < p.limit_pages)
+        return parked + p.new_pages_possible()
+
+    def usable_now(self, page: int) -> bool:
+        """A block on ``page`` can be held without mapping anything."""
+        return page < self.pages.limit_pages and page in self.free_blocks
+
+    def unlimited(self) -> bool:
+        """True when every block could be backed now (the cheap common case)."""
+        p = self.pages
+        if p.limit_pages < p.num_pages or p.shrinking:
+            return False
+        return self.room_pages() >= p.num_pages - len(self.free_blocks)
+
+    def is_held(self, block: int) -> bool:
+        return block in self.allocated
+
+    @property
+    def held_blocks(self) -> int:
+        return self.used_blocks
+
+    def count_events(self, cause: str) -> int:
+        """Page transitions with this cause so far ("map", "unmap", "reuse", "park", ...)."""
+        return sum(1 for e in self.events if e.cause == cause and e.page >= 0)
+
+    # -- hold / release ----------------------------------------------------------------------
+    def hold(self, block_ids: Iterable[int]) -> None:
+        """Back every block or none (raises :class:`PoolExhausted`, nothing changed)."""
+        self.poll_control()
+        self.pages.check_ok()
+        g = self.geometry
+        by_page: dict[int, list[int]] = {}
+        for b in dict.fromkeys(block_ids):
+            if b not in self.allocated:
+                by_page.setdefault(g.block_page(b), []).append(b)
+        if not by_page:
+            return
+        limit = self.pages.limit_pages
+        fresh = [p for p in by_page if p not in self.free_blocks]
+        if any(p >= limit for p in by_page) or len(fresh) > self.room_pages():
+            self.misses += 1
+            raise PoolExhausted(f"{len(fresh)} more pages needed for blocks "
+                                f"{sorted(b for v in by_page.values() for b in v)[:8]}; "
+                                f"{self.room_pages()} can be backed under the limit of "
+                                f"{limit} pages")
+        opened: list[int] = []
+        for p in fresh:
+            if not self._open_at(p):
+                self._close_opened(opened)
+                self.misses += 1
+                raise PoolExhausted(f"page {p} could not be mapped (device full or failed)")
+            opened.append(p)
+        for p, blocks in by_page.items():
+            stack = self.free_blocks[p]
+            for b in blocks:
+                stack.remove(b)
+            self.num_free -= len(blocks)
+            self.allocated.update(blocks)
+        self._publish()
+
+    def _open_at(self, page: int) -> bool:
+        """Make ``page`` in use with all its blocks free: reuse it from the reserve or map it."""
+        p = self.pages
+        if p.state[page] is RESERVED:
+            p.reserved.remove(page)
+            p._move(page, PageState.IN_USE, "reuse")
+        elif p.state[page] is not FREE or not p._map(page, PageState.IN_USE, "map"):
+            return False
+        blocks = self._block_ids.get(page)
+        if blocks is None:
+            blocks = self._block_ids[page] = tuple(self.geometry.page_blocks(page))
+        self.free_blocks[page] = list(reversed(blocks))
+        self.num_free += len(blocks)
+        p._maybe_refill()
+        return True
+
+    def _close_opened(self, opened: list[int]) -> None:
+        for page in reversed(opened):
+            self.num_free -= len(self.free_blocks.pop(page))
+            self.pages.free_page(page)
+
+    def release(self, block_ids: Iterable[int]) -> None:
+        """Give held blocks back (ids not held, and the null block, are skipped)."""
+        ids = [b for b in dict.fromkeys(block_ids) if b in self.allocated
+               and b != self.null_block]
+        if ids:
+            self.pages.check_ok()
+            self._free_ids(ids)
+        self.poll_control()
+        self._publish()
