@@ -109,3 +109,68 @@ class HoldRelease(RuleBasedStateMachine):
 
 TestHoldRelease = HoldRelease.TestCase
 TestHoldRelease.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+
+
+class Fence:
+    """A stand-in for a CUDA event: passes when the test says the kernels finished."""
+
+    def __init__(self):
+        self.done = False
+        self.waited = False
+
+    def query(self) -> bool:
+        return self.done
+
+    def synchronize(self) -> None:
+        self.waited = self.done = True
+
+
+def test_a_page_emptied_while_kernels_may_run_is_released_only_after_its_fence():
+    kv = BlockLedger(KVGeometry(**GEO, layout=Layout.CONTIGUOUS), make_device("sim"), name="t",
+                     config=PoolConfig(min_reserved_pages=0, max_reserved_pages=0),
+                     defer_release=True)
+    fences: list[Fence] = []
+    kv.fence = lambda: fences.append(Fence()) or fences[-1]
+    kv.hold([9, 17])  # pages 1 and 2
+    kv.release([9])
+    assert kv.pages.state[1] is PageState.RETIRED and kv.space.is_mapped(1) and len(fences) == 1
+    assert kv.room_pages() >= 1 and kv.pages.state[1] is PageState.RETIRED  # not passed yet
+    fences[0].done = True
+    kv.room_pages()  # any scheduler call reaps passed fences
+    assert kv.pages.state[1] is PageState.FREE and not kv.space.is_mapped(1)
+    kv.release([17])
+    kv.hold([18])  # page 2 is retired, not released: revived without a map
+    assert kv.pages.state[2] is PageState.IN_USE and kv.count_events("revive") == 1
+    kv.check_invariants()
+
+
+def test_with_no_room_but_retired_pages_hold_waits_for_the_fence():
+    kv = BlockLedger(KVGeometry(**GEO, layout=Layout.CONTIGUOUS), make_device("sim"), name="t",
+                     config=PoolConfig(min_reserved_pages=0, max_reserved_pages=1,
+                                       memory_limit=2 * 4 * MiB), defer_release=True)
+    fences: list[Fence] = []
+    kv.fence = lambda: fences.append(Fence()) or fences[-1]
+    kv.hold([9])
+    kv.release([9])  # page 1 retires: the limit's two pages are both mapped
+    kv.hold([10])  # the same page: revived, no wait
+    assert not fences[0].waited and kv.count_events("revive") == 1
+    kv.release([10])
+    kv.set_limit(3 * 4 * MiB)
+    kv.hold([17])  # page 2: the limit has room, no wait
+    assert not fences[-1].waited
+    kv.set_limit(3 * 4 * MiB, revision=kv.revision)
+    kv.release([17])
+    kv.hold([1])  # page 0
+    with pytest.raises(PoolExhausted):
+        kv.hold([30])  # page 3 is past the limit: refused at once
+    kv.set_limit(4 * 4 * MiB)
+    kv.hold([9])  # page 1 (retired, revived); page 2 retired too
+    kv.hold([30])  # page 3: room after the limit grew
+    kv.release([9, 30])
+    kv.set_limit(2 * 4 * MiB)  # pages 2 and 3 retired past the new limit: deferred
+    assert kv.pages.shrinking
+    kv.reap(wait=True)
+    assert not kv.pages.shrinking and kv.limit_state.outcome.value == "applied"
+    assert all(f.waited or f.done for f in fences)
+    kv.check_invariants()
+
