@@ -133,7 +133,7 @@ class ElasticBlockPool(BlockPool):
     # -- where blocks stop being held ---------------------------------------------------------
     def _releasable(self, block) -> bool:
         return (block.ref_cnt == 0 and not block.is_null
-                and block.block_id not in self._reuse_watchers)
+                and block.block_id not in getattr(self, "_reuse_watchers", ()))  # 0.32+
 
     def _maybe_evict_cached_block(self, block) -> bool:
         evicted = super()._maybe_evict_cached_block(block)
@@ -153,7 +153,8 @@ class ElasticBlockPool(BlockPool):
         super().free_blocks(blocks)
         drop = []
         for b in blocks:
-            if (b.pool is not None and b.pool is not self) or not self._releasable(b):
+            owner = getattr(b, "pool", None)  # 0.32+: a block may belong to another pool
+            if (owner is not None and owner is not self) or not self._releasable(b):
                 continue
             if self.enable_caching and b.block_hash is not None:
                 self._cached_free[b.block_id] = None  # stays backed: a prefix hit may want it
