@@ -23,7 +23,8 @@ fetch "$DEST/wheels" aiohappyeyeballs==2.7.1 aiohttp==3.14.5 aiosignal==1.4.0 at
   pyzmq==27.3.0 sniffio==1.3.1 starlette==1.0.1 typing-inspection==0.4.5 xgrammar==0.2.7 \
   simpy==4.1.2
 fetch "$DEST/tmp" vllm==0.26.0
-# vLLM's Python sources and its three small libraries; the big op libraries stay behind
+# vLLM's Python sources and its three small libraries, and FlashAttention 3's library (xz'd:
+# vllm.vllm_flash_attn refuses to import without it); the big op libraries stay behind
 # (opstub.py stands in for the one vLLM imports unguarded; attention runs as Triton kernels)
 python3 - "$DEST" <<'PY'
 import glob, io, sys, tarfile, zipfile
@@ -42,6 +43,12 @@ with tarfile.open(f"{dest}/vllm_py.tar.xz", "w:xz") as tar:
             ti = tarfile.TarInfo(n)
             ti.size, ti.mode = len(data), 0o644
             tar.addfile(ti, io.BytesIO(data))
+fa3 = "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so"
+with tarfile.open(f"{dest}/fa3.tar.xz", "w:xz", preset=9) as tar:
+    data = whl.read(fa3)
+    ti = tarfile.TarInfo(fa3)
+    ti.size, ti.mode = len(data), 0o755
+    tar.addfile(ti, io.BytesIO(data))
 PY
 rm -rf "$DEST/tmp"
 du -sh "$DEST"

@@ -26,6 +26,7 @@ if [ ! -d "$SITE/vllm" ]; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" \
     "$DEST"/wheels/*.whl || say "pip install FAILED"
   tar -xJf "$DEST/vllm_py.tar.xz" -C "$SITE" || say "vLLM sources FAILED to unpack"
+  tar -xJf "$DEST/fa3.tar.xz" -C "$SITE" || say "FlashAttention 3 FAILED to unpack"
   cp "$CODE/gpu/vllm26/opstub.py" "$SITE/"
   printf 'import opstub\nopstub.install(__name__)\n' > "$SITE/vllm/_C_stable_libtorch.py"
 fi
