@@ -30,9 +30,13 @@ def main(model_dir: str, max_tokens: int) -> None:
 
     t_import = time.time() - t0
     t0 = time.time()
+    tp = int(os.environ.get("GEN_TP", "1"))
+    executor = os.environ.get("GEN_EXECUTOR") or None  # "mp": model runners in worker processes
     llm = LLM(model=model_dir, tokenizer=model_dir, dtype="bfloat16", max_model_len=512,
               max_num_seqs=8, enforce_eager=True, enable_prefix_caching=True, seed=0,
-              block_size=32)
+              block_size=32, tensor_parallel_size=tp, distributed_executor_backend=executor,
+              num_gpu_blocks_override=int(os.environ["GEN_BLOCKS"])
+              if os.environ.get("GEN_BLOCKS") else None)
     t_init = time.time() - t0
     sp = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
     report = {"import_s": round(t_import, 1), "init_s": round(t_init, 1), "rounds": []}
@@ -58,9 +62,19 @@ def main(model_dir: str, max_tokens: int) -> None:
             r.update(mapped_pages=kv.pages.mapped_pages, held_blocks=len(kv.allocated),
                      maps=kv.count_events("map"), unmaps=kv.count_events("unmap"),
                      shortfalls=sum(p.shortfalls for p in registry.pools))
+        if kv is not None and hasattr(kv.space, "transport"):
+            r["rank_mapped"] = _rank_mapped(kv.space)
         report["rounds"].append(r)
     report["token_ids"] = outs_all
     print("RESULT " + json.dumps(report))
+
+
+def _rank_mapped(space) -> dict[str, int]:
+    """Pages each worker process has mapped, asked over its socket (the fan-out's targets)."""
+    from workbench.core.messages import StateRequest
+
+    answers = space.transport.exchange({t: StateRequest(seq=0) for t in space.targets}, 10.0)
+    return {str(t): len(getattr(a, "mapped", None) or []) for t, a in answers.items()}
 
 
 if __name__ == "__main__":

@@ -146,9 +146,11 @@ def _vllm_suite(**extra: str) -> tuple[dict[str, int], str]:
 
 @pytest.mark.skipif(not (VLLM_TESTS / "tests/v1/core/test_prefix_caching.py").exists(),
                     reason=f"vLLM {RELEASE} test sources missing (make test-engines fetches them)")
-def test_vllms_own_prefix_caching_tests_pass_with_the_elastic_pool():
+@pytest.mark.parametrize("per_page", ["512", "4"])  # 4: pages map and unmap all the time
+def test_vllms_own_prefix_caching_tests_pass_with_the_elastic_pool(per_page):
     stock, stock_out = _vllm_suite()
-    ours, ours_out = _vllm_suite(WORKBENCH_KV_AUTOPATCH="1", WORKBENCH_KV_VLLM_STANDALONE="1")
+    ours, ours_out = _vllm_suite(WORKBENCH_KV_AUTOPATCH="1", WORKBENCH_KV_VLLM_STANDALONE="1",
+                                 WORKBENCH_KV_VLLM_BLOCKS_PER_PAGE=per_page)
     assert "WORKBENCH_ELASTIC_POOLS=0" in stock_out
     built = int(re.search(r"WORKBENCH_ELASTIC_POOLS=(\d+)", ours_out).group(1))
     assert built >= 100  # every manager in the suite was built on the elastic pool

@@ -18,7 +18,7 @@ from collections import OrderedDict
 
 from vllm.v1.core.block_pool import BlockPool
 
-from workbench.adapters.vllm import registry
+from workbench.adapters.vllm import fanout, registry
 from workbench.adapters.vllm.ledger import PoolExhausted
 from workbench.errors import ConfigError
 
@@ -31,6 +31,10 @@ class ElasticBlockPool(BlockPool):
         super().__init__(num_gpu_blocks, enable_caching, hash_block_size, *args, **kwargs)
         ElasticBlockPool.created += 1
         self.backing = registry.ledger_for(num_gpu_blocks)
+        if self.backing is None:  # the model runners are in worker processes (mp executor)
+            self.backing = fanout.scheduler_ledger(num_gpu_blocks)
+            if self.backing is not None:
+                registry.register(num_gpu_blocks, self.backing)
         if self.backing is None:
             if "vllm.v1.engine.core" in sys.modules and registry.require_worker():
                 raise ConfigError(

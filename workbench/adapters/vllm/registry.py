@@ -17,6 +17,7 @@ from workbench.adapters import runtime
 from workbench.adapters.vllm.ledger import BlockLedger
 from workbench.backends import make_device
 from workbench.core.geometry import KVGeometry, Layout
+from workbench.errors import ConfigError
 
 ledgers: list[tuple[int, BlockLedger]] = []
 pools: list = []  # ElasticBlockPools built in this process (reports, tests)
@@ -40,13 +41,18 @@ def require_worker() -> bool:
 
 
 def standalone_ledger(num_blocks: int) -> BlockLedger:
-    """Page bookkeeping without memory: one 4 KiB block per block id on a simulated device."""
+    """Page bookkeeping without memory on a simulated device: 512 blocks per page, or
+    ``WORKBENCH_KV_VLLM_BLOCKS_PER_PAGE`` (tests set 4 so that pages really map and unmap)."""
     global _sim
     if _sim is None:
         _sim = make_device("sim", name="vllm-scheduler-only")
     cfg = runtime.pool_config()
+    per_page = int(os.environ.get("WORKBENCH_KV_VLLM_BLOCKS_PER_PAGE", "512"))
+    if per_page < 1 or cfg.page_size % per_page:
+        raise ConfigError(f"WORKBENCH_KV_VLLM_BLOCKS_PER_PAGE={per_page}",
+                          f"must divide the {cfg.page_size}-byte page", "use a power of two")
     layout = Layout.CONTIGUOUS if cfg.contiguous_layout else Layout.PER_LAYER
-    geo = KVGeometry(num_layers=1, kv_heads=1, head_dim=4096, block_size=1,
+    geo = KVGeometry(num_layers=1, kv_heads=1, head_dim=cfg.page_size // per_page, block_size=1,
                      num_blocks=max(2, num_blocks), num_buffers=1, dtype_bytes=1,
                      page_size=cfg.page_size, layout=layout)
     # not registered: every scheduler-only pool (vLLM's tests build hundreds) starts afresh

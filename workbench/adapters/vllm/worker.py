@@ -14,7 +14,7 @@ import dataclasses
 import torch
 
 from workbench.adapters import runtime
-from workbench.adapters.vllm import registry
+from workbench.adapters.vllm import fanout, registry
 from workbench.adapters.vllm.devices import device_for
 from workbench.adapters.vllm.ledger import BlockLedger
 from workbench.core.geometry import KVGeometry, Layout
@@ -51,10 +51,14 @@ def make_allocate_kv_cache(create_kv_cache_views):
         geo = KVGeometry(num_layers=len(t.layers), kv_heads=1, head_dim=t.block_stride,
                          block_size=1, num_blocks=num_blocks, num_buffers=1, dtype_bytes=1,
                          page_size=cfg.page_size, layout=Layout.PER_LAYER)
-        kv = BlockLedger(geo, device_for(device), name=f"vllm-kv-{len(registry.ledgers)}",
-                         config=cfg)  # block 0, vLLM's null block, is the ledger's: kept mapped
-        registry.register(num_blocks, kv)
-        space = kv.space
+        rank = fanout.worker_rank()
+        if rank is not None:  # a worker process: the engine core's ledger decides, we apply
+            space = fanout.serve_rank(geo, rank, num_blocks)
+        else:
+            kv = BlockLedger(geo, device_for(device), name=f"vllm-kv-{len(registry.ledgers)}",
+                             config=cfg)  # block 0, vLLM's null block, is the ledger's: mapped
+            registry.register(num_blocks, kv)
+            space = kv.space
         raw = space.device.tensor(space.base, space.size, torch.int8)
         ours = dataclasses.replace(t, size=space.size, offset=0,
                                    layer_stride=geo.num_pages * geo.page_size)
