@@ -78,7 +78,7 @@ def main(model: str) -> None:
     t0 = time.time()
     llm = LLM(model=model, tokenizer=model, dtype="bfloat16", enforce_eager=True, seed=0,
               gpu_memory_utilization=float(os.environ.get("GEN_UTIL", "0.3")),
-              max_model_len=1024, max_num_seqs=32, block_size=16, enable_prefix_caching=True,
+              max_model_len=512, max_num_seqs=32, block_size=16, enable_prefix_caching=True,
               attention_backend="TRITON_ATTN",
               compilation_config={"mode": 0, "custom_ops": ["none"]},
               kernel_config={"ir_op_priority": {"rms_norm": ["native"],
