@@ -154,7 +154,9 @@ def test_elastic_vllm_generates_the_same_greedy_tokens_as_stock(stock, elastic):
     assert stock["finished"] == elastic["finished"] == len(stock["token_ids"])
     assert elastic["token_ids"] == stock["token_ids"]
     assert elastic["kv_shape"][1:] == stock["kv_shape"][1:]  # vLLM's shape (own block count)
-    assert elastic["opstub_calls"] == {} and stock["opstub_calls"] == {}
+    # the op stand-in answered two capability queries and computed nothing
+    queries = {"_C.cutlass_scaled_mm_supports_fp8", "_C.cutlass_scaled_mm_supports_block_fp8"}
+    assert set(elastic["opstub_calls"]) <= queries and set(stock["opstub_calls"]) <= queries
 
 
 @needs_vllm
@@ -165,7 +167,8 @@ def test_kv_tensors_are_views_of_the_vmm_pool_and_mapped_bytes_follow_load(elast
     page = elastic["page_id_bytes"]
     assert elastic["mapped_idle"] == 2 * page  # the null block's page and one reserved
     assert elastic["mapped_peak"] >= 4 * page  # grew with the batch
-    assert elastic["mapped_after"] <= 3 * page < elastic["mapped_peak"]  # and gave pages back
+    # and gave them back once the last step's kernels finished (retired pages wait for that)
+    assert elastic["mapped_settled"] <= 3 * page < elastic["mapped_peak"]
     assert elastic["maps"] >= 3 and elastic["unmaps"] >= 1
     b = elastic["budget"]
     assert b["kv"] == b["budget"] - b["weights"] - b["activation_peak"] > 0

@@ -66,6 +66,10 @@ def main(model_dir: str, max_tokens: int) -> None:
             r["rank_mapped"] = _rank_mapped(kv.space)
         report["rounds"].append(r)
     report["token_ids"] = outs_all
+    if os.environ.get("WORKBENCH_KV_IPC_NAME"):  # the pools kvctl would list now
+        from workbench.core import control
+
+        report["pools"] = sorted(i.name for i in control.scan().infos if i.alive)
     print("RESULT " + json.dumps(report))
 
 

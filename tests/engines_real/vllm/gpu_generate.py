@@ -123,6 +123,8 @@ def main(model: str) -> None:
         sampler.stop = True
         sampler.join()
         out["mapped_peak"], out["mapped_after"] = max(sampler.samples), kv.mapped_bytes
+        kv.reap(wait=True)  # pages retired by the last frees, released once kernels finished
+        out["mapped_settled"] = kv.mapped_bytes
         out["mapped_samples"] = len(set(sampler.samples))
         out["kvctl"] = sampler.kvctl
         out["limit_state"] = kv.limit_state.outcome.value

