@@ -113,11 +113,15 @@ def test_pages_map_and_unmap_as_requests_come_and_go(model, native):
 
 
 @generates
-def test_engine_under_a_memory_limit_waits_instead_of_crashing(model, native):
-    # 4 MiB = one page id (2 MiB x 2 layers): 31 blocks for 8 requests that want ~40
+def test_engine_under_a_memory_limit_equals_stock_at_the_same_capacity(model):
+    # 4 MiB = one page id (2 MiB x 2 layers) = 32 blocks of 64 KiB, the null block included:
+    # 31 blocks for 8 requests that want ~40, so both preempt and recompute. Compared with stock
+    # vLLM given the same 32 blocks: recompute after a preemption is not bit-equal to
+    # incremental decode on every CPU's kernels, so unconstrained output is not the reference.
+    stock = _run("generate.py", model, MAX_TOKENS, GEN_BLOCKS="32")
     r = _run("generate.py", model, MAX_TOKENS, WORKBENCH_KV_AUTOPATCH="1",
              WORKBENCH_KV_MEMORY_LIMIT="4MiB")
-    assert r["token_ids"] == native["token_ids"]
+    assert r["token_ids"] == stock["token_ids"]
     assert all(rnd["mapped_pages"] == 1 for rnd in r["rounds"])
     assert r["rounds"][-1]["shortfalls"] > 0  # memory, not vLLM's queue, held requests back
 
