@@ -71,18 +71,33 @@ def _kvctl_list() -> list:
     return json.loads(proc.stdout) if proc.returncode == 0 else [proc.stderr[-400:]]
 
 
+def _build(model: str):
+    from vllm import LLM
+
+    return LLM(model=model, tokenizer=model, dtype="bfloat16", enforce_eager=True, seed=0,
+               gpu_memory_utilization=float(os.environ.get("GEN_UTIL", "0.3")),
+               max_model_len=512, max_num_seqs=32, block_size=16, enable_prefix_caching=True,
+               attention_backend="TRITON_ATTN",
+               compilation_config={"mode": 0, "custom_ops": ["none"]},
+               kernel_config={"ir_op_priority": {"rms_norm": ["native"],
+                                                 "fused_add_rms_norm": ["native"]}})
+
+
+def _describe_pool(out: dict, kv, caches) -> None:
+    base, end = kv.space.base, kv.space.base + kv.space.size
+    out["views_in_pool"] = all(base <= t.data_ptr() < end for t in caches)
+    out["layout"], out["page_id_bytes"] = kv.geometry.layout.value, kv.geometry.page_id_bytes
+    out["capacity"] = kv.capacity_bytes
+    out["mapped_idle"] = kv.mapped_bytes
+    out["kvctl_list"] = _kvctl_list()
+
+
 def main(model: str) -> None:
     import torch
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams
 
     t0 = time.time()
-    llm = LLM(model=model, tokenizer=model, dtype="bfloat16", enforce_eager=True, seed=0,
-              gpu_memory_utilization=float(os.environ.get("GEN_UTIL", "0.3")),
-              max_model_len=512, max_num_seqs=32, block_size=16, enable_prefix_caching=True,
-              attention_backend="TRITON_ATTN",
-              compilation_config={"mode": 0, "custom_ops": ["none"]},
-              kernel_config={"ir_op_priority": {"rms_norm": ["native"],
-                                                "fused_add_rms_norm": ["native"]}})
+    llm = _build(model)
     out: dict = {"init_s": round(time.time() - t0, 1)}
     runner = _seed_weights(llm)
     from workbench.adapters import boot
@@ -97,12 +112,7 @@ def main(model: str) -> None:
     out["kv_stride"] = list(caches[0].stride())
     sampler = None
     if kv is not None:
-        base, end = kv.space.base, kv.space.base + kv.space.size
-        out["views_in_pool"] = all(base <= t.data_ptr() < end for t in caches)
-        out["layout"], out["page_id_bytes"] = kv.geometry.layout.value, kv.geometry.page_id_bytes
-        out["capacity"] = kv.capacity_bytes
-        out["mapped_idle"] = kv.mapped_bytes
-        out["kvctl_list"] = _kvctl_list()
+        _describe_pool(out, kv, caches)
         limit_at = os.environ.get("GEN_LIMIT_AT")
         sampler = Sampler(kv, int(limit_at) if limit_at else None, os.environ.get("GEN_LIMIT"))
     go = os.environ.get("GEN_GO_FILE")
