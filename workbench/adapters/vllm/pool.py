@@ -63,24 +63,30 @@ class ElasticBlockPool(BlockPool):
             node = node.next_free_block
         return out
 
-    def _prefer_mapped(self) -> None:
-        """Under a limit only: free blocks go in the order backed pages, then pages that could be
-        backed, then pages past the limit (each keeping vLLM's order), so the blocks vLLM takes
-        next are ones memory backs. Without this a head of unbackable blocks could stall
-        admission while cached blocks sit on backed pages."""
+    def _count_backable(self, n: int) -> int:
+        """Under a limit: count, in vLLM's order, the free blocks memory can back now (blocks on
+        backed pages, then on as many more pages as there is room for), moving the ones it cannot
+        behind the rest so the blocks vLLM takes next are backable. The walk stops once no
+        further block could count, so a long free queue is not walked on every call."""
         q, kv = self.free_block_queue, self.backing
-        page, limit = kv.geometry.block_page, kv.pages.limit_pages
-        later, last, node = [], [], q.fake_free_list_head.next_free_block
-        while node is not None and node is not q.fake_free_list_tail:
+        page, limit, room = kv.geometry.block_page, kv.pages.limit_pages, kv.room_pages()
+        per_page = kv.geometry.page_size // kv.geometry.block_bytes + 1
+        bound = min(n, kv.num_free + len(self._cached_free) + room * per_page)
+        movers, pages, count = [], set(), 0
+        node, tail = q.fake_free_list_head.next_free_block, q.fake_free_list_tail
+        while count < bound and node is not None and node is not tail:
             p = page(node.block_id)
-            if p >= limit:
-                last.append(node)
-            elif p not in kv.free_blocks:
-                later.append(node)
+            if p < limit and (p in kv.free_blocks or p in pages or len(pages) < room):
+                if p not in kv.free_blocks:
+                    pages.add(p)
+                count += 1
+            else:
+                movers.append(node)
             node = node.next_free_block
-        for blk in later + last:
+        for blk in movers:
             q.remove(blk)
-        q.append_n(later + last)
+        q.append_n(movers)
+        return count
 
     def _evict_past_limit(self) -> None:
         """While the ledger shrinks, cached (ref 0) blocks on tail pages are evicted: nothing
@@ -98,19 +104,7 @@ class ElasticBlockPool(BlockPool):
             self._evict_past_limit()
         if kv.unlimited():
             return n
-        self._prefer_mapped()
-        # Walk vLLM's order and stop where the pages it would need run out.
-        room, pages, count = kv.room_pages(), set(), 0
-        g, limit = kv.geometry, kv.pages.limit_pages
-        for bid in self._peek(n):
-            p = g.block_page(bid)
-            if p >= limit:
-                break
-            if p not in kv.free_blocks and p not in pages:
-                if len(pages) >= room:
-                    break
-                pages.add(p)
-            count += 1
+        count = self._count_backable(n)
         self.shortfalls += count < n
         return count
 
