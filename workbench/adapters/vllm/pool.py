@@ -98,6 +98,8 @@ class ElasticBlockPool(BlockPool):
 
     def get_num_free_blocks(self) -> int:
         n = super().get_num_free_blocks()
+        if self._allocating:  # vLLM's own check inside get_new_blocks: the blocks are held
+            return n
         kv = self.backing
         kv.poll_control()
         if kv.pages.shrinking:
