@@ -48,6 +48,7 @@ def main(model_dir: str, max_tokens: int) -> None:
         from workbench.adapters.vllm import registry
 
         kv = registry.ledgers[-1][1] if registry.ledgers else None
+        report["layout"] = kv.geometry.layout.value if kv is not None else None
     outs_all = []
     for _ in range(2):  # the second round hits the prefix cache of the first
         t0 = time.time()

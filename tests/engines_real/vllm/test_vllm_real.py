@@ -92,6 +92,7 @@ def test_greedy_output_is_token_for_token_native(native, elastic):
     assert elastic["patches"] == ["elastic-block-pool:applied", "allocate-slots-miss:applied",
                                   "elastic-kv-tensors:applied"]
     assert elastic["token_ids"] == native["token_ids"]
+    assert elastic["layout"] == "contiguous"  # the default: one map per page id
     assert all(len(ids) == int(MAX_TOKENS) for rnd in native["token_ids"] for ids in rnd)
     # prefix caching still works: the second round reuses the first round's blocks
     assert [r["cached_prompt_tokens"] for r in elastic["rounds"]] == \
@@ -207,14 +208,23 @@ def test_tp2_mp_executor_elastic_equals_stock_and_pages_map_on_both_ranks(model)
 
 def test_kv_tensors_are_vllms_views_over_a_workbench_range():
     stock = _run("kv_tensor_views.py", timeout=300)
-    ours = _run("kv_tensor_views.py", timeout=300, WORKBENCH_KV_AUTOPATCH="1",
-                WORKBENCH_KV_MAX_RESERVED_PAGES="0", WORKBENCH_KV_MIN_RESERVED_PAGES="0")
-    assert not stock["patched"] and ours["patched"]
-    assert ours["views"] == stock["views"]  # vLLM's shapes, strides and dtype per layer
-    assert stock["readback"] and ours["readback"]
-    assert ours["mapped_before"] == 1 and ours["mapped_held"] == 2  # null block's page + one
-    assert ours["rss_shmem_kib"] >= 2 * 2 * 2048  # two page ids of two layers are resident
-    assert ours["mapped_released"] == 1 and ours["unmaps"] == 1
+    quiet = dict(WORKBENCH_KV_AUTOPATCH="1", WORKBENCH_KV_MAX_RESERVED_PAGES="0",
+                 WORKBENCH_KV_MIN_RESERVED_PAGES="0")
+    per_layer = _run("kv_tensor_views.py", timeout=300, WORKBENCH_KV_CONTIGUOUS_LAYOUT="0",
+                     **quiet)
+    ours = _run("kv_tensor_views.py", timeout=300, **quiet)  # CONTIGUOUS, the default
+    assert not stock["patched"] and ours["patched"] and per_layer["patched"]
+    assert per_layer["views"] == stock["views"]  # vLLM's shapes, strides and dtype per layer
+    for name, v in ours["views"].items():  # the same shapes; a block stride spans both layers
+        s = stock["views"][name]
+        assert (v["shape"], v["dtype"], v["stride"][1:]) == (s["shape"], s["dtype"],
+                                                              s["stride"][1:])
+        assert v["stride"][0] == 2 * s["stride"][0]
+    for r in (ours, per_layer):
+        assert stock["readback"] and r["readback"]
+        assert r["mapped_before"] == 1 and r["mapped_held"] == 2  # null block's page + one
+        assert r["rss_shmem_kib"] >= 2 * 2 * 2048  # two page ids of two layers are resident
+        assert r["mapped_released"] == 1 and r["unmaps"] == 1
 
 
 def test_doctor_check_applies_the_plan_for_the_installed_version():
