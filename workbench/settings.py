@@ -46,6 +46,8 @@ ACCEPTED: dict[str, str] = {
     "prealloc": "one of 1, 0, true, false, yes, no, on, off",
     "autopatch": "one of 1, 0, true, false, yes, no, on, off",
     "vllm_standalone": "one of 1, 0, true, false, yes, no, on, off",
+    "vllm_blocks_per_page": "an integer from 1 to 1048576 that divides the page size",
+    "vllm_budget": "a multiple of 2 MiB from 2 MiB to 1 PiB (e.g. 40GiB)",
     "ipc_name": "1-64 characters of letters, digits, '_', '-' or '.'",
     "socket_dir": "an absolute directory path",
     "shm_dir": "an absolute directory path",
@@ -131,6 +133,8 @@ class Settings(BaseSettings):
     ipc_name: Annotated[str | None, BeforeValidator(_ipc)] = None
     autopatch: Flag = False
     vllm_standalone: Flag = False
+    vllm_blocks_per_page: Annotated[int, _int_in(1, 1 << 20)] = 512
+    vllm_budget: Annotated[int | None, BeforeValidator(lambda v: _size(v, MAX_LIMIT))] = None
     socket_dir: Annotated[str | None, BeforeValidator(_directory)] = None
     shm_dir: Annotated[str, BeforeValidator(_directory)] = "/dev/shm"
 

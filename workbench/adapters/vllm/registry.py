@@ -1,33 +1,37 @@
-"""Where the scheduler's block pool finds the physical backing the model runner built.
+"""Where the scheduler's block pool finds the ledger the model runner built.
 
-With one worker in the engine-core process (vLLM on CPU, TP=1) both live in one process: the
-runner's ``allocate_kv_cache`` registers its backing here and the BlockPool built right after
-picks it up by block count. Without a runner (vLLM's own unit tests, scheduler-only use) the pool
-gets a standalone backing on a simulated device: the same page bookkeeping, no memory.
+With one worker in the engine-core process (TP=1, ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, vLLM on
+CPU or the uniprocess executor on a GPU) both live in one process: the runner's KV allocation
+registers its ledger here and the BlockPool built right after picks it up by block count. With
+the model runner in other processes (the ``mp`` executor, TP > 1), the scheduler builds its
+ledger over a :class:`~workbench.core.coordinator.FanOutSpace` whose page decisions reach every
+worker (see ``fanout.py``). Without a runner (vLLM's own unit tests, scheduler-only use) the pool
+gets a standalone ledger on a simulated device: the same page bookkeeping, no memory.
 """
 
 from __future__ import annotations
 
 from workbench.adapters import runtime
-from workbench.adapters.vllm.backing import BlockBacking
+from workbench.adapters.vllm.ledger import BlockLedger
 from workbench.backends import make_device
 from workbench.core.geometry import KVGeometry, Layout
-from workbench.core.vspace import KVSpace
+from workbench.errors import ConfigError
 from workbench.settings import settings
 
-backings: list[tuple[int, BlockBacking]] = []
+ledgers: list[tuple[int, BlockLedger]] = []
 pools: list = []  # ElasticBlockPools built in this process (reports, tests)
 _sim = None
 
 
-def register(num_blocks: int, backing: BlockBacking) -> None:
-    backings.append((num_blocks, backing))
+def register(num_blocks: int, ledger: BlockLedger) -> None:
+    ledgers.append((num_blocks, ledger))
+    runtime.ledgers.append(ledger)
 
 
-def backing_for(num_blocks: int) -> BlockBacking | None:
-    for n, b in reversed(backings):
-        if n == num_blocks:
-            return b
+def ledger_for(num_blocks: int) -> BlockLedger | None:
+    for n, kv in reversed(ledgers):
+        if n == num_blocks and not kv.closed:
+            return kv
     return None
 
 
@@ -35,15 +39,23 @@ def require_worker() -> bool:
     return not settings().vllm_standalone
 
 
-def standalone_backing(num_blocks: int) -> BlockBacking:
+def standalone_ledger(num_blocks: int) -> BlockLedger:
+    """Page bookkeeping without memory on a simulated device: 512 blocks per page, or
+    ``WORKBENCH_KV_VLLM_BLOCKS_PER_PAGE`` (tests set 4 so that pages really map and unmap)."""
     global _sim
     if _sim is None:
         _sim = make_device("sim", name="vllm-scheduler-only")
-    cfg = runtime.pool_config(contiguous_layout=False)
-    geo = KVGeometry(num_layers=1, kv_heads=1, head_dim=4096, block_size=1,
+    cfg = runtime.pool_config()
+    per_page = settings().vllm_blocks_per_page
+    if cfg.page_size % per_page:
+        raise ConfigError(f"WORKBENCH_KV_VLLM_BLOCKS_PER_PAGE={per_page}",
+                          f"must divide the {cfg.page_size}-byte page", "use a power of two")
+    layout = Layout.CONTIGUOUS if cfg.contiguous_layout else Layout.PER_LAYER
+    geo = KVGeometry(num_layers=1, kv_heads=1, head_dim=cfg.page_size // per_page, block_size=1,
                      num_blocks=max(2, num_blocks), num_buffers=1, dtype_bytes=1,
-                     page_size=cfg.page_size, layout=Layout.PER_LAYER)
-    return BlockBacking(KVSpace(geo, _sim), cfg, name="vllm-standalone")
+                     page_size=cfg.page_size, layout=layout)
+    # not registered: every scheduler-only pool (vLLM's tests build hundreds) starts afresh
+    return BlockLedger(geo, _sim, name="vllm-standalone", config=cfg)
 
 
 def max_cached_blocks(block_size: int) -> int:

@@ -1,10 +1,12 @@
 """The model runner's KV tensors on a workbench KV range instead of one ``torch.zeros``.
 
 vLLM 0.32 places every layer of a ``KVCacheTensor`` at ``offset + l*layer_stride + b*block_stride``
-in one backing buffer and cuts per-layer views with ``create_kv_cache_views``. We reserve a
-per-layer range (layer ``l`` starts on a page boundary, blocks back to back: the workbench's
-PER_LAYER layout) and hand ``create_kv_cache_views`` the same tensor description with our layer
-stride, so each layer's view has vLLM's shape and block stride, over memory that pages in and out.
+in one backing buffer and cuts per-layer views with ``create_kv_cache_views``, which takes any
+layer and block stride. We hand it the same tensor description with the workbench layout's
+strides: CONTIGUOUS by default (a block of every layer side by side, so a page id is one map:
+layer stride = one layer's block, block stride = all layers' blocks), PER_LAYER when the kernel
+block is smaller than vLLM's (kernel blocks must then sit back to back) or when
+``WORKBENCH_KV_CONTIGUOUS_LAYOUT=0``. Each view keeps vLLM's shape, over memory that pages.
 """
 
 from __future__ import annotations
@@ -14,10 +16,10 @@ import dataclasses
 import torch
 
 from workbench.adapters import runtime
-from workbench.adapters.vllm import registry
-from workbench.adapters.vllm.backing import BlockBacking
+from workbench.adapters.runtime import device_for
+from workbench.adapters.vllm import fanout, registry
+from workbench.adapters.vllm.ledger import BlockLedger
 from workbench.core.geometry import KVGeometry, Layout
-from workbench.core.vspace import KVSpace
 from workbench.errors import ConfigError
 
 
@@ -41,7 +43,11 @@ def make_allocate_kv_cache(create_kv_cache_views):
         if len(t.layers) > 1 and t.block_stride >= t.layer_stride:
             raise ConfigError(f"KV layout {layout.name}", "block-outermost layouts are not "
                               "handled yet", "use a layer-compact layout (the CPU default)")
-        cfg = runtime.pool_config(contiguous_layout=False)
+        kbs = kernel_block_sizes[gid] if kernel_block_sizes and gid < len(kernel_block_sizes) \
+            else None
+        cfg = runtime.pool_config()
+        if kbs and spec.block_size // kbs > 1:  # kernel blocks need dense per-layer pages
+            cfg = runtime.pool_config(contiguous_layout=False)
         if cfg.page_size % t.block_stride:
             raise ConfigError(f"block stride {t.block_stride} bytes",
                               f"does not divide the {cfg.page_size}-byte page, so some block "
@@ -50,16 +56,22 @@ def make_allocate_kv_cache(create_kv_cache_views):
         num_blocks = kv_cache_config.num_blocks_of(t)
         geo = KVGeometry(num_layers=len(t.layers), kv_heads=1, head_dim=t.block_stride,
                          block_size=1, num_blocks=num_blocks, num_buffers=1, dtype_bytes=1,
-                         page_size=cfg.page_size, layout=Layout.PER_LAYER)
-        space = KVSpace(geo, runtime.device_for(device))
-        backing = BlockBacking(space, cfg, name="vllm-kv")
-        backing.hold([0])  # vLLM's null block
-        registry.register(num_blocks, backing)
+                         page_size=cfg.page_size, layout=Layout.CONTIGUOUS
+                         if cfg.contiguous_layout else Layout.PER_LAYER)
+        rank = fanout.worker_rank()
+        if rank is not None:  # a worker process: the engine core's ledger decides, we apply
+            space = fanout.serve_rank(geo, rank, num_blocks)
+        else:
+            kv = BlockLedger(geo, device_for(device), name=f"vllm-kv-{len(registry.ledgers)}",
+                             config=cfg)  # block 0, vLLM's null block, is the ledger's: mapped
+            registry.register(num_blocks, kv)
+            space = kv.space
         raw = space.device.tensor(space.base, space.size, torch.int8)
-        ours = dataclasses.replace(t, size=space.size, offset=0,
-                                   layer_stride=geo.num_pages * geo.page_size)
-        kbs = kernel_block_sizes[gid] if kernel_block_sizes and gid < len(kernel_block_sizes) \
-            else None
+        v0 = space.view(0, 0)  # our strides: CONTIGUOUS interleaves layers between blocks
+        layer_stride = (space.view(1, 0).offset - v0.offset if geo.num_layers > 1
+                        else geo.num_pages * geo.page_size)
+        ours = dataclasses.replace(t, size=space.size, offset=0, layer_stride=layer_stride,
+                                   block_stride=v0.block_stride)
         views = create_kv_cache_views(raw, spec, num_blocks, layout, ours, kernel_block_size=kbs)
         return dict(zip(t.layers, views, strict=True))
 
