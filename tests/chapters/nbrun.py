@@ -6,8 +6,6 @@ import os
 import time
 from pathlib import Path
 
-import nbformat
-
 ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = ROOT / "chapters"
 NOTEBOOKS = sorted(CHAPTERS.glob("[0-9][0-9]_*.ipynb"))
@@ -17,6 +15,7 @@ QUIZZES = sorted((ROOT / "workbench" / "quiz" / "data").glob("*.json"))  # with 
 def run_notebook(path: Path, *, timeout: int = 120, env: dict[str, str] | None = None):
     """Execute ``path`` in the venv's "workbench" kernel (python3 if that is missing), from the
     chapters folder as a learner would; returns (notebook, seconds)."""
+    import nbformat  # here, not at import: a bare GPU box collects the tests that use ROOT
     from jupyter_client.kernelspec import KernelSpecManager
     from nbclient import NotebookClient
 
