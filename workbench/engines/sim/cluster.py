@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 import simpy
 
+from workbench.backends import make_device
 from workbench.config import PoolConfig
 from workbench.engines.metrics import SLO, MemorySample, Summary, summarize
 from workbench.engines.models import get_model
@@ -105,7 +106,7 @@ def build_cluster(cfg: ClusterConfig, env: simpy.Environment) -> tuple[SimDevice
     kinds = instance_kinds(cfg)
     model = get_model(cfg.model)
     spec = GPUS[cfg.gpu]
-    device = SimDevice(cfg.gpu, env=env, capacity=spec.memory_bytes)
+    device = make_device("sim", preset=cfg.gpu, env=env, capacity=spec.memory_bytes)
     for i in range(cfg.num_instances):
         device.occupy(f"inst{i}.weights+act", model.weight_bytes + cfg.activation_bytes)
     gpu = simpy.Resource(env, capacity=1) if cfg.shared_gpu else None
