@@ -64,8 +64,9 @@ def _cuda(**kw: Any) -> Device:
 
 _SIM_ONLY = ("preset", "env")  # knobs that only describe the simulated GPU
 REGISTRY: dict[str, Backend] = {
-    "sim": Backend("sim", "simulated GPU (SimPy, VMM latency presets)", _sim),
-    "host": Backend("host", "host memory (mmap reservation + memfd pages)", _host, _SIM_ONLY),
+    "sim": Backend("sim", "simulated GPU (SimPy, VMM latency presets)", _sim, ("zero_writable",)),
+    "host": Backend("host", "host memory (mmap reservation + memfd pages)", _host,
+                    (*_SIM_ONLY, "zero_writable")),
     "gpu": Backend("gpu", "CUDA virtual memory (cuda-python, torch views)", _cuda,
                    (*_SIM_ONLY, "capacity")),
 }
@@ -140,6 +141,23 @@ def _problem(name: str) -> tuple[Backend, int | None, BackendUnavailable | None]
     if backend.name == "gpu":
         return backend, index, _gpu_problem(name, index or 0)
     return backend, index, None
+
+
+def for_torch_device(engine_device: Any) -> str:
+    """The backend name for an engine's torch device: ``host`` for ``cpu``, ``cuda:N`` for a
+    GPU (``cuda`` alone is the current one); another kind is refused in one line."""
+    text = str(engine_device)
+    kind_, _, index = text.partition(":")
+    if kind_ == "cpu":
+        return "host"
+    if kind_ != "cuda":
+        raise _unavailable(text, "the workbench's devices are the host (cpu) and CUDA GPUs "
+                           "(cuda:N)", "run the engine on CPU or CUDA")
+    if not index:
+        import torch
+
+        index = str(torch.cuda.current_device())
+    return f"cuda:{int(index)}"
 
 
 def probe(name: str) -> tuple[bool, str]:

@@ -23,10 +23,12 @@ from workbench.errors import ConfigError
 MiB, GiB = 1 << 20, 1 << 30
 
 
-def test_device_keys():
-    assert runtime.device_key("cpu") == "cpu" and runtime.device_key("cuda:3") == "cuda:3"
-    with pytest.raises(ConfigError, match="host device"):
-        runtime.device_key("xpu:0")
+def test_engine_devices_map_to_backend_names():
+    from workbench.backends import for_torch_device
+
+    assert for_torch_device("cpu") == "host" and for_torch_device("cuda:3") == "cuda:3"
+    with pytest.raises(ConfigError, match=r"the host \(cpu\) and CUDA GPUs"):
+        for_torch_device("xpu:0")
 
 
 def test_one_host_device_per_process_and_a_host_ledger_has_no_fence():

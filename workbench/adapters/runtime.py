@@ -19,12 +19,11 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.backends import make_device
+from workbench.backends import for_torch_device, make_device
 from workbench.config import PoolConfig
 from workbench.core.device import Device
 from workbench.core.geometry import KVGeometry
 from workbench.core.ledger import KVCacheManager
-from workbench.errors import ConfigError
 
 _devices: dict[str, Device] = {}
 _ids = itertools.count()
@@ -32,30 +31,13 @@ ledgers: list[KVCacheManager] = []  # every pool this process built (doctor, tes
 streams: list[Any] = []  # extra CUDA streams whose queued work a fence must wait for
 
 
-def device_key(engine_device: Any) -> str:
-    """``"cpu"`` or ``"cuda:N"`` for an engine's device (``"cuda"`` is the current GPU)."""
-    text = str(engine_device)
-    kind, _, index = text.partition(":")
-    if kind == "cpu":
-        return "cpu"
-    if kind != "cuda":
-        raise ConfigError(f"KV device {text!r}", "the workbench adapters have the host device "
-                          "(cpu) and CUDA GPUs (cuda:N) only", "run the engine on CPU or CUDA, "
-                          "or unset WORKBENCH_KV_AUTOPATCH to use the engine's own allocator")
-    if not index:
-        import torch
-
-        index = str(torch.cuda.current_device())
-    return f"cuda:{int(index)}"
-
-
 def device_for(engine_device: Any) -> Device:
     """The process's one device for ``engine_device`` (see the module doc); vLLM's and SGLang's
     adapters both call this, so two pools on one GPU share one ``CudaDevice``."""
-    key = device_key(engine_device)
+    key = for_torch_device(engine_device)  # host for cpu, cuda:N for a GPU
     if key not in _devices:
-        _devices[key] = (make_device("host") if key == "cpu"
-                         else make_device(key, zero_writable=True))
+        # writable zero page: warm-up and graph-capture writes to unbacked blocks must not fault
+        _devices[key] = make_device(key, zero_writable=True)
     return _devices[key]
 
 

@@ -58,16 +58,12 @@ TICK = 0.5  # how often the parent and overdue frames are checked while idle
 
 
 def make_device(cfg: dict[str, Any]) -> Device:
-    """The worker's device, by name, from the one device chooser (:mod:`workbench.backends`)."""
-    backend, name = cfg.get("backend", "sim"), cfg["name"]
-    if backend == "sim":
-        return backends.make_device("sim", preset=cfg.get("preset", "h200"),
-                                    capacity=cfg.get("capacity"), name=f"sim-{name}")
-    if backend == "host":  # real memory: memfd pages mapped into an mmap range
-        return backends.make_device("host", capacity=cfg.get("capacity"), name=f"host-{name}")
-    # gpu (or whatever else backends can honour): the CUDA device sizes itself; a name it
-    # cannot honour is its one-line BackendUnavailable, which WorkerGroup reports from the log
-    return backends.make_device(backend)
+    """The worker's device, by name, from the one device chooser (:mod:`workbench.backends`);
+    knobs a backend does not take (a real device's preset or capacity) are dropped there. A name
+    it cannot honour is its one-line BackendUnavailable, which WorkerGroup reports from the log."""
+    backend = cfg.get("backend", "sim")
+    return backends.make_device(backend, preset=cfg.get("preset", "h200"),
+                                capacity=cfg.get("capacity"), name=f"{backend}-{cfg['name']}")
 
 
 @dataclass(slots=True)

@@ -51,10 +51,11 @@ def make_profile(orig, module):
         import torch
 
         from workbench.adapters import runtime
+        from workbench.backends import for_torch_device
 
-        if runtime.device_key(self.device) == "cpu":
+        if for_torch_device(self.device) == "host":
             return orig(self, pre_model_load_memory)
-        index = int(runtime.device_key(f"cuda:{self.gpu_id}").split(":")[1])
+        index = int(self.gpu_id)
         total = torch.cuda.mem_get_info(index)[1]
         cfg = runtime.pool_config()
         return virtual_budget(total, cfg.gpu_utilization, torch.cuda.memory_reserved(index),
