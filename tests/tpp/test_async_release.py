@@ -4,8 +4,8 @@ every worker confirmed its barrier. Plus the SGLang-style local mode (nothing br
 from __future__ import annotations
 
 from tests.tpp.helpers import BPP, GEO, W0, W1, assert_all_or_none, mapped_on, sim_pool
-from workbench.core.coordinator import local_pools
 from workbench.core.events import PageState
+from workbench.core.ledger import local_pools
 from workbench.sim.device import SimDevice
 from workbench.sim.workers import Fault
 

@@ -28,12 +28,11 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import threading
-import time
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from workbench.core.device import Device, MemInfo
+from workbench.core.device import MemInfo
 from workbench.core.events import Event, EventLog
 from workbench.core.geometry import KVGeometry
 from workbench.core.links import Answer, FanOutDevice, Transport, TransportError
@@ -64,7 +63,7 @@ from workbench.errors import (
 )
 
 __all__ = ["Answer", "FanOutDevice", "FanOutSpace", "Transport", "TransportError", "WorkerId",
-           "local_pools", "targets_for", "wall_clock"]
+           "targets_for"]
 
 class _Outcome(NamedTuple):
     ok: dict[WorkerId, Reply]
@@ -385,17 +384,3 @@ class FanOutSpace:
                 self._send(self._all(CloseRequest))
             except TransportError:
                 pass
-
-
-def local_pools(geometry: KVGeometry, devices: list[Device], *, name: str = "pool",
-                **kw: Any) -> list[Any]:
-    """SGLang-style: one independent pool per rank, each mapping its own pages on its own
-    device. Nothing is broadcast; a page decision on one rank never touches another."""
-    from workbench.core.ledger import KVCacheManager
-
-    return [KVCacheManager(geometry, dev, name=f"{name}.tp{rank}", **kw)
-            for rank, dev in enumerate(devices)]
-
-
-def wall_clock() -> float:
-    return time.monotonic()

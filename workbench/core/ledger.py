@@ -11,6 +11,7 @@ request, else the emptiest one, so requests pack into few pages and whole pages 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from workbench.config import PoolConfig
 from workbench.core.device import Device
@@ -377,3 +378,11 @@ class KVCacheManager(PoolLimits):
             self.control.close()
             self.control = None
         return problems
+
+
+def local_pools(geometry: KVGeometry, devices: list[Device], *, name: str = "pool",
+                **kw: Any) -> list[KVCacheManager]:
+    """SGLang-style: one independent pool per rank, each mapping its own pages on its own
+    device. Nothing is broadcast; a page decision on one rank never touches another."""
+    return [KVCacheManager(geometry, dev, name=f"{name}.tp{rank}", **kw)
+            for rank, dev in enumerate(devices)]

@@ -10,7 +10,8 @@ import statistics
 from typing import Any
 
 from workbench.backends import make_device
-from workbench.core.coordinator import TransportError, WorkerId, local_pools
+from workbench.core.coordinator import TransportError, WorkerId
+from workbench.core.ledger import local_pools
 from workbench.labs.tp_pp_workers import BPP, GEO, Rig, open_rig, wid
 
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from workbench.config import PoolConfig
-from workbench.core.coordinator import FanOutSpace, local_pools, targets_for
-from workbench.core.ledger import KVCacheManager
+from workbench.core.coordinator import FanOutSpace, targets_for
+from workbench.core.ledger import KVCacheManager, local_pools
 from workbench.engines.sched.block_pool import BlockPool
 from workbench.engines.sched.radix_cache import RadixCache
 from workbench.engines.sched.request import Request
