@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from collections.abc import Iterable
 from functools import partial
 from time import perf_counter
 from typing import Any
 
 from workbench.core.device import DriverRefusals, MemInfo
 from workbench.errors import DeviceError
+from workbench.gpu.batch import BatchCalls
 from workbench.gpu.driver import call, driver, fail
 from workbench.gpu.zeropage import ZeroPage
 from workbench.units import MiB, ceil_div
@@ -35,7 +35,7 @@ from workbench.units import MiB, ceil_div
 _mem_info = partial(tuple.__new__, MemInfo)
 
 
-class CudaDevice(DriverRefusals):
+class CudaDevice(BatchCalls, DriverRefusals):
     """One CUDA device's physical memory as seen by this process (its primary context).
 
     ``mem_info_ttl_s``: cuMemGetInfo costs ~7 µs and the core asks before every map, so a reading
@@ -243,103 +243,6 @@ class CudaDevice(DriverRefusals):
         del self._alloc[handle]
         self._delta -= entry[1]
         self._busy += perf_counter() - t0
-
-    # -- batches: one Python call per page id (KVSpace uses them when the class has them) ----
-    def map_targets(self, targets: Iterable[tuple[int, int]]) -> list[int]:
-        """create + map + set_access for each ``(va, size)`` in order: the same refusals, driver
-        calls and errors as the separate calls, without their per-call Python. On a failure
-        the DeviceError carries ``partial = (handles created, targets mapped)``: the state the
-        separate calls would have left, for the caller's undo."""
-        t0 = perf_counter()
-        if threading.get_ident() not in self._bound:
-            self._bind()
-        cu, prop, rw, zero, alloc = self._cu, self._prop, self._rw, self.zero, self._alloc
-        rs, mappings = self.reservations, self.mappings
-        lo = hi = 0  # the reservation the last target was inside (a page's targets share one)
-        created: list[int] = []
-        n = 0
-        try:
-            for va, size in targets:
-                self._refuse_size("create", size)
-                err, h = cu.cuMemCreate(size, prop, 0)
-                if err:
-                    raise fail("create", err)
-                hid = int(h)
-                alloc[hid] = (h, size)
-                self._delta += size
-                created.append(hid)
-                if not lo <= va < va + size <= hi:
-                    r = rs.holding(va)
-                    if r is not None:
-                        lo, hi = r, r + rs[r]
-                if not lo <= va < va + size <= hi or self._overlaps(va, size):
-                    self._refuse_map(va, size, hid, size)  # raises the refusal's own message
-                if zero is not None:
-                    zero.clear(va, size)
-                err = cu.cuMemMap(va, size, 0, h, 0)[0]
-                if err:
-                    if zero is not None:
-                        self._rezero(va, size)
-                    raise fail("map", err)
-                mappings.add(va, size, hid)
-                n += 1
-                err = cu.cuMemSetAccess(va, size, rw, 1)[0]
-                if err:
-                    raise fail("set_access", err)
-        except DeviceError as err:
-            err.partial = (created, n)
-            raise
-        finally:
-            self._busy += perf_counter() - t0
-        return created
-
-    def unmap_targets(self, targets: Iterable[tuple[int, int]]) -> None:
-        """``unmap`` each ``(va, size)`` in order; on a failure the DeviceError carries
-        ``partial``, the number unmapped before it."""
-        t0 = perf_counter()
-        if threading.get_ident() not in self._bound:
-            self._bind()
-        unmap, zero, mappings = self._cu.cuMemUnmap, self.zero, self.mappings
-        n = 0
-        try:
-            for va, size in targets:
-                self._refuse_unmapped("unmap", va, size)
-                err = unmap(va, size)[0]
-                if err:
-                    raise fail("unmap", err)
-                del mappings[va]
-                n += 1
-                if zero is not None:
-                    self._rezero(va, size)
-        except DeviceError as err:
-            err.partial = n
-            raise
-        finally:
-            self._busy += perf_counter() - t0
-
-    def release_handles(self, handles: Iterable[int]) -> None:
-        """``release`` each handle in order; on a failure the DeviceError carries ``partial``,
-        the number released before it."""
-        t0 = perf_counter()
-        if threading.get_ident() not in self._bound:
-            self._bind()
-        release, alloc = self._cu.cuMemRelease, self._alloc
-        n = 0
-        try:
-            for hid in handles:
-                entry = alloc.get(hid)
-                self._refuse_release(hid, entry is not None)
-                err = release(entry[0])[0]
-                if err:
-                    raise fail("release", err)
-                del alloc[hid]
-                self._delta -= entry[1]
-                n += 1
-        except DeviceError as err:
-            err.partial = n
-            raise
-        finally:
-            self._busy += perf_counter() - t0
 
     # -- extras (tests, benchmarks, labs) ----------------------------------------------------
     def occupy(self, owner: str, nbytes: int) -> None:
