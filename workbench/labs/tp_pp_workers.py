@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import signal
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from workbench.backends import cuda_device_count, kind
@@ -23,7 +22,6 @@ from workbench.core.events import EventLog
 from workbench.core.geometry import KVGeometry
 from workbench.core.ledger import KVCacheManager
 from workbench.errors import ConfigError, WorkbenchError
-from workbench.settings import settings
 from workbench.viz.sequence import Message, RecordingTransport
 
 # 2 layers x K/V, 2 MiB pages: a page id is 8 MiB on every rank and holds 512 blocks; 16 ids.
@@ -53,7 +51,7 @@ def shm_entries(pids: set[int]) -> list[str]:
     from workbench.core import segment as seg
 
     out = []
-    for p in sorted(Path(settings().shm_dir).glob("wbkv*")):
+    for p in sorted(seg.SHM_DIR.glob("wbkv*")):
         owner = seg.partial_owner(p.name) if p.name.startswith(seg.PARTIAL_PREFIX) else None
         pid = owner[0] if owner else None
         if pid is None:
