@@ -1,6 +1,7 @@
-"""The tp-pp and faults labs on the gpu backend (``make test-gpu``): one worker process per GPU,
-each mapping its own pages with CUDA VMM. Needs two GPUs (one per rank); with fewer the labs
-refuse in one line, which is checked where that is the case."""
+"""The tp-pp and faults labs on the gpu backend (``make test-gpu``): one worker process per rank,
+each mapping its own pages with CUDA VMM. One GPU per rank needs two GPUs (with fewer the labs
+refuse in one line, which is checked where that is the case); ``gpus=1`` runs both ranks'
+processes on one GPU, which every GPU host can do."""
 
 from __future__ import annotations
 
@@ -49,3 +50,17 @@ def test_one_gpu_is_refused_in_one_line():
         pytest.skip("this host has two GPUs: nothing to refuse")
     with pytest.raises(ConfigError, match="needs one GPU per rank"):
         run_lab("tp-pp", TpPpParams(quick=True), "gpu")
+
+
+@pytest.mark.timeout(600)
+def test_both_labs_with_ranks_sharing_one_gpu():
+    _gpus()
+    res = run_lab("tp-pp", TpPpParams(quick=True, gpus=1), "gpu")
+    print(res.markdown)
+    assert res.record.verdict == "supported", res.record.kv
+    assert "sharing 1 CUDA GPU" in res.record.manifest.hardware["device"]
+    res = run_lab("faults", FaultsParams(quick=True, gpus=1), "gpu")
+    print(res.markdown)
+    assert res.record.verdict == "supported", res.record.kv
+    killed = res.record.results["cases"]["killed-process"]
+    assert killed["victim_exit_code"] == -9 and killed["other_instance_ok"]

@@ -125,6 +125,21 @@ def test_gpu_refused_with_fewer_gpus_than_ranks(monkeypatch):
                                           r"shows 1"):
         tp_pp_workers.need_gpus("tp-pp", "gpu", 2)
     tp_pp_workers.need_gpus("tp-pp", "host", 8)  # only gpu needs GPUs
+    tp_pp_workers.need_gpus("tp-pp", "gpu", 2, gpus=1)  # ranks asked to share one GPU
+    with pytest.raises(ConfigError, match="asked to spread its ranks over 2 GPUs"):
+        tp_pp_workers.need_gpus("tp-pp", "gpu", 3, gpus=2)
+
+
+@pytest.mark.parametrize("gpus", [0, 3, -1])
+def test_gpus_outside_one_to_ranks_is_refused_on_every_backend(gpus):
+    with pytest.raises(ConfigError, match=f"gpus={gpus}: the lab runs 2 ranks at once"):
+        run_lab("tp-pp", TpPpParams(quick=True, gpus=gpus), "sim")
+
+
+def test_placement_says_when_ranks_share_a_gpu():
+    assert "one CUDA GPU per rank" in tp_pp_workers.placement("gpu", None)
+    shared = tp_pp_workers.placement("cuda:0", 1)
+    assert "sharing 1 CUDA GPU" in shared and "not the one-GPU-per-rank setup" in shared
 
 
 @pytest.mark.parametrize(("values", "what"), [({"pages": 16}, "pages=16"),

@@ -29,6 +29,7 @@ class FaultsParams:
     tp: int = 2  # TP ranks of the faulty pool (the last one is the victim)
     repeats: int | None = None  # None: 1 (quick) or 3
     coordinator_kill: bool = True  # host/gpu: also SIGKILL a coordinator and collect its dir
+    gpus: int | None = None  # gpu: GPUs the ranks spread over; None: one per rank
 
 
 def run_order(cases: tuple[str, ...], repeats: int) -> list[tuple[str, int]]:
@@ -45,7 +46,8 @@ class FaultsLab(Lab):
 
     def check_backend(self, backend: str, params: FaultsParams | None = None) -> None:
         super().check_backend(backend)
-        need_gpus(self.name, backend, (params or FaultsParams()).tp)
+        p = params or FaultsParams()
+        need_gpus(self.name, backend, p.tp, p.gpus)
 
     def run(self, params: FaultsParams, backend: str = "sim",
             progress: Progress | None = None) -> LabResult:
@@ -58,7 +60,7 @@ class FaultsLab(Lab):
         first: dict[str, dict] = {}
         found: dict[str, list[dict]] = {c: [] for c in CASES}
         for i, (case, rep) in enumerate(order):
-            r = run_case(backend, case, params.tp)
+            r = run_case(backend, case, params.tp, params.gpus)
             found[case].append(case_checks(r, real))
             first.setdefault(case, r)
             if progress:
@@ -83,7 +85,7 @@ class FaultsLab(Lab):
         plain = {c: {k: v for k, v in r.items() if k != "messages"}
                  for c, r in data["first"].items()}
         return protocol_record(
-            lab="faults", backend=backend,
+            gpus=p.gpus, lab="faults", backend=backend,
             hypothesis="after each injected fault every page is mapped on every rank or none "
                        "(or the pool failed loudly), the faulty step is undone, and nothing "
                        "is leaked",

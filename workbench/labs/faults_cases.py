@@ -84,12 +84,14 @@ def _cleanup_messages(msgs: list) -> list[str]:
     return out
 
 
-def run_case(backend: str, case: str, tp: int = 2) -> dict[str, Any]:
+def run_case(backend: str, case: str, tp: int = 2,
+             gpus: int | None = None) -> dict[str, Any]:
     """One fault case, start to finish (see the module doc)."""
     what, inject = FAULTS[case]
     victim = WorkerId(0, tp - 1)
-    rig = open_rig(backend, tp, 1, name=f"f-{case[:8]}")
-    other = open_rig(backend, tp, 1, name="f-other") if case == "killed-process" else None
+    rig = open_rig(backend, tp, 1, name=f"f-{case[:8]}", gpus=gpus)
+    other = (open_rig(backend, tp, 1, name="f-other", gpus=gpus) if case == "killed-process"
+             else None)
     out: dict[str, Any] = {"case": case, "fault": what, "tp": tp, "victim": wid(victim)}
     pids = rig.pids() | (other.pids() if other is not None else set())
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from workbench.labs.tp_pp_workers import placement
 from workbench.units import MiB
 
 # case -> (what the workbench expects (seed 001 §8 and the fault matrix; seed 000 §12 names the
@@ -90,7 +91,7 @@ def markdown(p: Any, backend: str, data: dict[str, Any], found: dict[str, list[d
     where = ("simulated workers (SimPy; a killed worker is a crash that frees its memory)"
              if backend == "sim" else f"real worker processes over Unix sockets ({backend})")
     n = len(data["order"]) // len(found)
-    lines = [f"# Fault injection on {where}", "",
+    lines = [f"# Fault injection on {where}", "", f"Placement: {placement(backend, p.gpus)}.", "",
              f"Seed 000 §12 (experiment 8). TP = {p.tp}; each case {n} time(s), the case order "
              f"reversed on every other repeat ({', '.join(data['order'])}). Seed 000 §12 names "
              "the four faults and what to watch (/dev/shm, the socket directory, device memory, "

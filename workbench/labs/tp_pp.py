@@ -45,6 +45,7 @@ class TpPpParams:
     pp: int = 2  # PP stages (the PP worker set: one TP rank per stage)
     pages: int | None = None  # page ids mapped and unmapped per repeat; None: 8 / 14
     repeats: int | None = None  # None: 2 (quick) or 6
+    gpus: int | None = None  # gpu: GPUs the ranks spread over; None: one per rank
 
     def ranks(self) -> int:
         """Worker processes alive at once (one worker set at a time)."""
@@ -60,7 +61,8 @@ class TpPpLab(Lab):
 
     def check_backend(self, backend: str, params: TpPpParams | None = None) -> None:
         super().check_backend(backend)
-        need_gpus(self.name, backend, (params or TpPpParams()).ranks())
+        p = params or TpPpParams()
+        need_gpus(self.name, backend, p.ranks(), p.gpus)
 
     def run(self, params: TpPpParams, backend: str = "sim",
             progress: Progress | None = None) -> LabResult:
@@ -74,11 +76,13 @@ class TpPpLab(Lab):
             raise ConfigError(f"pages={pages}", f"the lab's pool has page ids 0.."
                               f"{GEO.num_pages - 1}, and the round trips use ids from 1",
                               f"use 1 to {GEO.num_pages - 1} pages")
-        steps = [("tp", lambda: tp_all_or_nothing(backend, params.tp)),
+        g = params.gpus
+        steps = [("tp", lambda: tp_all_or_nothing(backend, params.tp, g)),
                  ("local", lambda: local_pools_contrast(params.tp)),
-                 ("pp", lambda: pp_namespaces(backend, params.pp)),
-                 ("async", lambda: async_release(backend, params.tp)),
-                 ("round_trips", lambda: round_trips(backend, (1, params.tp), pages, repeats))]
+                 ("pp", lambda: pp_namespaces(backend, params.pp, g)),
+                 ("async", lambda: async_release(backend, params.tp, g)),
+                 ("round_trips", lambda: round_trips(backend, (1, params.tp), pages, repeats,
+                                                     g))]
         data: dict[str, Any] = {}
         for i, (key, step) in enumerate(steps):
             data[key] = step()
@@ -110,7 +114,7 @@ class TpPpLab(Lab):
                 "unmap": {str(tp): messages_json(m)
                           for tp, m in d["round_trips"]["messages"].items()}}
         return protocol_record(
-            lab="tp-pp", backend=backend,
+            gpus=p.gpus, lab="tp-pp", backend=backend,
             hypothesis="a page is mapped on every TP rank and PP stage or on none; stages are "
                        "separate namespaces; a retired page is released only after every "
                        "worker's barrier",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from workbench.labs.record import LabRecord, Manifest
-from workbench.labs.tp_pp_workers import GEO
+from workbench.labs.tp_pp_workers import GEO, placement
 
 NOT_MEASURED = {"not_measured": "a protocol lab: no requests are served"}
 
@@ -66,7 +66,7 @@ def checks(d: dict[str, Any]) -> dict[str, bool]:
 def markdown(p: Any, backend: str, d: dict[str, Any], ok: dict[str, bool]) -> str:
     where = ("simulated workers (SimPy, one simulated GPU each)" if backend == "sim" else
              f"real worker processes over Unix sockets, backend {backend}")
-    lines = [f"# TP/PP ownership on {where}", "",
+    lines = [f"# TP/PP ownership on {where}", "", f"Placement: {placement(backend, p.gpus)}.", "",
              f"Seed 000 §11 (experiment 7). TP = {p.tp}, PP = {p.pp}; page ids of "
              f"{GEO.page_id_bytes >> 20} MiB per rank. Every fact below is read from the "
              "workers' own state replies and the coordinator's message log.", "",
@@ -109,7 +109,7 @@ def markdown(p: Any, backend: str, d: dict[str, Any], ok: dict[str, bool]) -> st
 def protocol_record(*, lab: str, backend: str, hypothesis: str, samples: dict,
                     outcomes: dict, kv: dict, verdict_ok: bool, mechanism: str,
                     open_questions: list[str], applicability: str, results: dict,
-                    engine_config: dict) -> LabRecord:
+                    engine_config: dict, gpus: int | None = None) -> LabRecord:
     """A LabRecord for a protocol lab: the latency fields say they were not measured."""
     return LabRecord(
         experiment_id=f"{lab}-{backend}", hypothesis=hypothesis,
@@ -126,9 +126,7 @@ def protocol_record(*, lab: str, backend: str, hypothesis: str, samples: dict,
         verdict="supported" if verdict_ok else "refuted: see kv checks",
         mechanism=mechanism, open_questions=open_questions, applicability=applicability,
         manifest=Manifest.collect(
-            hardware={"device": {"sim": "simulated GPUs (SimPy)", "host": "host memory "
-                                 "(memfd), one process per rank"}.get(backend, f"{backend}: "
-                                 "one CUDA GPU per rank")},
+            hardware={"device": placement(backend, gpus)},
             engine_config=engine_config,
             kvcached_config={"page_size": GEO.page_size, "prealloc": False,
                              "min_reserved_pages": 0, "max_reserved_pages": 0},

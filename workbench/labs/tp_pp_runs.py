@@ -19,9 +19,9 @@ def _causes(kv: Any) -> list[str]:
     return [f"page {e.page}: {e.src} -> {e.dst} ({e.cause.split(':')[0]})" for e in kv.events]
 
 
-def tp_all_or_nothing(backend: str, tp: int) -> dict[str, Any]:
+def tp_all_or_nothing(backend: str, tp: int, gpus: int | None = None) -> dict[str, Any]:
     """Page 1 maps on every rank; page 2's map fails on the last rank: the others undo it."""
-    rig = open_rig(backend, tp, 1, name="tp")
+    rig = open_rig(backend, tp, 1, name="tp", gpus=gpus)
     try:
         kv = rig.pool()
         rig.take()
@@ -62,10 +62,10 @@ def _stage_of(mapped: dict[str, list[int]], page: int) -> dict[str, bool]:
     return {w: page in pages for w, pages in mapped.items()}
 
 
-def pp_namespaces(backend: str, pp: int) -> dict[str, Any]:
+def pp_namespaces(backend: str, pp: int, gpus: int | None = None) -> dict[str, Any]:
     """pp_rank=-1 maps on every stage, pp_rank=0 on stage 0 only; a stage whose listener is
     missing is refused before any stage changes."""
-    rig = open_rig(backend, 1, pp, name="pp")
+    rig = open_rig(backend, 1, pp, name="pp", gpus=gpus)
     try:
         files = rig.socket_files() if rig.real else sorted(
             _layout(t) for t in rig.cluster.workers)
@@ -81,7 +81,7 @@ def pp_namespaces(backend: str, pp: int) -> dict[str, Any]:
     finally:
         out |= rig.close()
     gone = WorkerId(pp - 1, 0)
-    rig = open_rig(backend, 1, pp, name="ppmiss", missing=(gone,))
+    rig = open_rig(backend, 1, pp, name="ppmiss", missing=(gone,), gpus=gpus)
     try:
         try:
             rig.space(pp_rank=-1)
@@ -102,10 +102,10 @@ def _layout(t: WorkerId) -> str:
     return f"w{t.tp}.sock" if t.pp == 0 else f"pp{t.pp}/w{t.tp}.sock"
 
 
-def async_release(backend: str, tp: int) -> dict[str, Any]:
+def async_release(backend: str, tp: int, gpus: int | None = None) -> dict[str, Any]:
     """A freed page is RETIRED (still mapped on every rank) until every rank confirms the
     barrier for its epoch; a barrier one rank does not confirm releases nothing."""
-    rig = open_rig(backend, tp, 1, name="async")
+    rig = open_rig(backend, tp, 1, name="async", gpus=gpus)
     try:
         kv = rig.pool(defer_release=True)
         ids = kv.alloc(BPP)  # page 1
@@ -152,7 +152,7 @@ def _one_pass(rig: Rig, pages: int) -> dict[str, Any]:
 
 
 def round_trips(backend: str, tps: tuple[int, ...], pages: int,
-                repeats: int) -> dict[str, Any]:
+                repeats: int, gpus: int | None = None) -> dict[str, Any]:
     """Map then unmap ``pages`` page ids at each TP, ``repeats`` times, the TP order reversed
     on every other repeat (seed 003 §2); round trips per op and the time each op took."""
     runs: dict[int, dict[str, list]] = {tp: {"map_rt": [], "unmap_rt": [], "map_us": [],
@@ -162,7 +162,7 @@ def round_trips(backend: str, tps: tuple[int, ...], pages: int,
     for r in range(repeats):
         for tp in (tps if r % 2 == 0 else tuple(reversed(tps))):
             order.append(f"tp{tp}/r{r}")
-            rig = open_rig(backend, tp, 1, name=f"rt{tp}")
+            rig = open_rig(backend, tp, 1, name=f"rt{tp}", gpus=gpus)
             try:
                 one = _one_pass(rig, pages)
             finally:

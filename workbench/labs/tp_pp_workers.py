@@ -33,15 +33,34 @@ HOST_CAPACITY = 1 << 30  # a host worker's budget: its free figure then counts o
 BARE = PoolConfig(prealloc=False, min_reserved_pages=0, max_reserved_pages=0)
 
 
-def need_gpus(lab: str, backend: str, ranks: int) -> None:
-    """One rank per GPU: refuse (one line) when fewer GPUs than ranks are visible."""
+def need_gpus(lab: str, backend: str, ranks: int, gpus: int | None = None) -> None:
+    """One rank per GPU unless ``gpus`` asks for fewer (ranks then share them, rank ``i`` on
+    GPU ``i mod gpus``): refuse (one line) when fewer GPUs than that are visible."""
+    if gpus is not None and not 1 <= gpus <= ranks:
+        raise ConfigError(f"gpus={gpus}", f"the lab runs {ranks} ranks at once",
+                          f"use 1 to {ranks} GPUs, or leave gpus unset for one per rank")
     if kind(backend) != "gpu":
         return
-    n = cuda_device_count()
-    if n < ranks:
+    n, want = cuda_device_count(), gpus or ranks
+    if n < want:
+        why = (f"needs one GPU per rank ({ranks} ranks)" if gpus is None
+               else f"was asked to spread its ranks over {gpus} GPUs")
         raise ConfigError(f"lab {lab!r} on backend {backend!r}",
-                          f"needs one GPU per rank ({ranks} ranks) and this host shows {n}",
-                          "run it on a host with that many GPUs, or use --backend host or sim")
+                          f"{why} and this host shows {n}",
+                          "run it on a host with that many GPUs, set gpus=1 to let the ranks "
+                          "share one (--param gpus=1), or use --backend host or sim")
+
+
+def placement(backend: str, gpus: int | None) -> str:
+    """Where the ranks run, in words, for the report and the record."""
+    if kind(backend) == "sim":
+        return "simulated workers (SimPy, one simulated GPU each)"
+    if kind(backend) == "host":
+        return "one OS process per rank, host memory (memfd)"
+    if gpus is None:
+        return "one OS process per rank, one CUDA GPU per rank"
+    return (f"one OS process per rank, the ranks sharing {gpus} CUDA GPU(s) (rank i on GPU "
+            f"i mod {gpus}): each process maps its own pages; not the one-GPU-per-rank setup")
 
 
 def shm_entries(pids: set[int]) -> list[str]:
@@ -175,9 +194,10 @@ class Rig:
 
 
 def open_rig(backend: str, tp: int = 1, pp: int = 1, *, name: str = "lab",
-             missing: tuple[WorkerId, ...] = ()) -> Rig:
+             missing: tuple[WorkerId, ...] = (), gpus: int | None = None) -> Rig:
     """Workers for ``backend``: sim (SimPy), host (processes, host memory) or gpu/cuda:N
-    (processes, GPU ``i`` for the i-th rank), warmed up (see :func:`warm_up`)."""
+    (processes, GPU ``i mod gpus`` for the i-th rank; ``gpus`` None: one GPU per rank), warmed
+    up (see :func:`warm_up`)."""
     k = kind(backend)
     if k == "sim":
         from workbench.sim.workers import SimCluster
@@ -187,8 +207,8 @@ def open_rig(backend: str, tp: int = 1, pp: int = 1, *, name: str = "lab",
     else:
         from workbench.transport import WorkerGroup
 
-        gpus = list(range(tp * pp)) if k == "gpu" else None
-        group = WorkerGroup(GEO, tp, pp, name=name, backend=k, missing=missing, gpus=gpus,
+        where = list(range(gpus or tp * pp)) if k == "gpu" else None
+        group = WorkerGroup(GEO, tp, pp, name=name, backend=k, missing=missing, gpus=where,
                             capacity=HOST_CAPACITY if k == "host" else None)
         rig = Rig(backend, tp, pp, RecordingTransport(group.transport), group=group)
     if not missing:
