@@ -147,3 +147,17 @@ def test_an_owner_killed_while_making_its_directory_is_collected(base):
     (left,) = base.iterdir()
     assert left.name.startswith(PARTIAL) and (left / OWNER_FILE).exists()
     assert gc_sockets() == [str(left)] and not left.exists()
+
+
+def test_a_shared_rendezvous_dir_is_collected_once_its_owner_is_gone(base):
+    """A vLLM engine core and its workers meet in ``vllm-engine-<pid>``: owned by the engine
+    core, kept while it lives, collected after it died; a second arrival finds the first's."""
+    from workbench.adapters.vllm.fanout import rendezvous
+
+    gone = dead_pid()
+    live, dead = rendezvous(ME), rendezvous(gone)
+    assert rendezvous(ME) == live and live.name == f"vllm-engine-{ME}"
+    assert json.loads((live / OWNER_FILE).read_text())["pid"] == ME
+    assert gc_sockets() == [str(dead)]
+    assert live.is_dir() and not dead.exists()
+    assert not list(base.glob(f"{PARTIAL}*"))  # nothing half-made left behind

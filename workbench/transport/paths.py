@@ -15,7 +15,7 @@ from pathlib import Path
 
 from workbench.core.coordinator import WorkerId
 from workbench.errors import ConfigError
-from workbench.procs import my_identity, pid_alive, valid_pid
+from workbench.procs import my_identity, pid_alive, proc_start_time, valid_pid
 from workbench.settings import settings
 
 SOCKET_DIR_ENV = "WORKBENCH_KV_SOCKET_DIR"
@@ -56,6 +56,29 @@ def make_pool_dir(name: str) -> Path:
     (tmp / OWNER_FILE).write_text(json.dumps(owner))
     path = tmp.parent / f"{safe}-{pid}-{token}"
     tmp.rename(path)
+    return path
+
+
+def shared_dir(name: str, owner_pid: int) -> Path:
+    """The directory ``name`` that several processes meet in (a vLLM engine core and its
+    workers), owned by ``owner_pid``: whoever comes first creates it with the owner file (built
+    aside and renamed, as :func:`make_pool_dir` does), the others find it. :func:`gc_sockets`
+    removes it once that owner is gone."""
+    path = base_dir() / name
+    if path.is_dir():
+        return path
+    pid, start = my_identity()
+    tmp = base_dir() / f"{PARTIAL}{pid}-{start}-{secrets.token_hex(3)}"
+    tmp.mkdir(mode=0o700)
+    owner = {"pid": owner_pid, "start": proc_start_time(owner_pid), "name": name,
+             "created": time.time()}
+    (tmp / OWNER_FILE).write_text(json.dumps(owner))
+    try:
+        tmp.rename(path)
+    except OSError:  # another process made it first
+        remove_pool_dir(tmp)
+        if not path.is_dir():
+            raise
     return path
 
 

@@ -28,7 +28,7 @@ from workbench.core.geometry import KVGeometry
 from workbench.core.messages import WorkerId
 from workbench.core.vspace import KVSpace
 from workbench.errors import ConfigError
-from workbench.transport.paths import base_dir
+from workbench.transport.paths import base_dir, shared_dir
 
 PREFIX = "VllmWorker-"
 
@@ -42,9 +42,9 @@ def worker_rank() -> int | None:
 
 
 def rendezvous(engine_pid: int) -> Path:
-    d = base_dir() / f"vllm-engine-{engine_pid}"
-    d.mkdir(mode=0o700, exist_ok=True)
-    return d
+    """Where an engine core and its workers meet; owned by the engine core, so ``kvctl gc``
+    removes it once that process is gone."""
+    return shared_dir(f"vllm-engine-{engine_pid}", engine_pid)
 
 
 def serve_rank(geo: KVGeometry, rank: int, num_blocks: int, backend: str = "host") -> KVSpace:
