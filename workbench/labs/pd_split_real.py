@@ -54,22 +54,24 @@ def placement(backend: str, gpus: int) -> Placement:
                      "copy); the colocated control runs on GPU 0", False)
 
 
-def _models(name: str, where: Placement):
-    """One model per device; a second device gets a copy of the first one's weights."""
+def models_on(cfg, devices: list[str]) -> dict[str, Any]:
+    """One model per device; every device after the first gets a copy of the first one's
+    weights (so PD on two GPUs runs the colocated engine's exact model)."""
     import torch
 
-    from workbench.mini.model import build_model, get_config
+    from workbench.mini.model import build_model
 
-    cfg = get_config(name)
-    models = {where.prefill: build_model(cfg, where.prefill)}
-    if where.decode not in models:
+    first = build_model(cfg, devices[0])
+    models = {devices[0]: first}
+    for dev in devices[1:]:
+        if dev in models:
+            continue
         with torch.inference_mode():
-            twin = build_model(cfg, where.decode)
-            for mine, theirs in zip(twin.parameters(), models[where.prefill].parameters(),
-                                    strict=True):
+            twin = build_model(cfg, dev)
+            for mine, theirs in zip(twin.parameters(), first.parameters(), strict=True):
                 mine.copy_(theirs)
-        models[where.decode] = twin
-    return cfg, models
+        models[dev] = twin
+    return models
 
 
 def _engine(cfg, model, device: str, kv_bytes: int, name: str):
@@ -102,12 +104,14 @@ def _colocated(eng, prompt: list[int], n: int) -> tuple[list[int], dict[str, flo
 def run_real(backend: str, model: str, gpus: int, lens: tuple[int, ...],
              max_tokens: int) -> dict[str, Any]:
     """Each prompt through the colocated engine, then through the PD pair; one row each."""
+    from workbench.mini.model import get_config
     from workbench.pd.kvcopy import block_nbytes
     from workbench.pd.real import PDPair
 
     where = placement(backend, gpus)
     name = model or ("tiny" if kind(backend) == "host" else "llama-3.1-8b")
-    cfg, models = _models(name, where)
+    cfg = get_config(name)
+    models = models_on(cfg, [where.prefill, where.decode, where.colocated])
     kv_bytes = max(32 * MiB, 2 * (max(lens) + max_tokens) * cfg.kv_token_bytes)
     colo = _engine(cfg, models[where.colocated], where.colocated, kv_bytes, "colocated")
     pair = PDPair(_engine(cfg, models[where.prefill], where.prefill, kv_bytes, "prefill"),
