@@ -85,3 +85,14 @@ def test_bad_real_parameters_are_refused():
 def test_gpu_without_a_gpu_is_refused_in_one_line():
     with pytest.raises(ConfigError, match="no CUDA GPU is visible"):
         run_lab("pd-split", None, "gpu")
+
+
+def test_figure_stacks_pd_phases_beside_colocated(host):
+    pytest.importorskip("plotly")
+    fig = host.figures["ttft_split"]
+    names = [t.name for t in fig.data]
+    assert names == ["colocated TTFT", "PD prefill", "PD decode wait", "PD transfer"]
+    rows = host.tables["handover"]
+    top = [b + y for b, y in zip(fig.data[3].base, fig.data[3].y, strict=True)]
+    assert top == pytest.approx([r["pd_ms"]["prefill"] + r["pd_ms"]["decode_wait"]
+                                 + r["pd_ms"]["transfer"] for r in rows])

@@ -173,6 +173,7 @@ class PDSplitLab(Lab):
 
     def run_real(self, params: PDSplitParams, backend: str) -> LabResult:
         from workbench.labs.pd_split_real import placement, run_real
+        from workbench.labs.pd_split_real_report import figures as real_figures
         from workbench.labs.pd_split_real_report import markdown, record
 
         placement(backend, params.gpus)  # refuse before building anything
@@ -186,4 +187,4 @@ class PDSplitLab(Lab):
         run = run_real(backend, params.real_model, params.gpus, tuple(lens),
                        params.real_max_tokens)
         return LabResult(record(params, run, backend), markdown(run, backend),
-                         tables={"handover": run["rows"]})
+                         tables={"handover": run["rows"]}, figures=real_figures(run))

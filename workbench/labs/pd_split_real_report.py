@@ -129,3 +129,25 @@ def record(params: Any, run: dict[str, Any], backend: str) -> LabRecord:
                            "block_size": 16, "dtype": "bf16"},
             kvcached_config={"kv": "VMM-backed pool per engine"}, backend=backend),
         results={"real": run, "summary": s})
+
+
+def figures(run: dict[str, Any]) -> dict[str, Any]:
+    """Per prompt: colocated TTFT beside PD's stacked prefill, decode wait and transfer."""
+    try:
+        import plotly.graph_objects as go
+    except ImportError:
+        return {}
+    rows = run["rows"]
+    x = [str(r["prompt_len"]) for r in rows]
+    fig = go.Figure()
+    fig.add_bar(x=x, y=[r["colocated_ms"]["ttft"] for r in rows], name="colocated TTFT",
+                offsetgroup="colocated")
+    base = [0.0] * len(rows)
+    for key in ("prefill", "decode_wait", "transfer"):
+        ys = [r["pd_ms"][key] for r in rows]
+        fig.add_bar(x=x, y=ys, base=list(base), name=f"PD {key.replace('_', ' ')}",
+                    offsetgroup="pd")
+        base = [b + y for b, y in zip(base, ys, strict=True)]
+    fig.update_layout(title="TTFT: colocated vs PD's split (ms)", xaxis_title="prompt tokens",
+                      yaxis_title="ms", barmode="group")
+    return {"ttft_split": fig}
