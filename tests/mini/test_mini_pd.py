@@ -156,3 +156,31 @@ def test_any_prompt_lengths_hand_over_exactly(pair, reference, lengths, max_toke
     prompts = [_prompt(n, 3 + i) for i, n in enumerate(lengths)]
     assert pair.generate(prompts, max_tokens) == reference(prompts, max_tokens)
     _no_leak(pair)
+
+
+def test_a_failed_copy_frees_both_sides_and_falls_back_to_recompute(pair, reference,
+                                                                     monkeypatch):
+    def broken(*args):
+        raise RuntimeError("copy engine fault")
+
+    monkeypatch.setattr("workbench.pd.real.copy_blocks", broken)
+    with pytest.raises(RuntimeError, match="copy engine fault"):
+        pair.generate(PROMPTS[5:6], 4)
+    assert pair.prefill.kv.manager.used_blocks == pair.decode.kv.manager.used_blocks == 0
+    assert pair.handover.pending == {}
+    (seq,) = pair.decode.scheduler.waiting
+    assert (seq.blocks, seq.num_computed) == ([], 0)
+    while pair.has_work():  # stepping on: the decode side computes prompt + first token itself
+        pair.step()
+    assert seq.output == reference(PROMPTS[5:6], 4)[0]
+    assert sum(s.num_prefill_tokens for s in pair.decode.stats.steps) == len(PROMPTS[5]) + 1
+    _no_leak(pair)
+
+
+def test_close_frees_sources_still_waiting_for_their_copy(pair):
+    pair.submit(PROMPTS[3], 4)
+    pair.prefill.step()
+    pair._hand_over()  # handed over, not yet admitted by the decode engine
+    assert len(pair.handover.pending) == 1 and pair.prefill.kv.manager.used_blocks == 2
+    pair.close()
+    _no_leak(pair)

@@ -89,7 +89,9 @@ def record(params: Any, run: dict[str, Any], backend: str) -> LabRecord:
         hypothesis="copying a request's KV blocks from a prefill engine into a decode engine's "
                    "pool continues the sequence with the same tokens, moves blocks x block "
                    "bytes, and adds the transfer to TTFT",
-        environment={"backend": backend, "gpus": params.gpus, "placement": run["placement"],
+        environment={"backend": backend,
+                     "gpus": params.gpus if backend != "host" else None,
+                     "placement": run["placement"],
                      "pd_and_colocated_share_a_device": run["shared"],
                      "command": f"workbench labs run pd-split --backend {backend}"
                                 + (f" --param gpus={params.gpus}" if backend != "host" else "")},

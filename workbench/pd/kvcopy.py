@@ -90,8 +90,11 @@ def copy_blocks(src: KVStore, dst: KVStore, src_blocks: list[int],
     with on_device(src.device):
         idx = torch.tensor(src_blocks, dtype=torch.long, device=src.device)
         # [2 * layers, n, block_size, kv_heads, head_dim]: K of every layer, then V
-        staged = torch.stack([buf[i].index_select(0, idx)
-                              for buf in (src.k, src.v) for i in range(layers)])
+        k0 = src.k[0]
+        staged = torch.empty((2 * layers, n, *k0.shape[1:]), dtype=k0.dtype, device=src.device)
+        for j, buf in enumerate((src.k, src.v)):
+            for i in range(layers):
+                torch.index_select(buf[i], 0, idx, out=staged[j * layers + i])
         moved = staged.to(dst.device)
         _wait(src.device)
     with on_device(dst.device):

@@ -91,10 +91,17 @@ class KVHandover:
         bs = self.decode.kv.block_size
         first, end = local_tokens // bs, -(-(local_tokens + tokens) // bs)
         p.times.copy_start = time.perf_counter()
-        p.times.copy = copy_blocks(self.prefill.kv, self.decode.kv, p.source.blocks[first:end],
-                                   req.blocks[first:end])
-        p.times.copy_end = time.perf_counter()
-        self.release(p)
+        try:
+            p.times.copy = copy_blocks(self.prefill.kv, self.decode.kv,
+                                       p.source.blocks[first:end], req.blocks[first:end])
+            p.times.copy_end = time.perf_counter()
+        except BaseException:
+            # Neither side keeps blocks for it: the request stays queued on the decode side
+            # with nothing computed, so stepping on recomputes its prompt (the fallback).
+            self.decode.scheduler.kvm.free(req)
+            raise
+        finally:
+            self.release(p)
 
     def release(self, p: _Pending) -> None:
         """Give the prefill side's blocks back (after the copy, or when the request is gone)."""
@@ -205,4 +212,10 @@ class PDPair:
         return list(seq.output[:1]) if seq.finish_reason == "handover" else list(seq.output)
 
     def close(self) -> None:
+        """Unhook the connector and free every source still waiting for its copy (the engines
+        stay open: their owner closes them)."""
+        for seq in list(self.decode.scheduler.waiting):
+            if id(seq) in self.handover.pending:
+                self.handover.drop(seq)
+                self.decode.abort(seq, "abort")
         self.decode.scheduler.connector = None
