@@ -8,6 +8,10 @@ Two measurements, one factor changed at a time:
 * **goodput sweep**: a Poisson long/short mix (4096/128 long prompts at ``long_share``, the rest
   128/128 and 128/1024) at each rate, colocated and PD on the same seed; the mode order alternates
   between repeats (seed 003 §2); goodput under two SLOs, one loose on TPOT and one tight.
+
+On ``host`` and ``gpu`` the lab runs the real handover instead (:mod:`~workbench.labs.
+pd_split_real`): a prefill and a decode mini engine, the KV blocks copied between their pools,
+against one colocated engine on the same requests (``gpus``, ``real_*`` parameters).
 """
 
 from __future__ import annotations
@@ -47,6 +51,11 @@ class PDSplitParams:
     ratio_rate: float = 8.0  # req/s for the ratio step
     seed: int = 0
     quick: bool = False  # shares 0.1 and 0.5 at 1 and 4 req/s, 150 requests, one repeat
+    # host/gpu (the real handover): GPUs (2: prefill on GPU 0, decode on GPU 1; 1: both on one)
+    gpus: int = 2
+    real_model: str = ""  # "": tiny on host, llama-3.1-8b on gpu
+    real_prompt_lens: tuple[int, ...] = (100, 1000, 4000)  # one request each (quick: 100, 1000)
+    real_max_tokens: int = 16
 
 
 def config(p: PDSplitParams) -> PDConfig:
@@ -139,10 +148,14 @@ class PDSplitLab(Lab):
     description = ("prefill/decode disaggregation vs colocated serving at the same GPU count: "
                    "TTFT, TPOT and goodput as the long-prompt share and the rate rise (E7)")
     params_type = PDSplitParams
-    backends = ("sim",)
+    backends = ("sim", "host", "gpu")
 
     def run(self, params: PDSplitParams, backend: str = "sim",
             progress: Progress | None = None) -> LabResult:
+        from workbench.backends import kind
+
+        if kind(backend) != "sim":
+            return self.run_real(params, backend)
         single = single_requests(config(params), seed=params.seed)
         rows = sweep(params, progress)
         table = without_repeats(rows)
@@ -157,3 +170,21 @@ class PDSplitLab(Lab):
         md = markdown(params, table, single)
         md += "\n".join(ratio_markdown(ratios, params.ratio_gpus, params.ratio_rate)) + "\n"
         return LabResult(rec, md, tables={"sweep": table, "ratios": ratios}, figures=figs)
+
+    def run_real(self, params: PDSplitParams, backend: str) -> LabResult:
+        from workbench.labs.pd_split_real import placement, run_real
+        from workbench.labs.pd_split_real_report import figures as real_figures
+        from workbench.labs.pd_split_real_report import markdown, record
+
+        placement(backend, params.gpus)  # refuse before building anything
+        if params.real_max_tokens < 1:
+            raise ConfigError(f"real_max_tokens={params.real_max_tokens}", "must be at least 1",
+                              "use e.g. 16")
+        lens = params.real_prompt_lens[:2] if params.quick else params.real_prompt_lens
+        if not lens or min(lens) < 1:
+            raise ConfigError(f"real_prompt_lens={params.real_prompt_lens}",
+                              "needs at least one prompt length of 1 or more", "use e.g. 100,1000")
+        run = run_real(backend, params.real_model, params.gpus, tuple(lens),
+                       params.real_max_tokens)
+        return LabResult(record(params, run, backend), markdown(run, backend),
+                         tables={"handover": run["rows"]}, figures=real_figures(run))
