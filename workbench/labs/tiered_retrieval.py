@@ -10,6 +10,8 @@ HBM cheaper than prefilling again?
   the seed's "compatible new instance") and *all miss* (the connector on, but the probes'
   documents were never seen: only the lookup and the save are paid). TTFT is split into wait,
   lookup, retrieve, H2D and the remaining prefill.
+* On ``gpu`` and ``host`` the groups run on the mini engine with a real host tier
+  (:mod:`.tiered_retrieval_mini`): baseline, HBM, CPU and all miss measured; L2 not run.
 * **Crossover**: for prompt lengths, chunk sizes and store bandwidths, the retrieval from the
   store against a full recompute, with the break-even bandwidth in closed form.
 """
@@ -214,11 +216,16 @@ class TieredRetrievalLab(Lab):
                    "TTFT split into lookup, retrieve, H2D, wait, prefill; retrieve-vs-recompute "
                    "crossover (seed 003 E5)")
     params_type = TieredRetrievalParams
-    backends = ("sim",)
+    backends = ("sim", "gpu", "host")  # gpu/host: the mini engine's host tier (no L2)
 
     def run(self, params: TieredRetrievalParams, backend: str = "sim",
             progress: Progress | None = None) -> LabResult:
+        self.check_backend(backend)
+        if backend != "sim":
+            from workbench.labs.tiered_retrieval_mini import run_mini
+            from workbench.labs.tiered_retrieval_mini_report import build_mini
+
+            return build_mini(params, run_mini(params, backend, progress), backend)
         from workbench.labs.tiered_retrieval_report import build
 
-        self.check_backend(backend)
         return build(params, sweep(params, progress), backend)
