@@ -73,7 +73,10 @@ class _Rig:
                               "use --backend gpu (CUDA) or host (CPU)")
         self.torch = torch
         self.device = torch.device("cuda" if kind == "gpu" else "cpu")
-        self.mcfg = get_config(cfg.model, **cfg.shape)
+        base = get_config(cfg.model)  # RoPE table long enough for the longest prompt + 1
+        self.mcfg = get_config(cfg.model, **{"max_position": max(base.max_position,
+                                                                 max(cfg.lens) + 64),
+                                             **cfg.shape})
         tokens = cfg.max_cell_tokens + cfg.budget + 64 * cfg.block_size
         kv_bytes = tokens * self.mcfg.kv_token_bytes
         pages = -(-kv_bytes // (2 * MiB * 2 * self.mcfg.num_layers)) + 2
@@ -83,7 +86,7 @@ class _Rig:
         self.engine = Engine(self.mcfg, spec, self.device,
                              EngineConfig(max_num_seqs=256, max_batched_tokens=cfg.budget),
                              model=build_model(self.mcfg, self.device))
-        cap = (cfg.max_cell_tokens + max(cfg.chunks)) * self.mcfg.kv_token_bytes
+        cap = cfg.max_cell_tokens * self.mcfg.kv_token_bytes  # a cell's prompts, no more
         rows = self.engine.kv.block_rows()
         self.conns = {c: HostTierConnector(HostTier(rows, block_size=cfg.block_size,
                                                     chunk_tokens=c, capacity_bytes=cap))
