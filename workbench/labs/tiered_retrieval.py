@@ -33,6 +33,7 @@ from workbench.engines.sim.vllm_like import VLLMLikeEngine, VLLMOptions
 from workbench.engines.sim.workloads import VOCAB
 from workbench.labs.base import Lab, LabResult, Progress
 from workbench.tiers import TierCosts, make_stack, make_store
+from workbench.tiers.presets import tier_costs
 from workbench.tiers.sim import TierConnector
 
 GROUPS = ("baseline", "hbm", "cpu", "l2", "all-miss")
@@ -58,11 +59,16 @@ class TieredRetrievalParams:
     sweep_chunks: tuple[int, ...] = (64, 256, 1024)
     sweep_gbps: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 5.0, 25.0)
     sweep_concurrency: tuple[int, ...] = (1, 4, 8)  # probes arriving at once
+    # tier cost preset (workbench.tiers.presets.PRESETS): "assumed", or "h200-measured" for the
+    # host-to-device copy costs measured on an H200 (pcie_gbps is then ignored)
+    costs: str = "assumed"
 
 
 def costs(p: TieredRetrievalParams, **over: Any) -> TierCosts:
-    c = TierCosts(chunk_tokens=p.chunk_tokens, remote_bw=p.remote_gbps * 1e9,
-                  pcie_bw=p.pcie_gbps * 1e9, meta_s=p.meta_ms * 1e-3)
+    c = replace(tier_costs(p.costs), chunk_tokens=p.chunk_tokens, remote_bw=p.remote_gbps * 1e9,
+                meta_s=p.meta_ms * 1e-3)
+    if p.costs == "assumed":
+        c = replace(c, pcie_bw=p.pcie_gbps * 1e9)
     return replace(c, **over)
 
 

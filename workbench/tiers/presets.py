@@ -7,13 +7,19 @@
   network, ~0.3 ms); payload moves at ``remote_bw`` (5 GB/s: a TCP-class path; an RDMA path is
   several times faster) plus ``remote_op_s`` per chunk; retrieved chunks land in host memory and
   still pay the host-to-device copy.
+
+``PRESETS`` names the cost sets: ``assumed`` (the defaults above) and ``h200-measured``, whose
+host-to-device bandwidth, per-chunk copy overhead and DRAM lookup were measured on the mini engine
+(``workbench bench crossover``, :data:`H200_PROVENANCE` says what ran where and when); its remote
+store costs stay the assumed ones (nothing measured a store).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from workbench.engines.models import get_model
+from workbench.errors import ConfigError
 from workbench.tiers.model import RemoteStore, Tier, TierSpec, TierStack
 
 GiB = 1 << 30
@@ -32,6 +38,40 @@ class TierCosts:
     remote_op_s: float = 20e-6
     pcie_bw: float = 25e9
     pcie_op_s: float = 5e-6
+
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    """Where a measured preset's numbers came from."""
+
+    command: str
+    date: str
+    device: str
+    measured: tuple[str, ...]  # the TierCosts fields set from the measurement
+    assumed: tuple[str, ...]  # the rest: still assumptions
+    recompute_s_per_token: float  # the 8B shape's prefill on the same device (least squares)
+    notes: str = ""
+
+
+H200_PROVENANCE = Provenance(
+    command="workbench bench crossover --backend gpu --repeats 3",
+    date="PENDING", device="PENDING", measured=("pcie_bw", "pcie_op_s", "dram_lookup_s"),
+    assumed=("dram_bytes", "remote_bytes", "meta_s", "meta_batch", "remote_bw", "remote_op_s"),
+    recompute_s_per_token=0.0)
+
+PRESETS: dict[str, tuple[TierCosts, Provenance | None]] = {
+    "assumed": (TierCosts(), None),
+    "h200-measured": (replace(TierCosts(), pcie_bw=25e9, pcie_op_s=5e-6, dram_lookup_s=20e-6),
+                      H200_PROVENANCE),
+}
+
+
+def tier_costs(name: str = "assumed") -> TierCosts:
+    """The cost set ``name`` (``PRESETS``)."""
+    if name not in PRESETS:
+        raise ConfigError(f"tier cost preset {name!r}", "is not defined",
+                          f"use one of {', '.join(PRESETS)}")
+    return PRESETS[name][0]
 
 
 def make_store(model: str, c: TierCosts) -> RemoteStore:
