@@ -160,9 +160,11 @@ def markdown(p: Any, data: dict, found: list[dict], tables: dict) -> str:
               "* Elastic KV is not offload (seed 001 §10): the elastic pool changes which "
               "physical pages back KV *inside* HBM, and no KV byte leaves the GPU; the tiers "
               "here move KV bytes across links, with another data path and other failures.",
-              "* Every cost is a modelled assumption (``workbench.tiers.presets``), not a "
-              "measurement of LMCache, Mooncake or any network; the H200 copy and recompute "
-              "measurement that would calibrate them has not been run."]
+              "* No cost here is a measurement of LMCache, Mooncake or any network "
+              "(``workbench.tiers.presets``). The `assumed` preset is assumptions throughout; "
+              "`--param costs=h200-measured` takes the host-to-device copy and the DRAM lookup "
+              "from the mini engine on an H200 (`workbench bench crossover`) and keeps the "
+              "store's costs assumed."]
     return "\n".join(lines) + "\n"
 
 
@@ -232,7 +234,7 @@ def record(p: Any, data: dict, found: list[dict], tables: dict, backend: str) ->
         verdict=checks_verdict(found),
         mechanism="retrieval replaces prefill FLOPs by bytes moved; it pays while bytes/s per "
                   "token beat prefill tokens/s",
-        open_questions=["calibrate the copy and recompute costs on a GPU (issue 17 item 2)",
+        open_questions=["calibrate the store's costs (only the host-to-device copy is measured)",
                         "asynchronous loading: here loads admitted together share one step"],
         applicability="one instance (two for L2), one probe at a time, modelled costs",
         manifest=Manifest.collect(

@@ -54,15 +54,23 @@ class Provenance:
 
 
 H200_PROVENANCE = Provenance(
-    command="workbench bench crossover --backend gpu --repeats 3",
-    date="PENDING", device="PENDING", measured=("pcie_bw", "pcie_op_s", "dram_lookup_s"),
+    command="workbench bench crossover --backend gpu --repeats 3 (llama-3.1-8b shape, lens "
+            "256,1024,4096,8192, chunks 256,1024, concurrency 1,4,16, cells <= 32768 tokens)",
+    date="2026-12-01", device="NVIDIA H200 (driver 580.159.04, PCIe gen 5 x16), pinned host "
+                              "memory into VMM-backed KV",
+    measured=("pcie_bw", "pcie_op_s", "dram_lookup_s"),
     assumed=("dram_bytes", "remote_bytes", "meta_s", "meta_batch", "remote_bw", "remote_op_s"),
-    recompute_s_per_token=0.0)
+    recompute_s_per_token=41.3e-6,
+    notes="pcie_bw and pcie_op_s: least squares of the medians of copy + wait on bytes and "
+          "chunks over the 11 cells that moved KV (54.6 GB/s, 9.7 us per chunk; the cells' "
+          "medians ranged 50.3-54.7 GB/s). dram_lookup_s: the median lookup of one 4096-token "
+          "prompt in 256-token chunks (hashing the chain: it grows with the prompt). "
+          "recompute_s_per_token: least squares of the recompute medians on k * n tokens.")
 
 PRESETS: dict[str, tuple[TierCosts, Provenance | None]] = {
     "assumed": (TierCosts(), None),
-    "h200-measured": (replace(TierCosts(), pcie_bw=25e9, pcie_op_s=5e-6, dram_lookup_s=20e-6),
-                      H200_PROVENANCE),
+    "h200-measured": (replace(TierCosts(), pcie_bw=54.6e9, pcie_op_s=9.7e-6,
+                              dram_lookup_s=109e-6), H200_PROVENANCE),
 }
 
 
