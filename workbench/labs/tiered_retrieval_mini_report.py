@@ -111,6 +111,9 @@ def markdown(data: dict, backend: str, found: list[dict], tables: dict) -> str:
               "* HBM reuses blocks already in the KV: nothing moves. The CPU hit moves "
               f"{per_tok} per token over the host link (issue: the copy calls; wait: "
               "until they land) and then prefills only the question.",
+              "* When the remaining prefill is short, its time is mostly the engine's per-step "
+              "overhead, so the HBM and CPU TTFTs can swap within its noise: the H2D column is "
+              "what the CPU hit adds.",
               "* The host tier stores whole chunks: the document's partial last chunk and the "
               "question are always computed; HBM's prefix cache works in 16-token blocks.",
               "* All miss pays the lookup (hashing the chunk chain) and computes everything; "
