@@ -8,4 +8,5 @@
 * ``mini``       the mini engine on a GPU: kernel check, decode throughput VMM vs static, steps
 * ``ab``         interleaved VMM/static A/B rounds of the mini engine
 * ``calibrate``  fit the step-time model to the mini engine's measured steps
+* ``crossover``  host-tier retrieve vs recompute on the mini engine (``workbench bench crossover``)
 """

@@ -1,6 +1,7 @@
 """``workbench bench``: the allocator, the simulator's scaling (``scale``, logic in
 :mod:`workbench.bench.scale`) and, on a CUDA GPU, ``vmm``: grow/shrink cost against the raw driver,
-map cost per layout and bandwidth over VMM-backed KV (logic in :mod:`workbench.bench.vmm`)."""
+map cost per layout and bandwidth over VMM-backed KV (logic in :mod:`workbench.bench.vmm`), and
+``crossover``: host-tier retrieve against recompute (:mod:`workbench.bench.crossover`)."""
 
 from __future__ import annotations
 
@@ -137,3 +138,35 @@ def scale(repeats: int = typer.Option(3, help="Runs per point (seeds 0..repeats-
         return
     if profile:
         typer.echo(profile_point(max(points, key=lambda p: p.instances * p.requests)))
+
+
+def _ints(opt: str, text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        typer.echo(f"error: --{opt} {text!r} is not a comma-separated list of integers", err=True)
+        raise typer.Exit(2) from None
+
+
+@bench.command()
+def crossover(backend: str = typer.Option("gpu", help="gpu (CUDA) or host (CPU)."),
+              model: str = typer.Option("llama-3.1-8b", help="Model shape (random weights)."),
+              lens: str = typer.Option("256,1024,4096,8192", help="Prompt lengths."),
+              chunks: str = typer.Option("256,1024", help="Host-tier chunk sizes (tokens)."),
+              concurrency: str = typer.Option("1,4,16", help="Prompts admitted together."),
+              repeats: int = typer.Option(3, help="Interleaved repeats per cell."),
+              max_cell_tokens: int = typer.Option(32768, help="Skip cells over this many "
+                                                  "tokens (sizes the tier and the KV)."),
+              out: str = typer.Option("", help="Also write the JSON record to this file."),
+              as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Retrieve a prefix from pinned host memory (H2D copies into VMM KV: lookup / copy / wait)
+    or prefill it again: medians and p10/p90 per prompt length, chunk size and concurrency, the
+    crossover, the effective H2D bandwidth (logic in :mod:`workbench.bench.crossover`)."""
+    from workbench.bench.crossover import CrossoverConfig, run_crossover, summary_lines
+
+    cfg = CrossoverConfig(backend=backend, model=model, lens=_ints("lens", lens),
+                          chunks=_ints("chunks", chunks),
+                          concurrency=_ints("concurrency", concurrency), repeats=repeats,
+                          max_cell_tokens=max_cell_tokens)
+    res = run_crossover(cfg, progress=_say(as_json))
+    _emit(res, out, as_json, summary_lines)

@@ -10,6 +10,8 @@ HBM cheaper than prefilling again?
   the seed's "compatible new instance") and *all miss* (the connector on, but the probes'
   documents were never seen: only the lookup and the save are paid). TTFT is split into wait,
   lookup, retrieve, H2D and the remaining prefill.
+* On ``gpu`` and ``host`` the groups run on the mini engine with a real host tier
+  (:mod:`.tiered_retrieval_mini`): baseline, HBM, CPU and all miss measured; L2 not run.
 * **Crossover**: for prompt lengths, chunk sizes and store bandwidths, the retrieval from the
   store against a full recompute, with the break-even bandwidth in closed form.
 """
@@ -31,6 +33,7 @@ from workbench.engines.sim.vllm_like import VLLMLikeEngine, VLLMOptions
 from workbench.engines.sim.workloads import VOCAB
 from workbench.labs.base import Lab, LabResult, Progress
 from workbench.tiers import TierCosts, make_stack, make_store
+from workbench.tiers.presets import tier_costs
 from workbench.tiers.sim import TierConnector
 
 GROUPS = ("baseline", "hbm", "cpu", "l2", "all-miss")
@@ -56,11 +59,16 @@ class TieredRetrievalParams:
     sweep_chunks: tuple[int, ...] = (64, 256, 1024)
     sweep_gbps: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 5.0, 25.0)
     sweep_concurrency: tuple[int, ...] = (1, 4, 8)  # probes arriving at once
+    # tier cost preset (workbench.tiers.presets.PRESETS): "assumed", or "h200-measured" for the
+    # host-to-device copy costs measured on an H200 (pcie_gbps is then ignored)
+    costs: str = "assumed"
 
 
 def costs(p: TieredRetrievalParams, **over: Any) -> TierCosts:
-    c = TierCosts(chunk_tokens=p.chunk_tokens, remote_bw=p.remote_gbps * 1e9,
-                  pcie_bw=p.pcie_gbps * 1e9, meta_s=p.meta_ms * 1e-3)
+    c = replace(tier_costs(p.costs), chunk_tokens=p.chunk_tokens, remote_bw=p.remote_gbps * 1e9,
+                meta_s=p.meta_ms * 1e-3)
+    if p.costs == "assumed":
+        c = replace(c, pcie_bw=p.pcie_gbps * 1e9)
     return replace(c, **over)
 
 
@@ -214,11 +222,16 @@ class TieredRetrievalLab(Lab):
                    "TTFT split into lookup, retrieve, H2D, wait, prefill; retrieve-vs-recompute "
                    "crossover (seed 003 E5)")
     params_type = TieredRetrievalParams
-    backends = ("sim",)
+    backends = ("sim", "gpu", "host")  # gpu/host: the mini engine's host tier (no L2)
 
     def run(self, params: TieredRetrievalParams, backend: str = "sim",
             progress: Progress | None = None) -> LabResult:
+        self.check_backend(backend)
+        if backend != "sim":
+            from workbench.labs.tiered_retrieval_mini import run_mini
+            from workbench.labs.tiered_retrieval_mini_report import build_mini
+
+            return build_mini(params, run_mini(params, backend, progress), backend)
         from workbench.labs.tiered_retrieval_report import build
 
-        self.check_backend(backend)
         return build(params, sweep(params, progress), backend)

@@ -11,7 +11,8 @@ from workbench.engines.models import get_model
 from workbench.labs.base import LabResult
 from workbench.labs.common import agreement_rows, checks_verdict, ms_or_none, ttft_percentiles
 from workbench.labs.record import LabRecord, Manifest
-from workbench.labs.tiered_retrieval import GROUPS
+from workbench.labs.tiered_retrieval import GROUPS, costs
+from workbench.tiers.presets import PRESETS
 
 PARTS = ("wait", "lookup", "retrieve", "h2d", "prefill")
 EXPECT = (
@@ -81,17 +82,30 @@ def checks(p: Any, data: dict, seed: int) -> dict[str, bool]:
             "concurrency": concurrency}
 
 
+def _preset_line(p: Any) -> str:
+    c, prov = costs(p), PRESETS[p.costs][1]
+    if prov is None:
+        return (f"Costs: the `assumed` preset (host-to-device {c.pcie_bw / 1e9:g} GB/s, "
+                f"{c.pcie_op_s * 1e6:g} us per chunk, DRAM lookup {c.dram_lookup_s * 1e6:g} us; "
+                "assumptions, not measurements).")
+    return (f"Costs: the `{p.costs}` preset: {', '.join(prov.measured)} measured "
+            f"(host-to-device {c.pcie_bw / 1e9:.3g} GB/s, {c.pcie_op_s * 1e6:.3g} us per chunk, "
+            f"DRAM lookup {c.dram_lookup_s * 1e6:.3g} us) by `{prov.command}` on {prov.device}, "
+            f"{prov.date}; {', '.join(prov.assumed)} still assumed.")
+
+
 def markdown(p: Any, data: dict, found: list[dict], tables: dict) -> str:
     lines = ["# Tiered retrieval: is a cache beyond HBM cheaper than prefilling again? "
              "(simulated)", "",
              f"A vLLM-like {p.model} on a simulated {p.gpu}, with an LMCache-style connector "
              f"(modelled from its documented design, not measured): chunks of {p.chunk_tokens} "
-             f"tokens, pinned DRAM at {p.pcie_gbps:g} GB/s host-to-device, a remote store at "
+             f"tokens, pinned DRAM at {costs(p).pcie_bw / 1e9:.3g} GB/s host-to-device, a remote "
+             f"store at "
              f"{p.remote_gbps:g} GB/s with {p.meta_ms:g} ms per metadata request. Each of "
              f"{p.probes} probes is a {p.doc_len}-token document plus a {p.question_len}-token "
              f"question, a second after a warm request on the same document. Seeds "
              f"{data['seeds']}, the group order reversed on odd seeds. Seed 003 E5.", "",
-             *agreement_rows(EXPECT, found)]
+             _preset_line(p), "", *agreement_rows(EXPECT, found)]
     lines += ["", "## The five groups (first seed; components are means per probe)", "",
               "| group | TTFT p50 / p95 / p99 ms | wait | lookup | retrieve | H2D | prefill | "
               "hit local / external / prompt tokens | chunks by tier | metadata req | "
@@ -146,9 +160,11 @@ def markdown(p: Any, data: dict, found: list[dict], tables: dict) -> str:
               "* Elastic KV is not offload (seed 001 §10): the elastic pool changes which "
               "physical pages back KV *inside* HBM, and no KV byte leaves the GPU; the tiers "
               "here move KV bytes across links, with another data path and other failures.",
-              "* Every cost is a modelled assumption (``workbench.tiers.presets``), not a "
-              "measurement of LMCache, Mooncake or any network; the H200 copy and recompute "
-              "measurement that would calibrate them has not been run."]
+              "* No cost here is a measurement of LMCache, Mooncake or any network "
+              "(``workbench.tiers.presets``). The `assumed` preset is assumptions throughout; "
+              "`--param costs=h200-measured` takes the host-to-device copy and the DRAM lookup "
+              "from the mini engine on an H200 (`workbench bench crossover`) and keeps the "
+              "store's costs assumed."]
     return "\n".join(lines) + "\n"
 
 
@@ -218,7 +234,7 @@ def record(p: Any, data: dict, found: list[dict], tables: dict, backend: str) ->
         verdict=checks_verdict(found),
         mechanism="retrieval replaces prefill FLOPs by bytes moved; it pays while bytes/s per "
                   "token beat prefill tokens/s",
-        open_questions=["calibrate the copy and recompute costs on a GPU (issue 17 item 2)",
+        open_questions=["calibrate the store's costs (only the host-to-device copy is measured)",
                         "asynchronous loading: here loads admitted together share one step"],
         applicability="one instance (two for L2), one probe at a time, modelled costs",
         manifest=Manifest.collect(
@@ -226,6 +242,8 @@ def record(p: Any, data: dict, found: list[dict], tables: dict, backend: str) ->
             engine_config={"engine": "vllm-like (sim)", "model": p.model,
                            "connector": "tier model (LMCache-style, modelled)"},
             kvcached_config={"chunk_tokens": p.chunk_tokens, "pcie_gbps": p.pcie_gbps,
-                             "remote_gbps": p.remote_gbps, "meta_ms": p.meta_ms}),
+                             "remote_gbps": p.remote_gbps, "meta_ms": p.meta_ms,
+                             "cost_preset": p.costs,
+                             "effective_pcie_gbps": costs(p).pcie_bw / 1e9}),
         results={"groups": tables["groups"], "crossover": tables["crossover"],
                  "concurrency": tables["concurrency"]})

@@ -100,6 +100,7 @@ class Engine:
         self.scale = softmax_scale(model_cfg.head_dim)
         self.stats = EngineStats()
         self.sync = sync  # time steps with a device sync (True) or let them queue
+        self.connector = None  # a KV tier (workbench.mini.hosttier): saves after each forward
         self._next_id = 0
 
     # -- requests ------------------------------------------------------------------------------
@@ -175,6 +176,8 @@ class Engine:
         order = sorted(range(len(plan.items)), key=lambda i: not self._is_decode(*plan.items[i]))
         ids, pos, ctx, sample_rows = self._prepare([plan.items[i] for i in order])
         logits = self.model(ids, pos, ctx, sample_rows)
+        if self.connector is not None:  # before _sample: the scheduler frees finished blocks
+            self.connector.after_forward(plan.items)
         finished = self._sample(plan, order, logits)
         if self.sync and self.device.type == "cuda":
             torch.cuda.synchronize(self.device)

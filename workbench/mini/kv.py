@@ -128,6 +128,16 @@ class KVStore:
         """Tokens one table entry covers: a block (``block`` style) or one slot (``token``)."""
         return self.geometry.block_size if self.spec.style == "block" else 1
 
+    def block_rows(self) -> torch.Tensor:
+        """``[num_blocks, row_bytes]`` uint8: block ``b`` of every layer and buffer as one row
+        (``block`` style, whose contiguous layout keeps a block's layers together)."""
+        if self.spec.style != "block":
+            raise ConfigError("block_rows", "the per-layer layout splits a block over layers",
+                              "build the store with style='block'")
+        g = self.geometry
+        row = g.block_bytes * g.num_layers * g.num_buffers
+        return self._flat[:g.num_blocks * row].view(g.num_blocks, row)
+
     def token_buffers(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """SGLang's ``[num_slots, kv_heads, head_dim]`` views (token style only)."""
         if self.spec.style != "token":

@@ -1,0 +1,64 @@
+"""``workbench bench crossover`` on the host backend: the record's structure and the causal claims
+that do not depend on timing luck (what is retrieved, what is moved, the split adds up), plus the
+crossover with a recompute made slow on purpose (a wide MLP, a narrow KV)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from typer.testing import CliRunner  # noqa: E402
+
+from workbench.bench.crossover import CrossoverConfig, run_crossover  # noqa: E402
+from workbench.cli import app  # noqa: E402
+
+SLOW = {"hidden_size": 512, "intermediate_size": 2048, "num_kv_heads": 1}
+CFG = CrossoverConfig(backend="host", model="tiny", lens=(32, 128, 256), chunks=(16, 64),
+                      concurrency=(1, 2), repeats=2, max_cell_tokens=256, budget=512, shape=SLOW)
+
+
+@pytest.fixture(scope="module")
+def res() -> dict:
+    torch.set_num_threads(1)
+    return run_crossover(CFG)
+
+
+def test_cells_retrieve_whole_chunks_and_never_the_last_token(res):
+    kvb = res["kv_token_bytes"]
+    assert res["not_run"] == [{"prompt_len": 256, "concurrency": 2,
+                               "why": "512 tokens > max_cell_tokens 256"}]
+    assert len(res["rows"]) == 5 * 2
+    for r in res["rows"]:
+        n, c, k = r["prompt_len"], r["chunk"], r["concurrency"]
+        assert r["retrieved_tokens"] == [(n - 1) // c * c] * k
+        assert r["retrieved_bytes"] == sum(r["retrieved_tokens"]) * kvb
+        assert r["chunks_moved"] == (n - 1) // c * k
+        for part in ("recompute_ms", "retrieve_ms", "lookup_ms", "copy_ms"):
+            assert r[part]["n"] == CFG.repeats and r[part]["p10"] <= r[part]["p50"] > 0
+        assert (r["winner"] == "nothing to retrieve") == (n <= c)
+
+
+def test_the_crossover_exists_when_recompute_is_slow(res):
+    by = {(x["chunk"], x["concurrency"]): x for x in res["crossover"]}
+    assert set(by) == {(c, k) for c in CFG.chunks for k in CFG.concurrency}
+    assert by[16, 1]["lens_run"] == [32, 128, 256] and by[16, 2]["lens_run"] == [32, 128]
+    # 240 tokens moved as 60 KiB against 256 tokens through a 512-wide, 2048-MLP model
+    assert by[16, 1]["retrieve_wins_from"] is not None
+    fit = res["fit"]
+    assert fit["h2d_gbps"] > 0 and fit["recompute_us_per_token"] > 0
+
+
+def test_cli_writes_the_record(tmp_path):
+    out = tmp_path / "x.json"
+    r = CliRunner().invoke(app, ["bench", "crossover", "--backend", "host", "--model", "tiny",
+                                 "--lens", "40", "--chunks", "16", "--concurrency", "1",
+                                 "--repeats", "1", "--max-cell-tokens", "64", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    d = json.loads(out.read_text())
+    assert [x["retrieved_tokens"] for x in d["rows"]] == [[32]]
+    assert "crossover chunk 16 k=1" in r.output
+    bad = CliRunner().invoke(app, ["bench", "crossover", "--lens", "a,b"])
+    assert bad.exit_code == 2 and "comma-separated" in bad.output
