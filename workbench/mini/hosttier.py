@@ -161,6 +161,9 @@ class HostTier:
         keys = keys[:len(blocks) // self.blocks_per_chunk]
         sv = Save()
         bpc = self.blocks_per_chunk
+        # chunks of this chain already here become most recent first, so making room for its
+        # missing chunks never evicts (and then copies again) one of its own
+        self.tier.touch([k for k in keys if k in self.slot])
         for i in reversed(range(len(keys))):  # tail first: the head ends most recent (LRU)
             k = keys[i]
             if k in self.slot:
