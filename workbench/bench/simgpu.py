@@ -56,6 +56,8 @@ def side_by_side(gpu: dict[tuple[int, str], dict[str, dict]],
             "p50_ok": sum(r["p50"]["ok"] for r in rows),
             "p99_ok": sum(r["p99"]["ok"] for r in rows),
             "both_ok": sum(r["ok"] for r in rows),
+            "p50_in_gpu_range": sum(r["p50"]["inside_gpu_range"] for r in rows),
+            "p99_in_gpu_range": sum(r["p99"]["inside_gpu_range"] for r in rows),
             "tolerance": {"p50": p50_tol, "p99": p99_tol}}
 
 
@@ -75,7 +77,9 @@ def table_md(table: dict) -> str:
     t = table["tolerance"]
     lines += ["", f"p50 within {t['p50']:.0%}: {table['p50_ok']}/{table['points']}; p99 within "
               f"{t['p99']:.0%}: {table['p99_ok']}/{table['points']}; both: "
-              f"{table['both_ok']}/{table['points']}."]
+              f"{table['both_ok']}/{table['points']}. Sim inside the GPU's min-max over repeats: "
+              f"p50 {table['p50_in_gpu_range']}/{table['points']}, p99 "
+              f"{table['p99_in_gpu_range']}/{table['points']}."]
     return "\n".join(lines)
 
 

@@ -129,6 +129,20 @@ def run_diagnostics(r: dict) -> dict:
             "wall_s": r["wall_s"]}
 
 
+def per_instance(r: dict) -> dict[str, list[float]]:
+    """One run, per instance: mean TTFT (ms), preemptions, and the KV it had mapped while the
+    last instance had requests waiting (GiB, mean over those timeline samples; 0 for static
+    engines or when the last instance never queued). Timeline rows: [t, used x n, mapped x n,
+    waiting x n, running x n]."""
+    n = len(r["preemptions"])
+    ttft = [[q[2] for q in r["requests"] if q[0] == k] for k in range(n)]
+    rows = [row for row in r["timeline"] if row[1 + 3 * n - 1] > 0] if r.get("vmm") else []
+    mapped = [sum(row[1 + n + k] for row in rows) / len(rows) / GiB if rows else 0.0
+              for k in range(n)]
+    return {"ttft_ms": [1e3 * sum(t) / len(t) if t else 0.0 for t in ttft],
+            "preemptions": [float(x) for x in r["preemptions"]], "queued_mapped_gib": mapped}
+
+
 def where_time_went(reps: list[dict], peaks: list[int]) -> list[str]:
     cols = ("preemptions", "steps", "step_s", "wall_s", "alloc_s", "engine_vmm_calls",
             "engine_vmm_s", "mapper_vmm_calls", "refused_creates", "peak_kv_gib")
@@ -143,6 +157,21 @@ def where_time_went(reps: list[dict], peaks: list[int]) -> list[str]:
             lines.append(f"| {p} | {m} | " + " | ".join(
                 f"{med[k]:.3g}" if isinstance(med[k], float) else str(med[k]) for k in cols)
                 + " |")
+    lines += ["", "Per instance, 0 / 1 / 2 (instance i peaks after i-1; median over repeats): mean "
+              "TTFT ms, preemptions, and the KV each had mapped while the last instance had "
+              "requests waiting (elastic, GiB, mean over those samples; static holds its "
+              "split).", "",
+              "| PEAK | mode | mean TTFT ms | preemptions | mapped GiB while the last queued |",
+              "|---|---|---|---|---|"]
+    for p in peaks:
+        for m in ("static", "elastic"):
+            per = [per_instance(r["runs"][f"{p}/{m}"]) for r in reps if f"{p}/{m}" in r["runs"]]
+            if not per:
+                continue
+            cols3 = [" / ".join(f"{spread([x[k][i] for x in per])['median']:.3g}"
+                                for i in range(len(per[0][k])))
+                     for k in ("ttft_ms", "preemptions", "queued_mapped_gib")]
+            lines.append(f"| {p} | {m} | " + " | ".join(cols3) + " |")
     return lines + ["", "alloc_s: time the engine thread spent in the ledger's alloc (inline maps "
                     "and lock waits included); engine_vmm_s: its VMM calls plus its waits for "
                     "another thread's call; step_s: the steps' own wall time.", ""]
