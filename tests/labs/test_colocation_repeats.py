@@ -65,3 +65,32 @@ def test_repeats_alternate_write_json_and_summarise(tmp_path):
     assert again.tables["points"] == res.tables["points"]
     assert json.loads(again.record.to_json())["samples"] == json.loads(
         res.record.to_json())["samples"]
+
+
+def _summary(mean: float, p99: float) -> dict:
+    return {"ttft": {"mean": mean, "p50": mean, "p99": p99}, "tpot": {"mean": 0.05},
+            "preemptions": 0}
+
+
+def test_points_pair_speedups_by_repeat_and_verdict():
+    from workbench.labs.colocation import ColocationRun, _verdict, make_points
+
+    overall = {(1, "static"): [_summary(0.10, 0.2), _summary(0.12, 0.2), _summary(0.30, 0.2)],
+               (1, "elastic"): [_summary(0.10, 0.2), _summary(0.10, 0.4), _summary(0.10, 0.1)],
+               (6, "static"): [_summary(4.0, 8.0)] * 3,
+               (6, "elastic"): [_summary(1.0, 1.0), _summary(2.0, 1.0), _summary(1.0, 4.0)]}
+    run = ColocationRun(backend="gpu", peaks=[1, 6], overall=overall, title="t", setup=[],
+                        footer=[], record={}, time_scale=4.0)
+    low, high = make_points(run)
+    assert low["repeats"] == 3 and low["effective_peak_rps"] == 4.0
+    # speedups pair repeat i of static with repeat i of elastic: 1.0, 1.2, 3.0
+    assert low["mean_speedup_spread"] == {"median": 1.2, "min": 1.0, "max": 3.0}
+    assert low["mean_speedup"] == 1.2 and low["p99_speedup_spread"]["min"] == 0.5
+    assert high["mean_speedup"] == 4.0 and high["mean_speedup_spread"]["min"] == 2.0
+    assert high["mean_ttft_spread_ms"]["elastic"] == {"median": 1000.0, "min": 1000.0,
+                                                      "max": 2000.0}
+    assert _verdict(run, [low, high]).startswith("Supported on gpu: mean TTFT speedup up to 4.0x")
+    worse = dict(overall)
+    worse[(6, "elastic")] = [_summary(3.0, 8.0)] * 3
+    run.overall = worse
+    assert _verdict(run, make_points(run)).startswith("Not supported on gpu")
