@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workbench.bench.simgpu import gpu_points, side_by_side, sweep_steps, table_md
+from workbench.bench.simgpu import gpu_points, side_by_side, speedups_md, sweep_steps, table_md
 
 
 def _rep(r: int, ttft: dict[str, tuple[float, float]]) -> dict:
@@ -63,3 +63,11 @@ def test_ratio_is_sim_over_gpu_median(p50s, factor):
     assert row["p50"]["ratio"] == pytest.approx(factor)
     assert row["p50"]["ok"] == (abs(factor - 1) <= 0.15)
     assert row["p99"]["ok"] == (abs(factor - 1) <= 0.25)
+
+
+def test_sim_speedups_are_static_over_elastic_per_peak():
+    sim = {(6, "static"): {"mean": 400.0, "p99": 3000.0},
+           (6, "elastic"): {"mean": 100.0, "p99": 200.0},
+           (2, "static"): {"mean": 50.0, "p99": 90.0}}  # no elastic: no row
+    md = speedups_md(sim).splitlines()
+    assert md[2:] == ["| 6 | 400 / 100 | 4.00x | 3,000 / 200 | 15.00x |"]

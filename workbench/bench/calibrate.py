@@ -82,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
                          "(out_dir); repeatable, the repeats are merged")
     ap.add_argument("--no-sweep-steps", action="store_true",
                     help="fit on --bench's steps only, not on the sweep's")
+    ap.add_argument("--what-if", default=None,
+                    help="key=value,... step-time overrides (e.g. step_overhead_s=0.005): the "
+                         "same points simulated again with them, speedups printed")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     from workbench.bench import simgpu
@@ -105,6 +108,17 @@ def main(argv: list[str] | None = None) -> int:
         out["sim_vs_gpu"] = table = simgpu.side_by_side(gpu, sim)
         print(f"{len(reps)} repeat(s); GPU: median [min-max] over repeats; TTFT ms")
         print(simgpu.table_md(table))
+        print("\nSim, fitted step time:")
+        print(simgpu.speedups_md(sim))
+        if args.what_if:
+            from workbench.labs.colocation_sim import parse_steptime
+
+            what = {**fit, **parse_steptime(args.what_if)}
+            alt = simgpu.sim_points(reps[0]["config"], what, sorted(gpu))
+            out["what_if"] = {"overrides": args.what_if,
+                              "sim": {f"{p}/{m}": v for (p, m), v in alt.items()}}
+            print(f"\nSim, what if {args.what_if}:")
+            print(simgpu.speedups_md(alt))
     if args.out:
         args.out.write_text(json.dumps(out, indent=1, default=str))
     return 0

@@ -83,6 +83,19 @@ def table_md(table: dict) -> str:
     return "\n".join(lines)
 
 
+def speedups_md(sim: dict[tuple[int, str], dict[str, float]]) -> str:
+    """Static / elastic mean and p99 TTFT per PEAK of one simulated sweep."""
+    lines = ["| PEAK | mean static / elastic | speedup | p99 static / elastic | speedup |",
+             "|---|---|---|---|---|"]
+    for p in sorted({k[0] for k in sim}):
+        if (p, "static") not in sim or (p, "elastic") not in sim:
+            continue
+        s, e = sim[(p, "static")], sim[(p, "elastic")]
+        lines.append(f"| {p} | {s['mean']:,.0f} / {e['mean']:,.0f} | {s['mean'] / e['mean']:.2f}x"
+                     f" | {s['p99']:,.0f} / {e['p99']:,.0f} | {s['p99'] / e['p99']:.2f}x |")
+    return "\n".join(lines)
+
+
 @dataclass(frozen=True, slots=True)
 class _SerialHost(StepTimeModel):
     """A step whose host part also blocks the other instances (one driver thread steps every
