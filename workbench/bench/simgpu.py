@@ -109,10 +109,11 @@ class _SerialHost(StepTimeModel):
 
 
 def sim_overall(c: dict, peak: int, mode: str, steptime: dict,
-                serial_host: bool = True) -> dict:
+                serial_host: bool = True, one_thread: bool | None = None) -> dict:
     """The GPU sweep's workload at ``peak`` (config ``c``: the sweep's ColoConfig as a dict) on
     the simulated H200: the same budget (static: split evenly; elastic: shared, each pool's
-    virtual range the whole budget), the same reserve and mapper, the same scaled ramp."""
+    virtual range the whole budget), the same reserve and mapper, the same scaled ramp.
+    ``one_thread`` (default: ``serial_host``) schedules each step inside its GPU turn."""
     import workbench.engines.sim.cluster as cluster
     from workbench.config import PoolConfig
     from workbench.engines.sim.cluster import ClusterConfig, run_cluster
@@ -146,7 +147,7 @@ def sim_overall(c: dict, peak: int, mode: str, steptime: dict,
 
     saved = cluster.StepTimeModel
     cluster.StepTimeModel = _SerialHost if serial_host else saved
-    EngineDriver.one_thread = serial_host
+    EngineDriver.one_thread = serial_host if one_thread is None else one_thread
     try:
         return run_cluster(cfg, wl).overall.as_dict()
     finally:
