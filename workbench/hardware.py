@@ -64,12 +64,17 @@ class GPUPreset:
     step_fit: tuple[tuple[str, float], ...] | None = None
 
 
-# H200 fit: 830 measured steps of the mini engine (workbench.mini: eager PyTorch, Triton paged
-# decode, no CUDA graphs) with the Llama-3.1-8B shape, `python -m workbench.bench.calibrate`;
-# median error 15%, p90 39%. It describes that engine, not vLLM: use it for the mini engine's
-# sim-vs-GPU comparison (`StepTimeModel.preset(m, "h200", fitted=True)`).
-H200_MINI_FIT = (("flops_eff", 0.53), ("bw_eff", 0.55), ("step_overhead_s", 0.0127),
-                 ("seq_overhead_s", 0.0))
+# H200 fit of the mini engine (workbench.mini: eager PyTorch, Triton paged decode, no CUDA graphs)
+# with the Llama-3.1-8B shape: 14,936 steps (99 dropped as one-off first shapes) measured in the
+# colocation lab's three-repeat sweep on this project's H200 (2026-12-01, torch 2.11 + CUDA 13,
+# driver 580.159.04): `workbench labs run colocation --backend gpu --peaks 1,2,3,4,6 --param
+# repeats=N --param out_dir=DIR`, then `python -m workbench.bench.calibrate --sweep DIR`. Median
+# error 12%, p90 35%. Steps are host-bound (~15 ms whatever the batch), so the bandwidth term
+# never binds and bw_eff sits at the grid's top (1.0): it is unconstrained, not measured. It
+# describes that engine, not vLLM (`StepTimeModel.preset(m, "h200", fitted=True)`). The earlier
+# fit (830 steps of `bench mini`, 2026-11-30) was 0.53 / 0.55 / 12.7 ms / 0.
+H200_MINI_FIT = (("flops_eff", 0.33), ("bw_eff", 1.0), ("step_overhead_s", 0.0153),
+                 ("seq_overhead_s", 3.85e-5))
 
 _H200_VMM = VMMLatency(5e-6, 20e-6, 6e-6, 53e-6, 31e-6, 22e-6)
 
@@ -102,7 +107,8 @@ GPU_PRESETS: dict[str, GPUPreset] = {
                    "measured for a whole compound page id; the per-layer/contiguous ratio (64) "
                    "is inside the measured 44-73 (H200_PAGE_ID_GROW)",
                    ("create", "map", "set_access", "unmap", "release"), None, _DATASHEET,
-                   "830 mini-engine steps on this project's H200 (workbench.bench.calibrate)"),
+                   "14,936 mini-engine steps of the colocation sweep on this project's H200, "
+                   "2026-12-01 (workbench.bench.calibrate --sweep)"),
         step_fit=H200_MINI_FIT),
     "a100": GPUPreset(
         "a100", "a100-80g", 80 * GiB, 2 * MiB,

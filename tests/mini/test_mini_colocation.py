@@ -23,17 +23,21 @@ def test_colocation_runs_both_modes_on_cpu():
     params = lab.params(model="tiny", budget_gib=0.05, peaks=(1,), time_scale=8, prompt_len=16,
                         completion_len=32)
     res = run_lab("colocation", params, "host")
-    runs = res.record.results["runs"]
+    (rep,) = res.record.results["repeats"]
+    runs = rep["runs"]
     (p,) = res.tables["points"]
     for mode in ("static", "elastic"):
         o = runs[f"1/{mode}"]["overall"]
         assert o["finished"] == o["requests"] > 0
     assert p["mean_speedup"] > 0 and res.record.results["low_load_overhead"]["peak"] == 1
-    assert p["effective_peak_rps"] == 8 and "kvcached" not in p
+    assert p["effective_peak_rps"] == 8 and "kvcached" not in p and p["repeats"] == 1
     assert runs["1/elastic"]["budget_peak_bytes"] <= int(0.05 * (1 << 30))
     assert "| 1 (8) |" in res.markdown and "mini engine" in res.markdown
+    assert "Where the time went" in res.markdown
     rec = res.record
-    assert rec.environment["backend"] == "host" and rec.ttft["static"]["1"]["n"] > 0
+    assert rec.environment["backend"] == "host" and rec.ttft["static"]["1"][0]["n"] > 0
+    assert rec.samples["runs_per_point"] == 1 and rec.samples["order"] == {
+        "0": ["static", "elastic"]}
     assert rec.manifest.software["backend"] == "host"
 
 

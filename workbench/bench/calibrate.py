@@ -1,11 +1,13 @@
 """Calibrate the simulator's step-time model from the mini engine's measured steps, then run the
-colocation workload on ``sim`` and put its TTFT beside the GPU's.
+colocation workload on ``sim`` and put its TTFT beside the GPU's (:mod:`workbench.bench.simgpu`).
 
 The model (``workbench.engines.sim.steptime.StepTimeModel``) charges a step
 ``max(flops / (peak_flops * flops_eff), bytes / (peak_bw * bw_eff)) + step_overhead_s +
 seq_overhead_s * num_seqs``. :func:`fit_steptime` grid-searches the two efficiencies and solves the
 two overheads by least squares at each grid point, minimising the *relative* error (steps span
-milliseconds to seconds). Runs on a CPU: ``python -m workbench.bench.calibrate --bench B --colo C``.
+milliseconds to seconds). Runs on a CPU:
+``python -m workbench.bench.calibrate --sweep DIR [--sweep DIR2] [--bench B]`` (DIR: the colocation
+lab's gpu ``out_dir``; the fit uses the sweep's own steps).
 """
 
 from __future__ import annotations
@@ -13,13 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from workbench.engines.models import get_model
-from workbench.engines.sim.steptime import GPUS, StepCost, StepTimeModel
+from workbench.engines.sim.steptime import GPUS
 
 
 def _flops_bytes(rows: np.ndarray, model: str) -> tuple[np.ndarray, np.ndarray]:
@@ -73,104 +74,53 @@ def _fit(rows: np.ndarray, gpu: str, model: str) -> dict:
             "p90_abs_rel_err": float(np.percentile(np.abs(rel), 90)), "_rel": rel}
 
 
-@dataclass(frozen=True, slots=True)
-class _SerialHost(StepTimeModel):
-    """A step whose host part also blocks the other instances (one driver thread)."""
-
-    def cost(self, num_seqs: int, new_tokens: int, ctx_tokens: int,
-             attn_pairs: float) -> StepCost:
-        c = StepTimeModel.cost(self, num_seqs, new_tokens, ctx_tokens, attn_pairs)
-        return StepCost(c.gpu_s + c.cpu_s, 0.0)
-
-
-def sim_compare(colo: dict, steptime: dict, serial_host: bool = True) -> list[dict]:
-    """The GPU colocation run's workload on the simulator (H200 preset, fitted step time);
-    TTFT p50/p99 per PEAK and mode beside the GPU's."""
-    from dataclasses import replace
-
-    import workbench.engines.sim.cluster as cluster
-    from workbench.config import PoolConfig
-    from workbench.engines.sim.cluster import ClusterConfig, run_cluster
-    from workbench.engines.sim.vllm_like import VLLMOptions
-    from workbench.engines.sim.workloads import ramp_trace
-
-    c = colo["config"]
-    spec = GPUS["h200"]
-    model = get_model("llama-3.1-8b")
-    budget = int(c["budget_gib"] * (1 << 30))
-    n = c["instances"]
-    occupied = n * model.weight_bytes
-    out_len = max(2, round(c["completion_len"] / c["time_scale"]))
-    st = {k: steptime[k] for k in ("flops_eff", "bw_eff", "step_overhead_s", "seq_overhead_s")}
-    rows = []
-    for peak in c["peaks"]:
-        for mode in ("static", "elastic"):
-            key = f"{peak}/{mode}"
-            if key not in colo["runs"]:
-                continue
-            cfg = ClusterConfig(
-                mode=mode, gpu="h200", num_instances=n, activation_bytes=0,
-                gpu_memory_utilization=(budget / n + model.weight_bytes) / spec.memory_bytes,
-                kv_gpu_utilization=(occupied + budget) / spec.memory_bytes,
-                pool=replace(PoolConfig(), min_reserved_pages=c["min_reserved_pages"],
-                             max_reserved_pages=c["max_reserved_pages"]),
-                vllm=VLLMOptions(max_num_seqs=c["max_num_seqs"],
-                                 max_num_batched_tokens=c["max_batched_tokens"]),
-                steptime=st, seed=c["seed"])
-            wl = []
-            for i in range(n):
-                reqs = ramp_trace(peak, i, num_models=n, prompt_len=c["prompt_len"],
-                                  output_len=out_len, seed=c["seed"])
-                for r in reqs:
-                    r.arrival /= c["time_scale"]
-                wl.append(reqs)
-            # The mini driver steps the instances one after another on one thread: host time
-            # holds "the GPU" too. Charge the whole step inside the GPU slot (serial_host).
-            saved = cluster.StepTimeModel
-            cluster.StepTimeModel = _SerialHost if serial_host else saved
-            try:
-                sim = run_cluster(cfg, wl).overall.as_dict()
-            finally:
-                cluster.StepTimeModel = saved
-            gpu = colo["runs"][key]["overall"]
-            rows.append({"peak": peak, "mode": mode,
-                         "gpu_p50_ms": 1e3 * gpu["ttft"]["p50"],
-                         "sim_p50_ms": 1e3 * sim["ttft"]["p50"],
-                         "gpu_p99_ms": 1e3 * gpu["ttft"]["p99"],
-                         "sim_p99_ms": 1e3 * sim["ttft"]["p99"],
-                         "gpu_tpot_ms": 1e3 * gpu["tpot"]["mean"],
-                         "sim_tpot_ms": 1e3 * sim["tpot"]["mean"],
-                         "p50_ratio": sim["ttft"]["p50"] / gpu["ttft"]["p50"]})
-    return rows
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="fit the H200 step-time preset; sim vs GPU TTFT")
     ap.add_argument("--bench", type=Path, help="bench.json from workbench.bench.mini")
-    ap.add_argument("--colo", type=Path, help="the JSON record of `workbench labs run "
-                    "colocation --backend gpu --json PATH`")
+    ap.add_argument("--sweep", type=Path, action="append", default=[],
+                    help="a folder of repeat_<r>.json from the colocation lab's gpu sweep "
+                         "(out_dir); repeatable, the repeats are merged")
+    ap.add_argument("--no-sweep-steps", action="store_true",
+                    help="fit on --bench's steps only, not on the sweep's")
+    ap.add_argument("--what-if", default=None,
+                    help="key=value,... step-time overrides (e.g. step_overhead_s=0.005): the "
+                         "same points simulated again with them, speedups printed")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
+    from workbench.bench import simgpu
+    from workbench.labs.colocation_gpu_report import load_repeats
+
+    reps = [r for d in args.sweep for r in load_repeats(d)]
     steps: list = []
     if args.bench:
         b = json.loads(args.bench.read_text())
         steps += b.get("steps", [])
         for r in b.get("decode", []):
             steps += r["steps"]
-    colo = json.loads(args.colo.read_text())["results"] if args.colo else None
+    if reps and not args.no_sweep_steps:
+        steps += simgpu.sweep_steps(reps)
     fit = fit_steptime(steps)
     print(json.dumps(fit, indent=1))
-    out = {"fit": fit}
-    if colo:
-        out["sim_vs_gpu"] = cmp = sim_compare(colo, fit)
-        print("| PEAK | mode | GPU p50 | sim p50 | GPU p99 | sim p99 | GPU TPOT | sim TPOT |")
-        print("|---|---|---|---|---|---|---|---|")
-        for r in cmp:
-            print(f"| {r['peak']} | {r['mode']} | {r['gpu_p50_ms']:.0f} | {r['sim_p50_ms']:.0f} | "
-                  f"{r['gpu_p99_ms']:.0f} | {r['sim_p99_ms']:.0f} | {r['gpu_tpot_ms']:.1f} | "
-                  f"{r['sim_tpot_ms']:.1f} |")
+    out: dict = {"fit": fit}
+    if reps:
+        gpu = simgpu.gpu_points(reps)
+        sim = simgpu.sim_points(reps[0]["config"], fit, sorted(gpu))
+        out["sim_vs_gpu"] = table = simgpu.side_by_side(gpu, sim)
+        print(f"{len(reps)} repeat(s); GPU: median [min-max] over repeats; TTFT ms")
+        print(simgpu.table_md(table))
+        print("\nSim, fitted step time:")
+        print(simgpu.speedups_md(sim))
+        if args.what_if:
+            from workbench.labs.colocation_sim import parse_steptime
+
+            what = {**fit, **parse_steptime(args.what_if)}
+            alt = simgpu.sim_points(reps[0]["config"], what, sorted(gpu))
+            out["what_if"] = {"overrides": args.what_if,
+                              "sim": {f"{p}/{m}": v for (p, m), v in alt.items()}}
+            print(f"\nSim, what if {args.what_if}:")
+            print(simgpu.speedups_md(alt))
     if args.out:
-        args.out.write_text(json.dumps(out, indent=1))
+        args.out.write_text(json.dumps(out, indent=1, default=str))
     return 0
 
 

@@ -24,9 +24,12 @@ The points, record and Markdown are the lab's (:mod:`workbench.labs.colocation`)
 
 from __future__ import annotations
 
+import json
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -35,9 +38,7 @@ from workbench.engines.metrics import summarize
 from workbench.engines.sched.request import Request
 from workbench.engines.sim.workloads import ramp_trace
 from workbench.errors import DeviceError
-from workbench.labs.base import Progress
-from workbench.labs.colocation import MODES, ColocationParams, ColocationRun
-from workbench.labs.record import Manifest
+from workbench.labs.colocation import MODES
 from workbench.mini.engine import Engine, EngineConfig
 from workbench.mini.instance import MiniInstance
 from workbench.mini.kv import KVSpec
@@ -49,8 +50,11 @@ GiB = 1 << 30
 class BudgetDevice:
     """A device shared by several pools whose physical bytes together may not pass ``budget``.
 
-    Everything but ``create``/``release``/``mem_info`` goes to the real device; ``mem_info``
-    reports the budget left, so each pool's headroom check sees what the others hold.
+    ``create``/``release``/``mem_info`` keep the budget; every VMM call (create, map, set_access,
+    unmap, release) is counted and timed in ``calls`` under the thread that made it: ``engine``
+    (the request path) or ``mapper`` (a background mapper thread, named ``*-mapper``). ``refused``
+    counts creates past the budget. ``mem_info`` reports the budget left, so each pool's headroom
+    check sees what the others hold.
     """
 
     def __init__(self, inner, budget: int):
@@ -58,10 +62,33 @@ class BudgetDevice:
         self.budget = budget
         self.used = 0
         self.peak = 0
+        self.refused = 0
         self._sizes: dict[int, int] = {}
+        # thread -> op -> [calls, seconds in the call, seconds waiting for another thread's call]
+        self.calls: dict[str, dict[str, list[float]]] = {}
+        # one call at a time: the pools' mappers and the engine thread share this device
+        self._lock = threading.RLock()
+
+    def _timed(self, op: str, fn, *args):
+        t = time.perf_counter()
+        with self._lock:
+            t1 = time.perf_counter()
+            try:
+                return fn(*args)
+            finally:
+                who = "mapper" if threading.current_thread().name.endswith("-mapper") \
+                    else "engine"
+                c = self.calls.setdefault(who, {}).setdefault(op, [0, 0.0, 0.0])
+                c[0] += 1
+                c[1] += time.perf_counter() - t1
+                c[2] += t1 - t
 
     def create(self, size: int) -> int:
+        return self._timed("create", self._create, size)
+
+    def _create(self, size: int) -> int:  # under the lock
         if self.used + size > self.budget:
+            self.refused += 1
             raise DeviceError("create", "out of memory", "CUDA_ERROR_OUT_OF_MEMORY")
         h = self.inner.create(size)
         self._sizes[h] = size
@@ -69,12 +96,30 @@ class BudgetDevice:
         self.peak = max(self.peak, self.used)
         return h
 
+    def map(self, va: int, size: int, handle: int) -> None:
+        self._timed("map", self.inner.map, va, size, handle)
+
+    def set_access(self, va: int, size: int) -> None:
+        self._timed("set_access", self.inner.set_access, va, size)
+
+    def unmap(self, va: int, size: int) -> None:
+        self._timed("unmap", self.inner.unmap, va, size)
+
     def release(self, handle: int) -> None:
+        self._timed("release", self._release, handle)
+
+    def _release(self, handle: int) -> None:  # under the lock
         self.inner.release(handle)
         self.used -= self._sizes.pop(handle)
 
     def mem_info(self) -> MemInfo:
         return MemInfo(self.budget - self.used, self.budget)
+
+    def take_counts(self) -> dict:
+        """The call counts since the last take (then cleared), and the refusals."""
+        out = {"calls": self.calls, "refused_creates": self.refused, "peak_bytes": self.peak}
+        self.calls, self.refused, self.peak = {}, 0, self.used
+        return out
 
     def __getattr__(self, item: str):
         return getattr(self.inner, item)
@@ -92,18 +137,27 @@ class ColoConfig:
     max_num_seqs: int = 256
     max_batched_tokens: int = 2048
     # Elastic pools' reserve: kvcached keeps 5..10 page ids (640 MiB..1.25 GiB for an 8B model);
-    # scaled to a 2 GiB budget that would park most of it, so none is kept mapped ahead and one
-    # freed page id is parked (the ledger refills inline: a reserve would not hide map latency).
+    # scaled to a 2 GiB budget that would park most of it. Default (the earlier runs' setup):
+    # none mapped ahead, one freed page id parked, maps inline on the engine thread. With
+    # ``mapper`` a background thread (kvcached's preallocation thread) keeps the reserve filled;
+    # the lab then keeps 1 page id (colocation_gpu_report.config_for).
+    mapper: bool = False
     min_reserved_pages: int = 0
     max_reserved_pages: int = 1
     seed: int = 0
     modes: tuple[str, ...] = MODES
+    repeats: int = 1
+    first_repeat: int = 0  # repeat r runs the modes in order (r even) or reversed (r odd)
+    out_dir: str | None = None  # repeat_<r>.json per repeat, rewritten after every point
     device: str = "cuda"  # "cpu" runs the same code on the host VMM device (smoke tests)
     extra: dict = field(default_factory=dict)
 
     @property
     def output_len(self) -> int:
         return max(2, round(self.completion_len / self.time_scale))
+
+    def mode_order(self, repeat: int) -> tuple[str, ...]:
+        return self.modes if repeat % 2 == 0 else tuple(reversed(self.modes))
 
 
 def scaled_traces(cfg: ColoConfig, peak: int) -> list[list[Request]]:
@@ -143,7 +197,8 @@ class Cluster:
                 pool_dev = None
             else:
                 spec = KVSpec("block", "vmm", budget, min_reserved_pages=cfg.min_reserved_pages,
-                              max_reserved_pages=cfg.max_reserved_pages, gpu_utilization=1.0)
+                              max_reserved_pages=cfg.max_reserved_pages, gpu_utilization=1.0,
+                              background_mapper=cfg.mapper)
                 pool_dev = self.budget_dev
             self.engines.append(Engine(mcfg, spec, cfg.device, ecfg, model=model,
                                        pool_device=pool_dev, name=f"{mode}{i}"))
@@ -152,39 +207,96 @@ class Cluster:
             eng.stats.steps.clear()
 
     def kv_capacity_tokens(self) -> list[int]:
+        """Tokens each engine's block table can address (elastic: the whole budget each; what
+        it can hold at once depends on what the others have mapped)."""
         return [(e.kv.geometry.num_blocks - 1) * e.kv.block_size for e in self.engines]
+
+    def _timed_allocs(self) -> list[list[float]]:
+        """Wrap each ledger's ``alloc`` to time it on the calling (engine) thread: the request
+        path's share of mapping, lock waits included. Returns [calls, seconds] per engine."""
+        acc = []
+        for e in self.engines:
+            mgr, box = e.kv.manager, [0, 0.0]
+            inner = type(mgr).alloc.__get__(mgr)
+
+            def alloc(n: int, _inner=inner, _box=box):
+                t = time.perf_counter()
+                try:
+                    return _inner(n)
+                finally:
+                    _box[0] += 1
+                    _box[1] += time.perf_counter() - t
+
+            mgr.alloc = alloc
+            acc.append(box)
+        return acc
+
+    def _untime_allocs(self) -> None:
+        for e in self.engines:
+            e.kv.manager.__dict__.pop("alloc", None)
 
     def run(self, traces: list[list[Request]], output_len: int,
             timeline_every_s: float = 0.5) -> dict:
         """Each engine gets its trace (``output_len`` tokens each) on one shared clock."""
         _sync(self.cfg.device)
+        if self.budget_dev is not None:
+            self.budget_dev.take_counts()
+        allocs = self._timed_allocs()
+        pre0 = [e.num_preemptions for e in self.engines]
         t0 = time.perf_counter()
         insts = [MiniInstance(e, t0=t0, sample_every_s=None) for e in self.engines]
         for inst, trace in zip(insts, traces, strict=True):
             inst.submit(Request(r.rid, r.prompt, output_len, r.arrival) for r in trace)
         timeline: list[list] = []
+        step_t: list[list[float]] = [[] for _ in self.engines]  # each step's end, s
         next_sample = 0.0
-        while any(i.has_work() for i in insts):
-            now = time.perf_counter() - t0
-            for inst in insts:  # admits what has arrived, then at most one step each
-                inst.advance(now)
-            if now >= next_sample:
-                timeline.append([round(now, 3)] + [e.kv.manager.used_blocks
-                                                   for e in self.engines]
-                                + [e.kv.manager.mapped_bytes for e in self.engines])
-                next_sample += timeline_every_s
-            nxt = [a for a in (i.next_arrival() for i in insts) if a is not None]
-            if nxt and not any(e.scheduler.running for e in self.engines):
-                time.sleep(max(0.0, min(0.002, min(nxt) - (time.perf_counter() - t0))))
+        try:
+            while any(i.has_work() for i in insts):
+                now = time.perf_counter() - t0
+                for k, inst in enumerate(insts):  # admits what has arrived, then one step each
+                    n = len(inst.engine.stats.steps)
+                    inst.advance(now)
+                    if len(inst.engine.stats.steps) > n:
+                        step_t[k].append(round(time.perf_counter() - t0, 4))
+                if now >= next_sample:
+                    timeline.append(self._sample(now))
+                    next_sample += timeline_every_s
+                nxt = [a for a in (i.next_arrival() for i in insts) if a is not None]
+                if nxt and not any(e.scheduler.running for e in self.engines):
+                    time.sleep(max(0.0, min(0.002, min(nxt) - (time.perf_counter() - t0))))
+        finally:
+            self._untime_allocs()
         wall = time.perf_counter() - t0
+        return self._result(insts, wall, timeline, step_t, allocs, pre0)
+
+    def _sample(self, now: float) -> list:
+        """[t, used blocks per engine, mapped bytes per engine, waiting per engine,
+        running per engine]."""
+        es = self.engines
+        return ([round(now, 3)] + [e.kv.manager.used_blocks for e in es]
+                + [e.kv.manager.mapped_bytes for e in es]
+                + [len(e.scheduler.waiting) for e in es] + [len(e.scheduler.running) for e in es])
+
+    def _result(self, insts: list[MiniInstance], wall: float, timeline: list, step_t: list,
+                allocs: list, pre0: list[int]) -> dict:
         per = [i.metrics().as_dict() for i in insts]
         overall = summarize([s for i in insts for s in i.seqs]).as_dict()
-        steps = [[i] + st.row() for i, e in enumerate(self.engines) for st in e.stats.steps]
+        steps = [[i] + st.row() + [t] for i, e in enumerate(self.engines)
+                 for st, t in zip(e.stats.steps, step_t[i], strict=False)]
+        requests = [[k, round(s.arrival - i.t0, 4), round(s.first_token - s.arrival, 4),
+                     s.preemptions] for k, i in enumerate(insts) for s in i.seqs
+                    if s.first_token is not None]
         for e in self.engines:
             e.stats.steps.clear()
+        counts = self.budget_dev.take_counts() if self.budget_dev is not None else None
+        mappers = [e.kv.mapper.maps_on_thread if e.kv.mapper else None for e in self.engines]
         return {"mode": self.mode, "wall_s": wall, "overall": overall, "instances": per,
-                "timeline": timeline, "steps": steps,
-                "budget_peak_bytes": self.budget_dev.peak if self.budget_dev else None}
+                "timeline": timeline, "steps": steps, "requests": requests,
+                "preemptions": [e.num_preemptions - p for e, p in zip(self.engines, pre0,
+                                                                      strict=True)],
+                "alloc_calls": [[n, round(t, 6)] for n, t in allocs],
+                "vmm": counts, "mapper_pages_total": mappers,
+                "budget_peak_bytes": counts["peak_bytes"] if counts else None}
 
     def close(self) -> None:
         for e in self.engines:
@@ -197,126 +309,48 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def run(cfg: ColoConfig, log=print) -> dict:
-    """Build the models once, then for each PEAK run every mode; returns the raw result dict
-    (``runs["PEAK/mode"]``: overall and per-instance summaries, timeline, steps)."""
+def _write(out_dir: str | None, rep: dict) -> None:
+    if out_dir:
+        path = Path(out_dir) / f"repeat_{rep['repeat']}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(rep))
+        tmp.replace(path)
+
+
+def run(cfg: ColoConfig, log=print) -> list[dict]:
+    """Build the models once; then per repeat, per PEAK, every mode (the order alternating by
+    repeat). Returns one raw dict per repeat (``runs["PEAK/mode"]``: overall and per-instance
+    summaries, timeline, steps, per-request TTFT, VMM calls), each also written to ``out_dir``
+    after every point, so a run cut short keeps what it finished."""
     mcfg = get_config(cfg.model)
     t = time.perf_counter()
     models = [build_model(get_config(cfg.model, seed=cfg.seed + i), cfg.device)
               for i in range(cfg.instances)]
     _sync(cfg.device)
     name = torch.cuda.get_device_name() if cfg.device.startswith("cuda") else "cpu"
-    res: dict = {"config": asdict(cfg), "device": name,
-                 "model_build_s": time.perf_counter() - t, "runs": {},
-                 "weights_bytes_per_instance": mcfg.num_params * 2}
+    head = {"config": asdict(cfg), "device": name, "model_build_s": time.perf_counter() - t,
+            "weights_bytes_per_instance": mcfg.num_params * 2}
     clusters = {m: Cluster(cfg, m, models) for m in cfg.modes}
-    res["kv_capacity_tokens"] = {m: c.kv_capacity_tokens() for m, c in clusters.items()}
+    head["kv_capacity_tokens"] = {m: c.kv_capacity_tokens() for m, c in clusters.items()}
+    reps = []
     try:
-        for peak in cfg.peaks:
-            traces = scaled_traces(cfg, peak)
-            for mode in cfg.modes:
-                r = clusters[mode].run(traces, cfg.output_len)
-                res["runs"][f"{peak}/{mode}"] = r
-                o = r["overall"]
-                log(f"PEAK {peak:3d} {mode:7s}: {o['finished']}/{o['requests']} done, TTFT mean "
-                    f"{o['ttft']['mean'] * 1e3:.1f} ms, preemptions {o['preemptions']}, "
-                    f"wall {r['wall_s']:.1f} s")
+        for r in range(cfg.first_repeat, cfg.first_repeat + cfg.repeats):
+            order = cfg.mode_order(r)
+            rep = {**head, "repeat": r, "order": list(order), "runs": {}}
+            reps.append(rep)
+            for peak in cfg.peaks:
+                traces = scaled_traces(cfg, peak)
+                for mode in order:
+                    res = clusters[mode].run(traces, cfg.output_len)
+                    rep["runs"][f"{peak}/{mode}"] = res
+                    _write(cfg.out_dir, rep)
+                    o = res["overall"]
+                    log(f"repeat {r} PEAK {peak:3d} {mode:7s}: {o['finished']}/{o['requests']} "
+                        f"done, TTFT mean {o['ttft']['mean'] * 1e3:.1f} ms p99 "
+                        f"{o['ttft']['p99'] * 1e3:.1f} ms, preemptions {o['preemptions']}, "
+                        f"wall {res['wall_s']:.1f} s")
     finally:
         for c in clusters.values():
             c.close()
-    return res
-
-
-def config_for(params: ColocationParams, backend: str) -> ColoConfig:
-    host = backend == "host"
-    cfg = ColoConfig(model=params.model or ("tiny" if host else "llama-3.1-8b"),
-                     budget_gib=params.budget_gib, time_scale=params.time_scale,
-                     prompt_len=params.prompt_len, completion_len=params.completion_len,
-                     seed=params.seed, device="cpu" if host else "cuda")
-    if params.peaks:
-        cfg.peaks = tuple(params.peaks)
-    if params.quick:
-        cfg.peaks = cfg.peaks[:2]
-    return cfg
-
-
-def run_mini(params: ColocationParams, backend: str,
-             progress: Progress | None = None) -> ColocationRun:
-    """The lab's ``gpu`` (CUDA) and ``host`` (CPU) backends: mini engines, real time."""
-    cfg = config_for(params, backend)
-    done = [0]
-    total = len(cfg.peaks) * len(cfg.modes)
-
-    def log(msg: str) -> None:
-        done[0] += 1
-        if progress is not None:
-            progress(done[0], total, msg.split(":")[0])
-
-    res = run(cfg, log=log)
-    runs = res["runs"]
-    overall = {(p, m): runs[f"{p}/{m}"]["overall"] for p in cfg.peaks for m in cfg.modes
-               if f"{p}/{m}" in runs}
-    low = cfg.peaks[0]
-    footer = []
-    if (low, "static") in overall and (low, "elastic") in overall:
-        s, e = overall[(low, "static")], overall[(low, "elastic")]
-        res["low_load_overhead"] = {
-            "peak": low, "mean_ttft_elastic_over_static": e["ttft"]["mean"] / s["ttft"]["mean"],
-            "tpot_elastic_over_static": e["tpot"]["mean"] / s["tpot"]["mean"]}
-        lo = res["low_load_overhead"]
-        footer = [f"Low load (PEAK {low}): elastic/static mean TTFT "
-                  f"{lo['mean_ttft_elastic_over_static']:.3f}, TPOT "
-                  f"{lo['tpot_elastic_over_static']:.3f}."]
-    return ColocationRun(
-        backend=backend, peaks=list(cfg.peaks), overall=overall, time_scale=cfg.time_scale,
-        title=f"Colocation on {res['device']}: {cfg.instances} x {cfg.model} (mini engine)",
-        setup=[f"KV budget {cfg.budget_gib} GiB in all (static: "
-               f"{cfg.budget_gib / cfg.instances:.2f} GiB each); ramp time-compressed "
-               f"x{cfg.time_scale}, prompts {cfg.prompt_len}, completions {cfg.output_len} "
-               "tokens. PEAK (x scale = req/s); TTFT in ms.", ""],
-        footer=footer, record=_record_fields(res, cfg, backend),
-        results={"config": res["config"], "device": res["device"],
-                 "low_load_overhead": res.get("low_load_overhead"),
-                 "runs": {k: {kk: vv for kk, vv in v.items() if kk != "steps"}
-                          for k, v in runs.items()}})
-
-
-def _record_fields(res: dict, cfg: ColoConfig, backend: str) -> dict:
-    runs = res["runs"]
-    cuda = cfg.device.startswith("cuda")
-    manifest = Manifest.collect(
-        backend=backend,
-        hardware={"gpu": res["device"], "count": 1, "vram_bytes":
-                  torch.cuda.get_device_properties(0).total_memory if cuda else None,
-                  "driver": None},
-        engine_config={"engine": "workbench.mini (vLLM-like scheduler, eager torch, Triton paged "
-                       "decode)", "model": f"{cfg.model} (random weights)", "dtype": "bf16",
-                       "kv_dtype": "bf16", "tp": 1, "pp": 1, "block_size": 16,
-                       "prefix_caching": False, "max_num_batched_tokens": cfg.max_batched_tokens,
-                       "max_num_seqs": cfg.max_num_seqs, "chunked_prefill": True,
-                       "cuda_graphs": False},
-        kvcached_config={"page_size": 2 << 20, "contiguous_layout": True, "prealloc": True,
-                         "min_reserved_pages": cfg.min_reserved_pages,
-                         "max_reserved_pages": cfg.max_reserved_pages,
-                         "memory_limit": int(cfg.budget_gib * GiB)})
-    return dict(
-        experiment_id=f"colocation-{cfg.instances}x-{cfg.model}-{backend}",
-        environment={"backend": backend, "seed": cfg.seed, "peaks": list(cfg.peaks),
-                     "command": f"workbench labs run colocation --backend {backend}"},
-        model_io={"model": cfg.model, "input_tokens": f"{cfg.prompt_len} (fixed)",
-                  "output_tokens": f"{cfg.output_len} (fixed; {cfg.completion_len} / "
-                                   "time_scale)", "instances": cfg.instances},
-        cache_state="prefix caching off",
-        load={"trace": "kvcached ramp, arrival times / time_scale",
-              "time_scale": cfg.time_scale, "budget_gib": cfg.budget_gib},
-        samples={"runs_per_point": 1, "order": "per PEAK: static then elastic"},
-        kv={"capacity_tokens": res.get("kv_capacity_tokens"),
-            "elastic_peak_mapped_bytes": {str(p): runs[f"{p}/elastic"]["budget_peak_bytes"]
-                                          for p in cfg.peaks if f"{p}/elastic" in runs}},
-        correctness="tests/gpu/test_mini_gpu.py: VMM vs static and block vs token generations "
-                    "token-for-token identical",
-        raw_data={"steps": "results.runs[*].steps", "timelines": "results.runs[*].timeline"},
-        open_questions=["eager PyTorch (no CUDA graphs): host overhead inflates step times",
-                        "one weight copy per instance but random weights: no EOS, fixed lengths"],
-        applicability="One GPU, identical 8B-shaped models, staggered peaks, scaled ramp.",
-        manifest=manifest)
+    return reps

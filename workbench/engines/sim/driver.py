@@ -31,6 +31,11 @@ from workbench.sim.prealloc import PreallocProcess
 
 
 class EngineDriver:
+    # One host thread drives every engine in turn (the mini engine's colocation driver): an
+    # engine takes the shared GPU slot first and only then schedules, so a request that arrived
+    # while another engine stepped joins this step. Off: schedule, then queue for the GPU.
+    one_thread: bool = False
+
     def __init__(self, env: simpy.Environment, scheduler: Scheduler, steptime: StepTimeModel,
                  device: SimDevice, kv: KVCacheManager, *, gpu: simpy.Resource | None = None,
                  idle_poll_s: float = 0.005, background_refill: bool = True):
@@ -68,6 +73,9 @@ class EngineDriver:
 
     # -- the step loop -----------------------------------------------------------------------
     def _loop(self):
+        if self.gpu is not None and self.one_thread:
+            yield from self._loop_one_thread()
+            return
         env, sched, dev, st = self.env, self.sched, self.device, self.steptime
         carry = 0.0  # VMM time from the last update (unmaps on free)
         while True:
@@ -103,6 +111,38 @@ class EngineDriver:
             self.vmm_s += vmm
             self.busy_s += env.now - now
             self.steps += 1
+
+
+    def _loop_one_thread(self):
+        """The step loop under :attr:`one_thread`: schedule and run the whole step (host and
+        GPU time, VMM calls) while holding the GPU slot."""
+        env, sched, dev, st = self.env, self.sched, self.device, self.steptime
+        while True:
+            if not sched.has_work():
+                self._wake = env.event()
+                yield self._wake
+            with self.gpu.request() as slot:
+                yield slot
+                t0 = dev.busy_s
+                plan = sched.schedule()
+                vmm = dev.busy_s - t0
+                if plan.items:
+                    now = env.now
+                    for r, _ in plan.items:
+                        if r.first_scheduled is not None and r.first_scheduled < 0:
+                            r.first_scheduled = now
+                    cost = st.cost(plan.num_seqs, plan.new_tokens, plan.ctx_tokens,
+                                   plan.attn_pairs)
+                    yield env.timeout(cost.cpu_s + cost.gpu_s + vmm)
+                    t1 = dev.busy_s
+                    sched.update(plan, env.now)
+                    vmm += dev.busy_s - t1  # unmaps on free: the same thread, before it lets go
+                    yield env.timeout(dev.busy_s - t1)
+                    self.vmm_s += vmm
+                    self.busy_s += env.now - now
+                    self.steps += 1
+            if not plan.items:
+                yield env.timeout(self.idle_poll_s)
 
 
 def sample_memory(env: simpy.Environment, pools: dict[str, KVCacheManager], out: list,

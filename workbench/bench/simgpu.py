@@ -1,0 +1,163 @@
+"""The simulator beside the GPU: the colocation sweep's workload on ``sim`` (H200 preset: VMM
+charged per call with the H200's measured latencies, the step time fitted on the sweep's own
+measured steps, the background mapper as the pool's preallocation process) and a side-by-side
+table of TTFT p50 and p99 per (PEAK, mode) against the GPU's median over repeats.
+
+The table's arithmetic (:func:`side_by_side`) is plain Python over numbers, so it is tested on
+synthetic input; :func:`sim_overall` runs the simulator (SimPy, CPU only)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from workbench.engines.models import get_model
+from workbench.engines.sim.steptime import GPUS, StepCost, StepTimeModel
+from workbench.labs.colocation import spread
+
+STEP_FIELDS = ("flops_eff", "bw_eff", "step_overhead_s", "seq_overhead_s")
+
+
+def sweep_steps(reps: list[dict]) -> list[list[float]]:
+    """Every measured step of a sweep as the fit's rows ``[num_seqs, new_tokens, ctx_tokens,
+    attn_pairs, seconds]`` (the raw rows start with the instance index)."""
+    return [s[1:6] for r in reps for run in r["runs"].values() for s in run["steps"]]
+
+
+def gpu_points(reps: list[dict]) -> dict[tuple[int, str], dict[str, dict]]:
+    """(PEAK, mode) -> {"p50"|"p99"|"mean": spread over repeats, ms}."""
+    out: dict[tuple[int, str], dict[str, dict]] = {}
+    keys = {k for r in reps for k in r["runs"]}
+    for key in keys:
+        peak, mode = key.split("/")
+        runs = [r["runs"][key]["overall"]["ttft"] for r in reps if key in r["runs"]]
+        out[(int(peak), mode)] = {s: spread([1e3 * t[s] for t in runs])
+                                  for s in ("p50", "p99", "mean")}
+    return out
+
+
+def side_by_side(gpu: dict[tuple[int, str], dict[str, dict]],
+                 sim: dict[tuple[int, str], dict[str, float]], *, p50_tol: float = 0.15,
+                 p99_tol: float = 0.25) -> dict:
+    """Rows per (PEAK, mode) in both: GPU median [min, max], sim, sim/GPU, and whether the sim is
+    within ``p50_tol`` / ``p99_tol`` (relative) of the GPU's median; counts of points meeting
+    each target and both."""
+    rows = []
+    for key in sorted(set(gpu) & set(sim)):
+        g, s = gpu[key], sim[key]
+        row: dict = {"peak": key[0], "mode": key[1]}
+        for stat, tol in (("p50", p50_tol), ("p99", p99_tol)):
+            ratio = s[stat] / g[stat]["median"]
+            row[stat] = {"gpu": g[stat], "sim": s[stat], "ratio": ratio,
+                         "ok": abs(ratio - 1.0) <= tol,
+                         "inside_gpu_range": g[stat]["min"] <= s[stat] <= g[stat]["max"]}
+        row["ok"] = row["p50"]["ok"] and row["p99"]["ok"]
+        rows.append(row)
+    return {"rows": rows, "points": len(rows),
+            "p50_ok": sum(r["p50"]["ok"] for r in rows),
+            "p99_ok": sum(r["p99"]["ok"] for r in rows),
+            "both_ok": sum(r["ok"] for r in rows),
+            "p50_in_gpu_range": sum(r["p50"]["inside_gpu_range"] for r in rows),
+            "p99_in_gpu_range": sum(r["p99"]["inside_gpu_range"] for r in rows),
+            "tolerance": {"p50": p50_tol, "p99": p99_tol}}
+
+
+def table_md(table: dict) -> str:
+    lines = ["| PEAK | mode | GPU p50 median [min-max] | sim p50 | sim/GPU | GPU p99 median "
+             "[min-max] | sim p99 | sim/GPU | both within |", "|---" * 9 + "|"]
+
+    def g(d: dict) -> str:
+        return f"{d['median']:,.0f} [{d['min']:,.0f}-{d['max']:,.0f}]"
+
+    for r in table["rows"]:
+        a, b = r["p50"], r["p99"]
+        lines.append(f"| {r['peak']} | {r['mode']} | {g(a['gpu'])} | {a['sim']:,.0f} | "
+                     f"{a['ratio']:.2f}{'' if a['ok'] else ' (off)'} | {g(b['gpu'])} | "
+                     f"{b['sim']:,.0f} | {b['ratio']:.2f}{'' if b['ok'] else ' (off)'} | "
+                     f"{'yes' if r['ok'] else 'no'} |")
+    t = table["tolerance"]
+    lines += ["", f"p50 within {t['p50']:.0%}: {table['p50_ok']}/{table['points']}; p99 within "
+              f"{t['p99']:.0%}: {table['p99_ok']}/{table['points']}; both: "
+              f"{table['both_ok']}/{table['points']}. Sim inside the GPU's min-max over repeats: "
+              f"p50 {table['p50_in_gpu_range']}/{table['points']}, p99 "
+              f"{table['p99_in_gpu_range']}/{table['points']}."]
+    return "\n".join(lines)
+
+
+def speedups_md(sim: dict[tuple[int, str], dict[str, float]]) -> str:
+    """Static / elastic mean and p99 TTFT per PEAK of one simulated sweep."""
+    lines = ["| PEAK | mean static / elastic | speedup | p99 static / elastic | speedup |",
+             "|---|---|---|---|---|"]
+    for p in sorted({k[0] for k in sim}):
+        if (p, "static") not in sim or (p, "elastic") not in sim:
+            continue
+        s, e = sim[(p, "static")], sim[(p, "elastic")]
+        lines.append(f"| {p} | {s['mean']:,.0f} / {e['mean']:,.0f} | {s['mean'] / e['mean']:.2f}x"
+                     f" | {s['p99']:,.0f} / {e['p99']:,.0f} | {s['p99'] / e['p99']:.2f}x |")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True, slots=True)
+class _SerialHost(StepTimeModel):
+    """A step whose host part also blocks the other instances (one driver thread steps every
+    engine in turn, as the GPU lab does; with ``EngineDriver.one_thread`` each engine also
+    schedules inside its turn)."""
+
+    def cost(self, num_seqs: int, new_tokens: int, ctx_tokens: int,
+             attn_pairs: float) -> StepCost:
+        c = StepTimeModel.cost(self, num_seqs, new_tokens, ctx_tokens, attn_pairs)
+        return StepCost(c.gpu_s + c.cpu_s, 0.0)
+
+
+def sim_overall(c: dict, peak: int, mode: str, steptime: dict,
+                serial_host: bool = True, one_thread: bool | None = None) -> dict:
+    """The GPU sweep's workload at ``peak`` (config ``c``: the sweep's ColoConfig as a dict) on
+    the simulated H200: the same budget (static: split evenly; elastic: shared, each pool's
+    virtual range the whole budget), the same reserve and mapper, the same scaled ramp.
+    ``one_thread`` (default: ``serial_host``) schedules each step inside its GPU turn."""
+    import workbench.engines.sim.cluster as cluster
+    from workbench.config import PoolConfig
+    from workbench.engines.sim.cluster import ClusterConfig, run_cluster
+    from workbench.engines.sim.vllm_like import VLLMOptions
+    from workbench.engines.sim.workloads import ramp_trace
+
+    spec = GPUS["h200"]
+    model = get_model("llama-3.1-8b")
+    budget = int(c["budget_gib"] * (1 << 30))
+    n = c["instances"]
+    out_len = max(2, round(c["completion_len"] / c["time_scale"]))
+    mapper = bool(c.get("mapper", False))
+    cfg = ClusterConfig(
+        mode=mode, gpu="h200", num_instances=n, activation_bytes=0,
+        gpu_memory_utilization=(budget / n + model.weight_bytes) / spec.memory_bytes,
+        kv_gpu_utilization=(n * model.weight_bytes + budget) / spec.memory_bytes,
+        kv_virtual_bytes=budget,
+        pool=replace(PoolConfig(), prealloc=mapper, min_reserved_pages=c["min_reserved_pages"],
+                     max_reserved_pages=c["max_reserved_pages"]),
+        vllm=VLLMOptions(max_num_seqs=c["max_num_seqs"],
+                         max_num_batched_tokens=c["max_batched_tokens"]),
+        steptime={k: steptime[k] for k in STEP_FIELDS}, seed=c["seed"])
+    wl = []
+    for i in range(n):
+        reqs = ramp_trace(peak, i, num_models=n, prompt_len=c["prompt_len"],
+                          output_len=out_len, seed=c["seed"])
+        for r in reqs:
+            r.arrival /= c["time_scale"]
+        wl.append(reqs)
+    from workbench.engines.sim.driver import EngineDriver
+
+    saved = cluster.StepTimeModel
+    cluster.StepTimeModel = _SerialHost if serial_host else saved
+    EngineDriver.one_thread = serial_host if one_thread is None else one_thread
+    try:
+        return run_cluster(cfg, wl).overall.as_dict()
+    finally:
+        cluster.StepTimeModel = saved
+        EngineDriver.one_thread = False
+
+
+def sim_points(c: dict, steptime: dict, keys) -> dict[tuple[int, str], dict[str, float]]:
+    out = {}
+    for peak, mode in keys:
+        o = sim_overall(c, peak, mode, steptime)
+        out[(peak, mode)] = {s: 1e3 * o["ttft"][s] for s in ("p50", "p99", "mean")}
+    return out
