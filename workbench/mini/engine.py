@@ -23,8 +23,10 @@ from workbench.engines.sched.scheduler import StepPlan
 from workbench.engines.sched.vllm_sched import VLLMKVManager, VLLMScheduler
 from workbench.errors import ConfigError
 from workbench.mini.attention import AttnContext, PrefillSeg, softmax_scale
+from workbench.mini.graphs import graphs_for
 from workbench.mini.kv import KVSpec, KVStore
 from workbench.mini.model import ModelConfig, build_model
+from workbench.mini.req_to_token import ReqToToken
 
 
 @dataclass(slots=True, eq=False)
@@ -53,6 +55,8 @@ class EngineConfig:
     max_batched_tokens: int = 2048
     attn_impl: str = "auto"  # "triton" (CUDA), "torch", or "auto"
     prefix_caching: bool = False  # vLLM's prefix cache (BlockPool); off as in the colocation bench
+    cuda_graphs: bool | None = None  # decode CUDA graphs (mini.graphs); None: on where CUDA+Triton
+    graph_sizes: tuple[int, ...] = ()  # batch sizes captured (padded up to); () = 1,2,4,8,16,32..
 
 
 @dataclass
@@ -67,6 +71,8 @@ class StepStats:
     num_seqs: int = 0
     new_tokens: int = 0
     attn_pairs: float = 0.0
+    forward_seconds: float = 0.0  # the forward alone (CUDA events; 0 off CUDA or unsynced)
+    graphed: bool = False  # replayed a captured decode graph
 
     def row(self) -> list:
         return [self.num_seqs, self.new_tokens, self.context_tokens, self.attn_pairs,
@@ -100,6 +106,13 @@ class Engine:
         self.scale = softmax_scale(model_cfg.head_dim)
         self.stats = EngineStats()
         self.sync = sync  # time steps with a device sync (True) or let them queue
+        # token style: SGLang's persistent device table of slots, written per new token
+        self.r2t = (ReqToToken(self.cfg.max_num_seqs, model_cfg.max_position, self.device)
+                    if kv_spec.style == "token" else None)
+        self.graphs = graphs_for(self.cfg.cuda_graphs, self.cfg.graph_sizes,
+                                 self.cfg.max_num_seqs, self.model, self.kv,
+                                 max_position=model_cfg.max_position, scale=self.scale,
+                                 impl=self.cfg.attn_impl, r2t=self.r2t)
         self._next_id = 0
 
     # -- requests ------------------------------------------------------------------------------
@@ -173,14 +186,29 @@ class Engine:
             return []
         # decodes first (one row each, the paged kernel), then prefill chunks (SDPA)
         order = sorted(range(len(plan.items)), key=lambda i: not self._is_decode(*plan.items[i]))
-        ids, pos, ctx, sample_rows = self._prepare([plan.items[i] for i in order])
-        logits = self.model(ids, pos, ctx, sample_rows)
+        items = [plan.items[i] for i in order]
+        rows = None if self.r2t is None else self.r2t.update(items, self._slot)
+        timed = self.sync and self.device.type == "cuda"
+        if timed:
+            ev = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            ev[0].record()
+        graphed = self.graphs is not None and self.graphs.fits(items, self._is_decode)
+        if graphed:
+            logits = self.graphs.run(items, self._slot, self._table_row, rows)
+            num_decode, num_prefill = len(items), 0
+        else:
+            ids, pos, ctx, sample_rows = self._prepare(items, rows)
+            logits = self.model(ids, pos, ctx, sample_rows)
+            num_decode, num_prefill = ctx.num_decode, sum(p.q_len for p in ctx.prefills)
+        if timed:
+            ev[1].record()
         finished = self._sample(plan, order, logits)
-        if self.sync and self.device.type == "cuda":
+        if timed:
             torch.cuda.synchronize(self.device)
-        st = StepStats(num_decode=ctx.num_decode,
-                       num_prefill_tokens=sum(p.q_len for p in ctx.prefills),
+        st = StepStats(num_decode=num_decode, num_prefill_tokens=num_prefill,
                        context_tokens=plan.ctx_tokens, seconds=time.perf_counter() - t0,
+                       forward_seconds=ev[0].elapsed_time(ev[1]) / 1e3 if timed else 0.0,
+                       graphed=graphed,
                        preempted=self.num_preemptions - before, num_seqs=len(plan.items),
                        new_tokens=plan.new_tokens, attn_pairs=plan.attn_pairs)
         self.stats.add(st)
@@ -195,14 +223,12 @@ class Engine:
         return seq.blocks[p // bs] * bs + p % bs
 
     def _table_row(self, seq: Seq, length: int) -> list[int]:
-        """vLLM: block ids; SGLang: one slot per position (``req_to_token``)."""
-        if self.kv.entry_tokens == 1:
-            if self.kv.block_size == 1:  # SGLang's page size 1: block ids are the slots
-                return seq.blocks[:length]
-            return [self._slot(seq, p) for p in range(length)]
+        """vLLM's block table row (token style reads ``req_to_token`` instead)."""
         return seq.blocks[: -(-length // self.kv.block_size)]
 
-    def _prepare(self, items: list[tuple[Seq, int]]):
+    def _prepare(self, items: list[tuple[Seq, int]], rows: list[int] | None):
+        """Eager inputs. Token style reads slots from ``req_to_token`` (``rows``: each item's
+        row, already written for this step); block style builds its block table here."""
         dev = self.device
         ids: list[int] = []
         pos: list[int] = []
@@ -211,29 +237,34 @@ class Engine:
         decode_lens: list[int] = []
         prefills: list[PrefillSeg] = []
         sample_rows: list[int] = []
-        for seq, n in items:
+        for k, (seq, n) in enumerate(items):
             c = seq.num_computed
             row = len(ids)
             ids.extend(seq.tokens[c:c + n])
             pos.extend(range(c, c + n))
             wslots.extend(self._slot(seq, p) for p in range(c, c + n))
             if self._is_decode(seq, n):
-                decode_rows.append(self._table_row(seq, c + 1))
+                decode_rows.append(self._table_row(seq, c + 1) if rows is None else [rows[k]])
                 decode_lens.append(c + 1)
             else:
-                slots = torch.tensor([self._slot(seq, p) for p in range(c + n)], device=dev)
+                slots = (torch.tensor([self._slot(seq, p) for p in range(c + n)], device=dev)
+                         if rows is None else self.r2t.slots(rows[k], c + n))
                 prefills.append(PrefillSeg(row, n, c + n, slots))
             if c + n == seq.num_tokens:
                 sample_rows.append(row + n - 1)
-        table = lens = None
-        if decode_rows:
+        table = lens = trows = None
+        if decode_rows and rows is not None:  # req_to_token: the kernel reads rows of it
+            table = self.r2t.table
+            trows = torch.tensor([r[0] for r in decode_rows], device=dev)
+            lens = torch.tensor(decode_lens, dtype=torch.int32, device=dev)
+        elif decode_rows:
             width = max(len(r) for r in decode_rows)
             table = torch.tensor([r + [0] * (width - len(r)) for r in decode_rows],
                                  dtype=torch.int32, device=dev)
             lens = torch.tensor(decode_lens, dtype=torch.int32, device=dev)
         ctx = AttnContext(self.kv.k, self.kv.v, torch.tensor(wslots, device=dev),
                           len(decode_rows), table, lens, self.kv.entry_tokens, prefills,
-                          self.scale, self.cfg.attn_impl)
+                          self.scale, self.cfg.attn_impl, rows=trows)
         return (torch.tensor(ids, device=dev), torch.tensor(pos, device=dev), ctx,
                 torch.tensor(sample_rows, device=dev, dtype=torch.long))
 
