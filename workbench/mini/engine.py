@@ -320,4 +320,5 @@ class Engine:
         return [list(s.output) for s in seqs]
 
     def close(self) -> None:
+        self.graphs = None  # their pool goes; they hold raw KV addresses
         self.kv.close()

@@ -2,9 +2,10 @@
 
 An eager decode step of an 8B model launches ~600 kernels from Python; the host's jitter in doing
 so was larger than any VMM/static difference. A graph replays the whole forward with one launch.
-As vLLM does, a set of batch sizes is captured (lazily, the first time each is needed) and a
-batch is padded up to the next captured size. Each step copies its inputs (token ids, positions,
-write slots, lengths, table rows) into static device buffers, then replays.
+As vLLM does, a set of batch sizes is captured when the engine is built (largest first, so the
+smaller graphs reuse its memory pool) and a batch is padded up to the next captured size. Each
+step copies its inputs (token ids, positions, write slots, lengths, table rows) into static device
+buffers, then replays.
 
 Why replay is safe across page maps: a graph holds raw addresses, and the KV's never change. The
 VMM pool reserves its whole virtual range when the store is built and maps or unmaps physical
@@ -106,6 +107,9 @@ class DecodeGraphs:
         """Logits ``[len(items), vocab]`` of a decode-only step (every item is one new token)."""
         b = len(items)
         size = self.size_for(b)
+        if not self.kv.k:
+            raise ConfigError("replaying a decode graph", "the KV store is closed",
+                              "build a new engine")
         cap = self._graphs.get(size) or self._capture(size)
         pad = size - b
         ids, pos, ws, lens = [], [], [], []
@@ -162,6 +166,11 @@ class DecodeGraphs:
         self._graphs[size] = cap = _Captured(graph, logits)
         return cap
 
+    def capture_all(self) -> None:
+        for size in reversed(self.sizes):
+            if size not in self._graphs:
+                self._capture(size)
+
     @property
     def captured(self) -> tuple[int, ...]:
         return tuple(sorted(self._graphs))
@@ -180,5 +189,7 @@ def graphs_for(cuda_graphs: bool | None, sizes: Sequence[int], max_num_seqs: int
     if kv.device.type == "cuda" and not kernel:  # the torch path syncs on lengths
         raise ConfigError(f"cuda_graphs=True with attn_impl={impl!r}", "only the Triton decode "
                           "kernel can be captured", "use attn_impl='auto' or 'triton'")
-    return DecodeGraphs(model, kv, sizes=sizes or capture_sizes(max_num_seqs),
-                        max_position=max_position, scale=scale, impl=impl, r2t=r2t)
+    graphs = DecodeGraphs(model, kv, sizes=sizes or capture_sizes(max_num_seqs),
+                          max_position=max_position, scale=scale, impl=impl, r2t=r2t)
+    graphs.capture_all()  # at build time: no capture pause on the request path
+    return graphs
