@@ -45,8 +45,7 @@ def test_graphs_are_off_by_default_and_refused_in_one_line_on_cpu(model):
 def test_decode_graphs_refuse_a_cpu_store_directly(model):
     eng = _engine(model, style="block", block_size=16)
     with pytest.raises(ConfigError, match="need a CUDA device"):
-        DecodeGraphs(model, eng.kv, sizes=(1, 2), max_position=64, scale=1.0, impl="torch",
-                     r2t=None)
+        DecodeGraphs(model, eng.kv, sizes=(1, 2), scale=1.0, impl="torch", r2t=eng.r2t)
     eng.close()
 
 
@@ -57,24 +56,28 @@ def test_capture_sizes_pad_like_vllm():
     assert capture_sizes(40) == (1, 2, 4, 8, 16, 32, 40)
 
 
-def test_block_style_has_no_req_to_token(model):
-    eng = _engine(model, style="block", block_size=16)
-    assert eng.r2t is None
-    eng.close()
+def test_the_device_table_holds_slots_or_blocks(model):
+    for style, bs, width in (("token", 4, CFG.max_position), ("block", 16, CFG.max_position // 16)):
+        eng = _engine(model, style=style, block_size=bs)
+        assert eng.r2t.entry_tokens == (1 if style == "token" else 16)
+        assert tuple(eng.r2t.table.shape) == (65, width)  # max_num_seqs rows + the padding row
+        eng.close()
 
 
 @settings(max_examples=30, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(lens=st.lists(st.integers(1, 30), min_size=1, max_size=6),
        gens=st.lists(st.integers(2, 12), min_size=6, max_size=6),
-       page=st.sampled_from([1, 4]), blocks=st.integers(14, 40), seqs=st.integers(1, 4),
+       style=st.sampled_from(["token", "block"]), page=st.sampled_from([1, 4, 16]),
+       blocks=st.integers(14, 40), seqs=st.integers(1, 4),
        budget=st.sampled_from([4, 16, 64]), prefix=st.booleans(), shared=st.integers(0, 12),
        abort_at=st.integers(2, 9))
-def test_req_to_token_equals_host_slot_tables(model, lens, gens, page, blocks, seqs, budget,
-                                              prefix, shared, abort_at):
+def test_req_to_token_equals_host_slot_tables(model, lens, gens, style, page, blocks, seqs,
+                                              budget, prefix, shared, abort_at):
     """After every step, each running request's row holds the slot of each computed position
-    (what the host used to rebuild each step), through preemptions, prefix hits and aborts."""
-    eng = _engine(model, block_size=page, blocks=blocks, max_num_seqs=seqs,
+    (token style) or its block ids (block style): what the host used to rebuild each step,
+    through preemptions, prefix hits and aborts."""
+    eng = _engine(model, style=style, block_size=page, blocks=blocks, max_num_seqs=seqs,
                   max_batched_tokens=budget, prefix_caching=prefix)
     room = (blocks - 1) * page
     head = [(3 * j + 1) % CFG.vocab_size for j in range(shared)]  # a shared prefix: cache hits
@@ -89,9 +92,15 @@ def test_req_to_token_equals_host_slot_tables(model, lens, gens, page, blocks, s
         if steps == abort_at and seqs_in[0].num_computed:
             eng.abort(seqs_in[0])
         for seq in eng.scheduler.running:
-            want = [eng._slot(seq, p) for p in range(seq.num_computed)]
+            nc = seq.num_computed
+            slots = [eng._slot(seq, p) for p in range(nc)]
             row = eng.r2t.row_of(seq)
-            assert eng.r2t.table[row, :seq.num_computed].tolist() == want
+            assert eng.r2t.slots(row, nc).tolist() == slots
+            if style == "token":
+                assert eng.r2t.table[row, :nc].tolist() == slots
+            else:
+                n_blocks = -(-nc // page)
+                assert eng.r2t.table[row, :n_blocks].tolist() == seq.blocks[:n_blocks]
             checked += 1
         assert eng.r2t.rows_in_use <= seqs
     assert not eng.has_work() and checked > 0

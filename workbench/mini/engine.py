@@ -106,12 +106,13 @@ class Engine:
         self.scale = softmax_scale(model_cfg.head_dim)
         self.stats = EngineStats()
         self.sync = sync  # time steps with a device sync (True) or let them queue
-        # token style: SGLang's persistent device table of slots, written per new token
-        self.r2t = (ReqToToken(self.cfg.max_num_seqs, model_cfg.max_position, self.device)
-                    if kv_spec.style == "token" else None)
+        # persistent device tables, written per new entry: SGLang's req_to_token (token style,
+        # one slot a position) or vLLM's block table (block style, one block id a block)
+        self.r2t = ReqToToken(self.cfg.max_num_seqs, model_cfg.max_position, self.device,
+                              entry_tokens=self.kv.entry_tokens)
+        self._entry = self._slot if self.kv.entry_tokens == 1 else self._block
         self.graphs = graphs_for(self.cfg.cuda_graphs, self.cfg.graph_sizes,
-                                 self.cfg.max_num_seqs, self.model, self.kv,
-                                 max_position=model_cfg.max_position, scale=self.scale,
+                                 self.cfg.max_num_seqs, self.model, self.kv, scale=self.scale,
                                  impl=self.cfg.attn_impl, r2t=self.r2t)
         self._next_id = 0
 
@@ -187,14 +188,14 @@ class Engine:
         # decodes first (one row each, the paged kernel), then prefill chunks (SDPA)
         order = sorted(range(len(plan.items)), key=lambda i: not self._is_decode(*plan.items[i]))
         items = [plan.items[i] for i in order]
-        rows = None if self.r2t is None else self.r2t.update(items, self._slot)
+        rows = self.r2t.update(items, self._entry)
         timed = self.sync and self.device.type == "cuda"
         if timed:
             ev = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
             ev[0].record()
         graphed = self.graphs is not None and self.graphs.fits(items, self._is_decode)
         if graphed:
-            logits = self.graphs.run(items, self._slot, self._table_row, rows)
+            logits = self.graphs.run(items, self._slot, rows)
             num_decode, num_prefill = len(items), 0
         else:
             ids, pos, ctx, sample_rows = self._prepare(items, rows)
@@ -222,18 +223,18 @@ class Engine:
         bs = self.kv.block_size
         return seq.blocks[p // bs] * bs + p % bs
 
-    def _table_row(self, seq: Seq, length: int) -> list[int]:
-        """vLLM's block table row (token style reads ``req_to_token`` instead)."""
-        return seq.blocks[: -(-length // self.kv.block_size)]
+    @staticmethod
+    def _block(seq: Seq, i: int) -> int:
+        return seq.blocks[i]
 
-    def _prepare(self, items: list[tuple[Seq, int]], rows: list[int] | None):
-        """Eager inputs. Token style reads slots from ``req_to_token`` (``rows``: each item's
-        row, already written for this step); block style builds its block table here."""
+    def _prepare(self, items: list[tuple[Seq, int]], rows: list[int]):
+        """Eager inputs; every table entry is read from the device table (``rows``: each
+        item's row of it, already written for this step)."""
         dev = self.device
         ids: list[int] = []
         pos: list[int] = []
         wslots: list[int] = []
-        decode_rows: list[list[int]] = []
+        decode_rows: list[int] = []
         decode_lens: list[int] = []
         prefills: list[PrefillSeg] = []
         sample_rows: list[int] = []
@@ -244,23 +245,16 @@ class Engine:
             pos.extend(range(c, c + n))
             wslots.extend(self._slot(seq, p) for p in range(c, c + n))
             if self._is_decode(seq, n):
-                decode_rows.append(self._table_row(seq, c + 1) if rows is None else [rows[k]])
+                decode_rows.append(rows[k])
                 decode_lens.append(c + 1)
             else:
-                slots = (torch.tensor([self._slot(seq, p) for p in range(c + n)], device=dev)
-                         if rows is None else self.r2t.slots(rows[k], c + n))
-                prefills.append(PrefillSeg(row, n, c + n, slots))
+                prefills.append(PrefillSeg(row, n, c + n, self.r2t.slots(rows[k], c + n)))
             if c + n == seq.num_tokens:
                 sample_rows.append(row + n - 1)
         table = lens = trows = None
-        if decode_rows and rows is not None:  # req_to_token: the kernel reads rows of it
+        if decode_rows:  # the kernel reads each sequence's row of the device table
             table = self.r2t.table
-            trows = torch.tensor([r[0] for r in decode_rows], device=dev)
-            lens = torch.tensor(decode_lens, dtype=torch.int32, device=dev)
-        elif decode_rows:
-            width = max(len(r) for r in decode_rows)
-            table = torch.tensor([r + [0] * (width - len(r)) for r in decode_rows],
-                                 dtype=torch.int32, device=dev)
+            trows = torch.tensor(decode_rows, device=dev)
             lens = torch.tensor(decode_lens, dtype=torch.int32, device=dev)
         ctx = AttnContext(self.kv.k, self.kv.v, torch.tensor(wslots, device=dev),
                           len(decode_rows), table, lens, self.kv.entry_tokens, prefills,

@@ -4,8 +4,8 @@ An eager decode step of an 8B model launches ~600 kernels from Python; the host'
 so was larger than any VMM/static difference. A graph replays the whole forward with one launch.
 As vLLM does, a set of batch sizes is captured when the engine is built (largest first, so the
 smaller graphs reuse its memory pool) and a batch is padded up to the next captured size. Each
-step copies its inputs (token ids, positions, write slots, lengths, table rows) into static device
-buffers, then replays.
+step copies its inputs (token ids, positions, write slots, lengths, rows of the persistent device
+table, :mod:`workbench.mini.req_to_token`) into static device buffers, then replays.
 
 Why replay is safe across page maps: a graph holds raw addresses, and the KV's never change. The
 VMM pool reserves its whole virtual range when the store is built and maps or unmaps physical
@@ -51,7 +51,7 @@ class DecodeGraphs:
     """Captured decode forwards of one engine's model over one KV store."""
 
     def __init__(self, model: torch.nn.Module, kv: KVStore, *, sizes: Sequence[int],
-                 max_position: int, scale: float, impl: str, r2t: ReqToToken | None):
+                 scale: float, impl: str, r2t: ReqToToken):
         if kv.device.type != "cuda":
             raise ConfigError(f"cuda_graphs=True on {kv.device}", "CUDA graphs need a CUDA device",
                               "leave cuda_graphs unset (None) or False off CUDA")
@@ -64,10 +64,6 @@ class DecodeGraphs:
         self.enabled = True  # benches switch graphs off and on for the same engine
         bmax, dev = self.sizes[-1], kv.device
         self._inp = torch.zeros(5, bmax, dtype=torch.long, device=dev)
-        # block style: the block table lives here; token style reads req_to_token via ROWS
-        width = -(-max_position // kv.entry_tokens)
-        self._table = (None if r2t is not None
-                       else torch.zeros(bmax, width, dtype=torch.int32, device=dev))
         self._addresses = self._kv_addresses()
         self._graphs: dict[int, _Captured] = {}
         self._pool = None
@@ -102,8 +98,8 @@ class DecodeGraphs:
         return (self.enabled and self.size_for(len(items)) is not None
                 and all(is_decode(s, n) for s, n in items))
 
-    def run(self, items: Sequence[tuple[object, int]], slot: Callable,
-            table_row: Callable, rows: list[int] | None) -> torch.Tensor:
+    def run(self, items: Sequence[tuple[object, int]], slot: Callable, rows: list[int]
+            ) -> torch.Tensor:
         """Logits ``[len(items), vocab]`` of a decode-only step (every item is one new token)."""
         b = len(items)
         size = self.size_for(b)
@@ -119,16 +115,9 @@ class DecodeGraphs:
             pos.append(c)
             ws.append(slot(seq, c))
             lens.append(c + 1)
-        pad_row = self.r2t.pad_row if self.r2t is not None else 0
         host = torch.tensor([ids + [0] * pad, pos + [0] * pad, ws + [0] * pad, lens + [1] * pad,
-                             (rows or [0] * b) + [pad_row] * pad], dtype=torch.long)
+                             rows + [self.r2t.pad_row] * pad], dtype=torch.long)
         self._inp[:, :size].copy_(host)
-        if self._table is not None:
-            entries = [table_row(seq, seq.num_computed + 1) for seq, _ in items]
-            width = max(len(e) for e in entries)
-            tab = torch.tensor([e + [0] * (width - len(e)) for e in entries]
-                               + [[0] * width] * pad, dtype=torch.int32)
-            self._table[:size, :width].copy_(tab)
         cap.graph.replay()
         self.replays += 1
         return cap.logits[:b]
@@ -136,12 +125,8 @@ class DecodeGraphs:
     def _forward(self, size: int) -> torch.Tensor:
         inp = self._inp[:, :size]
         kv = self.kv
-        if self.r2t is not None:
-            table, rows = self.r2t.table, inp[ROWS]
-        else:
-            table, rows = self._table[:size], None
-        ctx = AttnContext(kv.k, kv.v, inp[WSLOT], size, table, inp[LENS], kv.entry_tokens, [],
-                          self.scale, self.impl, rows=rows)
+        ctx = AttnContext(kv.k, kv.v, inp[WSLOT], size, self.r2t.table, inp[LENS],
+                          kv.entry_tokens, [], self.scale, self.impl, rows=inp[ROWS])
         return self.model(inp[IDS], inp[POS], ctx)
 
     def _capture(self, size: int) -> _Captured:
@@ -149,9 +134,7 @@ class DecodeGraphs:
         # padding inputs while warming up and capturing: only the null block is touched
         self._inp[:, :size] = 0
         self._inp[LENS, :size] = 1
-        self._inp[ROWS, :size] = self.r2t.pad_row if self.r2t is not None else 0
-        if self._table is not None:
-            self._table[:size, 0] = 0
+        self._inp[ROWS, :size] = self.r2t.pad_row
         side = torch.cuda.Stream(self.kv.device)
         side.wait_stream(torch.cuda.current_stream(self.kv.device))
         with torch.cuda.stream(side):  # compile kernels, pick cuBLAS algorithms, off-graph
@@ -177,8 +160,8 @@ class DecodeGraphs:
 
 
 def graphs_for(cuda_graphs: bool | None, sizes: Sequence[int], max_num_seqs: int,
-               model: torch.nn.Module, kv: KVStore, *, max_position: int, scale: float,
-               impl: str, r2t: ReqToToken | None) -> DecodeGraphs | None:
+               model: torch.nn.Module, kv: KVStore, *, scale: float, impl: str,
+               r2t: ReqToToken) -> DecodeGraphs | None:
     """The engine's decode graphs: ``None`` = on where the device is CUDA and the attention is
     Triton; ``True`` refuses (one line) anywhere else; ``False`` = none."""
     kernel = impl != "torch" and triton_available(kv.device)
@@ -189,7 +172,7 @@ def graphs_for(cuda_graphs: bool | None, sizes: Sequence[int], max_num_seqs: int
     if kv.device.type == "cuda" and not kernel:  # the torch path syncs on lengths
         raise ConfigError(f"cuda_graphs=True with attn_impl={impl!r}", "only the Triton decode "
                           "kernel can be captured", "use attn_impl='auto' or 'triton'")
-    graphs = DecodeGraphs(model, kv, sizes=sizes or capture_sizes(max_num_seqs),
-                          max_position=max_position, scale=scale, impl=impl, r2t=r2t)
+    graphs = DecodeGraphs(model, kv, sizes=sizes or capture_sizes(max_num_seqs), scale=scale,
+                          impl=impl, r2t=r2t)
     graphs.capture_all()  # at build time: no capture pause on the request path
     return graphs
