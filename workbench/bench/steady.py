@@ -18,6 +18,7 @@ from __future__ import annotations
 import statistics
 import time
 
+from workbench.bench import decode_kernel
 from workbench.bench.mini import _engine
 from workbench.mini.engine import Engine, StepStats
 from workbench.mini.model import ModelConfig
@@ -89,6 +90,7 @@ def steady(model, cfg: ModelConfig, *, batch: int, prompt_len: int = 1024, round
     engines: dict[tuple[str, str], Engine] = {}
     rows: dict[str, list[StepStats]] = {}
     ratios: dict[str, list[float]] = {"graphs": [], "eager": []}
+    device_time = _device_time(model, cfg, batch, prompt_len + rounds * steps) if on_cuda else {}
     try:
         for backend, style, _ in subjects:
             if (backend, style) not in engines:
@@ -120,7 +122,14 @@ def steady(model, cfg: ModelConfig, *, batch: int, prompt_len: int = 1024, round
     finally:
         for eng in engines.values():
             eng.close()
-    return _report(cfg, batch, prompt_len, rows, ratios)
+    return {**_report(cfg, batch, prompt_len, rows, ratios), "device_time": device_time}
+
+
+def _device_time(model, cfg: ModelConfig, batch: int, ctx: int) -> dict:
+    """Tile the paged kernel for this shape (both styles) and time the weights alone."""
+    return {"ctx": ctx, "tiling_block": decode_kernel.tune(cfg, batch, ctx, 16, 16),
+            "tiling_token": decode_kernel.tune(cfg, batch, ctx, 1, 1),
+            "weights": decode_kernel.weight_stream(model, batch)}
 
 
 def _name(backend: str, style: str, graphs: bool) -> str:
@@ -169,6 +178,10 @@ def summary(res: dict) -> list[str]:
                      f"floor {_ms(s['floor_s'])}")
         lines.append(f"  {'':22s} step/floor {_x(s['step_over_floor'])} (target <= 1.25); "
                      f"forward/floor {_x(s['forward_over_floor'])}")
+    dt = res.get("device_time")
+    if dt:
+        lines.append(f"  device time at B={res['batch']}, context {dt['ctx']} (block, then token):")
+        lines += decode_kernel.summary(dt["tiling_block"] + dt["tiling_token"], dt["weights"])
     for mode, r in res["vmm_over_static"].items():
         lines.append(f"  VMM/static decode ({mode}): {_x(r)} (target >= 0.99, p10..p90 within "
                      "+-3%); rounds " + ", ".join(f"{x:.4f}" for x in r["rounds"]))

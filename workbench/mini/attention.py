@@ -113,13 +113,21 @@ if triton is not None:
                  out.to(o_ptr.dtype.element_ty), mask=gmask[:, None])
 
 
+# (TILE, num_warps, num_stages) of the decode kernel per (GROUP, HEAD_DIM, ENTRY, BLOCK): set by a
+# measured sweep (workbench.bench.decode_kernel.tune) for the served shape; default otherwise.
+# Graphs capture whichever is set when they are captured.
+DECODE_TILING: dict[tuple[int, int, int, int], tuple[int, int, int]] = {}
+DEFAULT_TILING = (64, 4, 2)
+
+
 def triton_available(device: torch.device) -> bool:
     return triton is not None and device.type == "cuda"
 
 
 def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                  table: torch.Tensor, lens: torch.Tensor, entry_tokens: int, scale: float,
-                 impl: str = "auto", rows: torch.Tensor | None = None) -> torch.Tensor:
+                 impl: str = "auto", rows: torch.Tensor | None = None,
+                 tiling: tuple[int, int, int] | None = None) -> torch.Tensor:
     """Attention of one query per sequence ``q: [B, heads, D]`` over its paged context;
     with ``rows``, sequence ``b``'s entries are ``table[rows[b]]`` (no per-step gather)."""
     if impl == "auto":
@@ -133,13 +141,15 @@ def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     out = torch.empty_like(q)
     table = table.to(torch.int32)
     lens = lens.to(torch.int32)
+    tile, warps, stages = tiling or DECODE_TILING.get(
+        (group, d, entry_tokens, k_cache.shape[1]), DEFAULT_TILING)
     _paged_decode_kernel[(b, nkv)](
         q, k_cache, v_cache, out, table, lens if rows is None else rows, lens, scale,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), table.stride(0),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=d,
-        ENTRY=entry_tokens, BLOCK=k_cache.shape[1], TILE=64, num_warps=4, num_stages=2,
+        ENTRY=entry_tokens, BLOCK=k_cache.shape[1], TILE=tile, num_warps=warps, num_stages=stages,
         HAS_ROWS=rows is not None)
     return out
 
