@@ -10,7 +10,8 @@ Reported per subject: the engine step's wall time (scheduler, input copies, forw
 one sync) and the forward alone (CUDA events), as median / p10 / p90 / n over steps; each step's
 bandwidth floor, ``(weights + KV read + KV written) / 4.3 TB/s`` computed from the geometry (4.3
 TB/s is the H200's measured device copy bandwidth, ``bench vmm_bw``) and the step / floor ratio;
-and per round, VMM / static decode throughput (static step median / VMM step median).
+and per round, VMM / static decode throughput (static step median / VMM step median), also of
+the forward alone (``graphs-forward``: the device work without the host's share of the step).
 """
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ def steady(model, cfg: ModelConfig, *, batch: int, prompt_len: int = 1024, round
     kv = int(kv_gib * GiB)
     engines: dict[tuple[str, str], Engine] = {}
     rows: dict[str, list[StepStats]] = {}
-    ratios: dict[str, list[float]] = {"graphs": [], "eager": []}
+    # per round, static median / VMM median of the step (wall) and of the forward (events)
+    ratios: dict[str, list[float]] = {"graphs": [], "eager": [], "graphs-forward": []}
     device_time = _device_time(model, cfg, batch, prompt_len + rounds * steps) if on_cuda else {}
     try:
         for backend, style, _ in subjects:
@@ -106,16 +108,18 @@ def steady(model, cfg: ModelConfig, *, batch: int, prompt_len: int = 1024, round
                 log(f"steady B={batch}: wall budget reached after {rnd} rounds")
                 break
             order = subjects if rnd % 2 == 0 else subjects[::-1]
-            med = {}
+            med, fwd = {}, {}
             for backend, style, graphs in order:
                 name = _name(backend, style, graphs)
                 with _Paused():
                     got = _steps(engines[backend, style], graphs, steps)
                 rows.setdefault(name, []).extend(got)
                 med[name] = statistics.median(s.seconds for s in got)
-            for mode, on in (("graphs", True), ("eager", False)):
-                v, s = med.get(_name("vmm", "block", on)), med.get(_name("static", "block", on))
-                if v and s:
+                fwd[name] = statistics.median(s.forward_seconds for s in got)
+            for mode, on, m in (("graphs", True, med), ("eager", False, med),
+                                ("graphs-forward", True, fwd)):
+                v, s = m.get(_name("vmm", "block", on)), m.get(_name("static", "block", on))
+                if v and s:  # forward times are 0 off CUDA
                     ratios[mode].append(s / v)
             log(f"steady B={batch} round {rnd}: " + ", ".join(
                 f"{k} {1e3 * v:.2f}" for k, v in med.items()) + " ms")
