@@ -43,3 +43,24 @@ def test_ab_stops_at_the_wall_budget(tmp_path):
                  "--max-batched-tokens", "64", "--max-wall-s", "0"]) == 0
     d = json.loads((tmp_path / "ab.json").read_text())["decode"]
     assert d["runs"] == [] and d["median_round_ratio"] is None
+
+
+def test_steady_decode_reports_floor_ratios_and_spreads(tmp_path, capsys):
+    assert main(["--out", str(tmp_path), "--model", "tiny", "--device", "cpu", "--parts",
+                 "steady", "--steady-batches", "2,3", "--steady-rounds", "2",
+                 "--steady-steps", "2", "--steady-prompt-len", "8", "--kv-gib", "0.01"]) == 0
+    res = json.loads((tmp_path / "ab.json").read_text())
+    assert "steady_error" not in res
+    assert [s["batch"] for s in res["steady"]] == [2, 3]
+    for s in res["steady"]:
+        # no graphs off CUDA: the eager block subjects only, 2 rounds x 2 steps each
+        assert sorted(s["subjects"]) == ["static-block-eager", "vmm-block-eager"]
+        for sub in s["subjects"].values():
+            assert sub["step_s"]["n"] == 4 and sub["graphed_steps"] == 0
+            assert sub["step_s"]["p10"] <= sub["step_s"]["median"] <= sub["step_s"]["p90"]
+        r = s["vmm_over_static"]["eager"]
+        assert r["n"] == 2 and len(r["rounds"]) == 2 and r["median"] > 0
+        assert s["vmm_over_static"]["graphs"]["n"] == 0
+        assert s["vmm_over_static"]["graphs-forward"]["n"] == 0  # no CUDA events on a CPU
+    out = capsys.readouterr().out
+    assert "step/floor" in out and "VMM/static decode (eager)" in out

@@ -15,6 +15,10 @@ difference, so both figures here come from alternated rounds on one model built 
   discarded warm-up run per mode, then ``rounds`` alternated rounds; reported: mean and p50 TTFT
   per run, their medians per mode, and the medians of the per-round ratios.
 
+* **steady decode** (``--parts steady``, :mod:`workbench.bench.steady`): at each of
+  ``--steady-batches``, step time with and without decode CUDA graphs, its bandwidth floor and
+  step / floor, and VMM / static decode over interleaved rounds (median, p10, p90, n).
+
 Python's garbage collector is collected before and paused during every measured run.
 ``python -m workbench.bench.ab --out DIR`` writes ``ab.json``; ``max_wall_s`` stops starting new
 rounds once passed (what was measured is kept).
@@ -32,6 +36,7 @@ from pathlib import Path
 
 import torch
 
+from workbench.bench import steady as steady_mod
 from workbench.bench.mini import _engine
 from workbench.engines.sched.request import Request
 from workbench.labs.colocation_gpu import Cluster, ColoConfig
@@ -205,6 +210,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--ttft-prompt-len", type=int, default=256)
     ap.add_argument("--ttft-gen", type=int, default=32)
     ap.add_argument("--budget-gib", type=float, default=2.0)
+    ap.add_argument("--steady-batches", default="64,128")
+    ap.add_argument("--steady-rounds", type=int, default=15)
+    ap.add_argument("--steady-steps", type=int, default=8, help="steps per subject and round")
+    ap.add_argument("--steady-prompt-len", type=int, default=1024)
     ap.add_argument("--max-wall-s", type=float, default=330.0,
                     help="start no new round after this many seconds from the start")
     return ap
@@ -233,6 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     parts = args.parts.split(",")
     # the TTFT part needs about a third of the budget: keep it from being starved by decode
     decode_deadline = start + (0.55 if "ttft" in parts else 1.0) * args.max_wall_s
+    if "steady" in parts:
+        steady_part(res, model, cfg, args, log, start)
+        save()
     if "decode" in parts:
         try:
             res["decode"] = decode_ab(model, cfg, rounds=args.decode_rounds, batch=args.batch,
@@ -264,12 +276,34 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def steady_part(res: dict, model, cfg, args, log, start: float) -> None:
+    """Every batch of ``--steady-batches`` in turn, each within its share of the wall budget."""
+    batches = [int(b) for b in args.steady_batches.split(",") if b]
+    res["steady"] = []
+    for i, b in enumerate(batches):
+        now = time.perf_counter()
+        try:
+            res["steady"].append(steady_mod.steady(
+                model, cfg, batch=b, prompt_len=args.steady_prompt_len,
+                rounds=args.steady_rounds, steps=args.steady_steps, kv_gib=args.kv_gib,
+                deadline=now + (start + args.max_wall_s - now) / (len(batches) - i), log=log))
+        except Exception:  # noqa: BLE001 - keep the other batches and parts
+            import traceback
+
+            res.setdefault("steady_error", []).append(traceback.format_exc())
+            log(res["steady_error"][-1])
+        if args.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+
+
 def _f(x, spec: str = ".4f") -> str:
     return "n/a" if x is None else format(x, spec)
 
 
 def summary(res: dict) -> str:
     lines = [f"== mini A/B on {res.get('device')} (torch {res.get('torch')}) =="]
+    for st in res.get("steady", []):
+        lines += steady_mod.summary(st)
     d = res.get("decode")
     if d:
         for b in ("vmm", "static"):
@@ -291,9 +325,9 @@ def summary(res: dict) -> str:
         lines.append(f"ttft elastic/static median round ratio: mean {_f(mr['mean'])}, p50 "
                      f"{_f(mr['p50'])}, TPOT {_f(mr['tpot'])} (goal <= 1.03); mean rounds "
                      + ", ".join(f"{x:.3f}" for x in t["round_ratios"]["mean"]))
-    for k in ("decode_error", "ttft_error"):
+    for k in ("decode_error", "ttft_error", "steady_error"):
         if k in res:
-            lines.append(f"{k}: {res[k][-600:]}")
+            lines.append(f"{k}: {str(res[k])[-600:]}")
     return "\n".join(lines)
 
 

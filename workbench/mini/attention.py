@@ -43,8 +43,11 @@ def gather_kv(cache: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
 
 def reference_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                      table: torch.Tensor, lens: torch.Tensor, entry_tokens: int,
-                     scale: float) -> torch.Tensor:
-    """fp32 attention of one query per sequence over its cached context (tests, CPU path)."""
+                     scale: float, rows: torch.Tensor | None = None) -> torch.Tensor:
+    """fp32 attention of one query per sequence over its cached context (tests, CPU path).
+    ``rows``: sequence ``b`` reads table row ``rows[b]`` (``req_to_token``), else row ``b``."""
+    if rows is not None:
+        table = table[rows]
     b, nh, d = q.shape
     nkv = k_cache.shape[2]
     max_len = int(lens.max())
@@ -62,16 +65,21 @@ def reference_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
 if triton is not None:
 
     @triton.jit
-    def _paged_decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, table_ptr, lens_ptr, scale,
+    def _paged_decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, table_ptr, rows_ptr, lens_ptr, scale,
                              stride_qb, stride_qh, stride_ob, stride_oh, stride_tb,
                              k_sb, k_st, k_sh, v_sb, v_st, v_sh,
                              GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
-                             ENTRY: tl.constexpr, BLOCK: tl.constexpr, TILE: tl.constexpr):
+                             ENTRY: tl.constexpr, BLOCK: tl.constexpr, TILE: tl.constexpr,
+                             HAS_ROWS: tl.constexpr):
         # One program: one sequence x one KV head, all GROUP query heads of it (GQA), so each
         # K/V tile is read once per KV head. Online softmax over TILE positions at a time.
         b = tl.program_id(0)
         kvh = tl.program_id(1)
         seq_len = tl.load(lens_ptr + b)
+        if HAS_ROWS:  # req_to_token: this sequence's row of the persistent table
+            trow = tl.load(rows_ptr + b).to(tl.int64)
+        else:
+            trow = b
         g = tl.arange(0, GROUP_PAD)
         d = tl.arange(0, HEAD_DIM)
         gmask = g < GROUP
@@ -84,7 +92,7 @@ if triton is not None:
         for start in range(0, seq_len, TILE):
             t = start + tl.arange(0, TILE)
             tmask = t < seq_len
-            entry = tl.load(table_ptr + b * stride_tb + t // ENTRY, mask=tmask, other=0)
+            entry = tl.load(table_ptr + trow * stride_tb + t // ENTRY, mask=tmask, other=0)
             slot = entry.to(tl.int64) * ENTRY + t % ENTRY
             blk = slot // BLOCK
             off = slot % BLOCK
@@ -105,32 +113,44 @@ if triton is not None:
                  out.to(o_ptr.dtype.element_ty), mask=gmask[:, None])
 
 
+# (TILE, num_warps, num_stages) of the decode kernel per (GROUP, HEAD_DIM, ENTRY, BLOCK): set by a
+# measured sweep (workbench.bench.decode_kernel.tune) for the served shape; default otherwise.
+# Graphs capture whichever is set when they are captured.
+DECODE_TILING: dict[tuple[int, int, int, int], tuple[int, int, int]] = {}
+DEFAULT_TILING = (64, 4, 2)
+
+
 def triton_available(device: torch.device) -> bool:
     return triton is not None and device.type == "cuda"
 
 
 def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                  table: torch.Tensor, lens: torch.Tensor, entry_tokens: int, scale: float,
-                 impl: str = "auto") -> torch.Tensor:
-    """Attention of one query per sequence ``q: [B, heads, D]`` over its paged context."""
+                 impl: str = "auto", rows: torch.Tensor | None = None,
+                 tiling: tuple[int, int, int] | None = None) -> torch.Tensor:
+    """Attention of one query per sequence ``q: [B, heads, D]`` over its paged context;
+    with ``rows``, sequence ``b``'s entries are ``table[rows[b]]`` (no per-step gather)."""
     if impl == "auto":
         impl = "triton" if triton_available(q.device) else "torch"
     if impl == "torch":
         return reference_decode(q, k_cache, v_cache, table, lens, entry_tokens,
-                                scale).to(q.dtype)
+                                scale, rows).to(q.dtype)
     b, nh, d = q.shape
     nkv = k_cache.shape[2]
     group = nh // nkv
     out = torch.empty_like(q)
     table = table.to(torch.int32)
     lens = lens.to(torch.int32)
+    tile, warps, stages = tiling or DECODE_TILING.get(
+        (group, d, entry_tokens, k_cache.shape[1]), DEFAULT_TILING)
     _paged_decode_kernel[(b, nkv)](
-        q, k_cache, v_cache, out, table, lens, scale,
+        q, k_cache, v_cache, out, table, lens if rows is None else rows, lens, scale,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), table.stride(0),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=d,
-        ENTRY=entry_tokens, BLOCK=k_cache.shape[1], TILE=64, num_warps=4, num_stages=2)
+        ENTRY=entry_tokens, BLOCK=k_cache.shape[1], TILE=tile, num_warps=warps, num_stages=stages,
+        HAS_ROWS=rows is not None)
     return out
 
 
@@ -154,12 +174,13 @@ class AttnContext:
     def __init__(self, k: list[torch.Tensor], v: list[torch.Tensor], write_slots: torch.Tensor,
                  num_decode: int, table: torch.Tensor | None, lens: torch.Tensor | None,
                  entry_tokens: int, prefills: list[PrefillSeg], scale: float,
-                 impl: str = "auto"):
+                 impl: str = "auto", rows: torch.Tensor | None = None):
         self.k, self.v = k, v
         bs = k[0].shape[1]
         self.wb, self.wo = write_slots // bs, write_slots % bs
         self.num_decode = num_decode
         self.table, self.lens, self.entry_tokens = table, lens, entry_tokens
+        self.rows = rows  # decode row b reads table[rows[b]] (req_to_token), else table[b]
         self.prefills = prefills
         self.scale = scale
         self.impl = impl
@@ -180,7 +201,7 @@ class AttnContext:
         nd = self.num_decode
         if nd:
             out[:nd] = paged_decode(q[:nd], kc, vc, self.table, self.lens, self.entry_tokens,
-                                    self.scale, self.impl)
+                                    self.scale, self.impl, self.rows)
         for p, mask in zip(self.prefills, self._masks, strict=True):
             qs = q[p.row:p.row + p.q_len].transpose(0, 1)[None]  # [1, H, q, D]
             ks = gather_kv(kc, p.slots).transpose(0, 1)[None]  # [1, Hkv, ctx, D]

@@ -23,8 +23,10 @@ from workbench.engines.sched.scheduler import StepPlan
 from workbench.engines.sched.vllm_sched import VLLMKVManager, VLLMScheduler
 from workbench.errors import ConfigError
 from workbench.mini.attention import AttnContext, PrefillSeg, softmax_scale
+from workbench.mini.graphs import graphs_for
 from workbench.mini.kv import KVSpec, KVStore
 from workbench.mini.model import ModelConfig, build_model
+from workbench.mini.req_to_token import ReqToToken
 
 
 @dataclass(slots=True, eq=False)
@@ -53,6 +55,8 @@ class EngineConfig:
     max_batched_tokens: int = 2048
     attn_impl: str = "auto"  # "triton" (CUDA), "torch", or "auto"
     prefix_caching: bool = False  # vLLM's prefix cache (BlockPool); off as in the colocation bench
+    cuda_graphs: bool | None = None  # decode CUDA graphs (mini.graphs); None: on where CUDA+Triton
+    graph_sizes: tuple[int, ...] = ()  # batch sizes captured (padded up to); () = 1,2,4,8,16,32..
 
 
 @dataclass
@@ -67,6 +71,8 @@ class StepStats:
     num_seqs: int = 0
     new_tokens: int = 0
     attn_pairs: float = 0.0
+    forward_seconds: float = 0.0  # the forward alone (CUDA events; 0 off CUDA or unsynced)
+    graphed: bool = False  # replayed a captured decode graph
 
     def row(self) -> list:
         return [self.num_seqs, self.new_tokens, self.context_tokens, self.attn_pairs,
@@ -101,6 +107,14 @@ class Engine:
         self.stats = EngineStats()
         self.sync = sync  # time steps with a device sync (True) or let them queue
         self.connector = None  # a KV tier (workbench.mini.hosttier): saves after each forward
+        # persistent device tables, written per new entry: SGLang's req_to_token (token style,
+        # one slot a position) or vLLM's block table (block style, one block id a block)
+        self.r2t = ReqToToken(self.cfg.max_num_seqs, model_cfg.max_position, self.device,
+                              entry_tokens=self.kv.entry_tokens)
+        self._entry = self._slot if self.kv.entry_tokens == 1 else self._block
+        self.graphs = graphs_for(self.cfg.cuda_graphs, self.cfg.graph_sizes,
+                                 self.cfg.max_num_seqs, self.model, self.kv, scale=self.scale,
+                                 impl=self.cfg.attn_impl, r2t=self.r2t)
         self._next_id = 0
 
     # -- requests ------------------------------------------------------------------------------
@@ -174,16 +188,31 @@ class Engine:
             return []
         # decodes first (one row each, the paged kernel), then prefill chunks (SDPA)
         order = sorted(range(len(plan.items)), key=lambda i: not self._is_decode(*plan.items[i]))
-        ids, pos, ctx, sample_rows = self._prepare([plan.items[i] for i in order])
-        logits = self.model(ids, pos, ctx, sample_rows)
+        items = [plan.items[i] for i in order]
+        rows = self.r2t.update(items, self._entry)
+        timed = self.sync and self.device.type == "cuda"
+        if timed:
+            ev = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            ev[0].record()
+        graphed = self.graphs is not None and self.graphs.fits(items, self._is_decode)
+        if graphed:
+            logits = self.graphs.run(items, self._slot, rows)
+            num_decode, num_prefill = len(items), 0
+        else:
+            ids, pos, ctx, sample_rows = self._prepare(items, rows)
+            logits = self.model(ids, pos, ctx, sample_rows)
+            num_decode, num_prefill = ctx.num_decode, sum(p.q_len for p in ctx.prefills)
+        if timed:
+            ev[1].record()
         if self.connector is not None:  # before _sample: the scheduler frees finished blocks
             self.connector.after_forward(plan.items)
         finished = self._sample(plan, order, logits)
-        if self.sync and self.device.type == "cuda":
+        if timed:
             torch.cuda.synchronize(self.device)
-        st = StepStats(num_decode=ctx.num_decode,
-                       num_prefill_tokens=sum(p.q_len for p in ctx.prefills),
+        st = StepStats(num_decode=num_decode, num_prefill_tokens=num_prefill,
                        context_tokens=plan.ctx_tokens, seconds=time.perf_counter() - t0,
+                       forward_seconds=ev[0].elapsed_time(ev[1]) / 1e3 if timed else 0.0,
+                       graphed=graphed,
                        preempted=self.num_preemptions - before, num_seqs=len(plan.items),
                        new_tokens=plan.new_tokens, attn_pairs=plan.attn_pairs)
         self.stats.add(st)
@@ -197,46 +226,42 @@ class Engine:
         bs = self.kv.block_size
         return seq.blocks[p // bs] * bs + p % bs
 
-    def _table_row(self, seq: Seq, length: int) -> list[int]:
-        """vLLM: block ids; SGLang: one slot per position (``req_to_token``)."""
-        if self.kv.entry_tokens == 1:
-            if self.kv.block_size == 1:  # SGLang's page size 1: block ids are the slots
-                return seq.blocks[:length]
-            return [self._slot(seq, p) for p in range(length)]
-        return seq.blocks[: -(-length // self.kv.block_size)]
+    @staticmethod
+    def _block(seq: Seq, i: int) -> int:
+        return seq.blocks[i]
 
-    def _prepare(self, items: list[tuple[Seq, int]]):
+    def _prepare(self, items: list[tuple[Seq, int]], rows: list[int]):
+        """Eager inputs; every table entry is read from the device table (``rows``: each
+        item's row of it, already written for this step)."""
         dev = self.device
         ids: list[int] = []
         pos: list[int] = []
         wslots: list[int] = []
-        decode_rows: list[list[int]] = []
+        decode_rows: list[int] = []
         decode_lens: list[int] = []
         prefills: list[PrefillSeg] = []
         sample_rows: list[int] = []
-        for seq, n in items:
+        for k, (seq, n) in enumerate(items):
             c = seq.num_computed
             row = len(ids)
             ids.extend(seq.tokens[c:c + n])
             pos.extend(range(c, c + n))
             wslots.extend(self._slot(seq, p) for p in range(c, c + n))
             if self._is_decode(seq, n):
-                decode_rows.append(self._table_row(seq, c + 1))
+                decode_rows.append(rows[k])
                 decode_lens.append(c + 1)
             else:
-                slots = torch.tensor([self._slot(seq, p) for p in range(c + n)], device=dev)
-                prefills.append(PrefillSeg(row, n, c + n, slots))
+                prefills.append(PrefillSeg(row, n, c + n, self.r2t.slots(rows[k], c + n)))
             if c + n == seq.num_tokens:
                 sample_rows.append(row + n - 1)
-        table = lens = None
-        if decode_rows:
-            width = max(len(r) for r in decode_rows)
-            table = torch.tensor([r + [0] * (width - len(r)) for r in decode_rows],
-                                 dtype=torch.int32, device=dev)
+        table = lens = trows = None
+        if decode_rows:  # the kernel reads each sequence's row of the device table
+            table = self.r2t.table
+            trows = torch.tensor(decode_rows, device=dev)
             lens = torch.tensor(decode_lens, dtype=torch.int32, device=dev)
         ctx = AttnContext(self.kv.k, self.kv.v, torch.tensor(wslots, device=dev),
                           len(decode_rows), table, lens, self.kv.entry_tokens, prefills,
-                          self.scale, self.cfg.attn_impl)
+                          self.scale, self.cfg.attn_impl, rows=trows)
         return (torch.tensor(ids, device=dev), torch.tensor(pos, device=dev), ctx,
                 torch.tensor(sample_rows, device=dev, dtype=torch.long))
 
@@ -292,4 +317,5 @@ class Engine:
         return [list(s.output) for s in seqs]
 
     def close(self) -> None:
+        self.graphs = None  # their pool goes; they hold raw KV addresses
         self.kv.close()

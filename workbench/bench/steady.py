@@ -1,0 +1,192 @@
+"""Steady decode: step time with and without CUDA graphs, its bandwidth floor, VMM / static.
+
+For each batch size, engines stay alive with ``batch`` sequences decoding (prefilled once, long
+``max_tokens``), and the subjects take turns, a few steps each, in alternating order:
+``vmm``/``static`` block-style KV, each with decode graphs on and off, plus the token style
+(``req_to_token``) on VMM with graphs. All subjects thus see the same contexts (growing by one
+token a step in lockstep) and the same machine state, so a round's ratio compares like for like.
+
+Reported per subject: the engine step's wall time (scheduler, input copies, forward, sampling,
+one sync) and the forward alone (CUDA events), as median / p10 / p90 / n over steps; each step's
+bandwidth floor, ``(weights + KV read + KV written) / 4.3 TB/s`` computed from the geometry (4.3
+TB/s is the H200's measured device copy bandwidth, ``bench vmm_bw``) and the step / floor ratio;
+and per round, VMM / static decode throughput (static step median / VMM step median), also of
+the forward alone (``graphs-forward``: the device work without the host's share of the step).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+from workbench.bench import decode_kernel
+from workbench.bench.mini import _engine
+from workbench.mini.engine import Engine, StepStats
+from workbench.mini.model import ModelConfig
+
+COPY_BYTES_PER_S = 4.3e12  # H200, measured device-to-device copy bandwidth
+GiB = 1 << 30
+SUBJECTS = (("vmm", "block", True), ("static", "block", True), ("vmm", "block", False),
+            ("static", "block", False), ("vmm", "token", True))
+
+
+def weight_bytes(cfg: ModelConfig) -> int:
+    """bf16 bytes a decode step reads for weights: every matrix and norm once; the embedding
+    table only by the batch's rows (counted with the batch)."""
+    return 2 * (cfg.num_params - cfg.vocab_size * cfg.hidden_size)
+
+
+def floor_bytes(cfg: ModelConfig, batch: int, context_tokens: int) -> int:
+    """One decode step's least traffic: weights, embedding rows, the KV of every position read
+    (``context_tokens`` before the step plus each new token) and the new tokens' K/V written."""
+    kv_read = (context_tokens + batch) * cfg.kv_token_bytes
+    return (weight_bytes(cfg) + 2 * batch * cfg.hidden_size + kv_read
+            + batch * cfg.kv_token_bytes)
+
+
+def floor_seconds(cfg: ModelConfig, batch: int, context_tokens: int) -> float:
+    return floor_bytes(cfg, batch, context_tokens) / COPY_BYTES_PER_S
+
+
+def spread(xs: list[float]) -> dict:
+    """median, p10, p90 and n (p10/p90: the 1st and 9th deciles; the value itself for n=1)."""
+    if not xs:
+        return {"median": None, "p10": None, "p90": None, "n": 0}
+    q = statistics.quantiles(xs, n=10, method="inclusive") if len(xs) > 1 else [xs[0]] * 9
+    return {"median": statistics.median(xs), "p10": q[0], "p90": q[8], "n": len(xs)}
+
+
+def _fill(eng: Engine, cfg: ModelConfig, batch: int, prompt_len: int, gen: int,
+          salt: int) -> None:
+    """Admit ``batch`` prompts and step until a step decodes all of them and nothing else."""
+    for i in range(batch):
+        eng.add_request([(i * 131 + j * 7 + salt) % cfg.vocab_size for j in range(prompt_len)],
+                        gen)
+    while True:
+        eng.step()
+        s = eng.stats.steps[-1]
+        if s.num_decode == batch and s.num_prefill_tokens == 0:
+            return
+
+
+def _steps(eng: Engine, graphs: bool, k: int) -> list[StepStats]:
+    if eng.graphs is not None:
+        eng.graphs.enabled = graphs
+    eng.stats.steps.clear()
+    for _ in range(k):
+        eng.step()
+    return list(eng.stats.steps)
+
+
+def steady(model, cfg: ModelConfig, *, batch: int, prompt_len: int = 1024, rounds: int = 15,
+           steps: int = 8, kv_gib: float = 24.0, deadline: float = float("inf"),
+           log=print) -> dict:
+    """One batch size: every subject, ``rounds`` interleaved rounds of ``steps`` steps each."""
+    from workbench.bench.ab import _Paused
+
+    on_cuda = next(model.parameters()).device.type == "cuda"
+    subjects = [s for s in SUBJECTS if on_cuda or not s[2]]  # no graphs off CUDA
+    gen = 8 + (rounds * 2 + 2) * steps  # never finishes while measured
+    kv = int(kv_gib * GiB)
+    engines: dict[tuple[str, str], Engine] = {}
+    rows: dict[str, list[StepStats]] = {}
+    # per round, static median / VMM median of the step (wall) and of the forward (events)
+    ratios: dict[str, list[float]] = {"graphs": [], "eager": [], "graphs-forward": []}
+    device_time = _device_time(model, cfg, batch, prompt_len + rounds * steps) if on_cuda else {}
+    try:
+        for backend, style, _ in subjects:
+            if (backend, style) not in engines:
+                eng = engines[backend, style] = _engine(
+                    model, cfg, backend, style, kv, max_num_seqs=batch, max_batched_tokens=8192,
+                    graph_sizes=(batch,) if on_cuda else (), cuda_graphs=None)
+                _fill(eng, cfg, batch, prompt_len, gen, salt=len(engines))
+        for backend, style, graphs in subjects:  # capture, compile, settle: discarded
+            _steps(engines[backend, style], graphs, 2)
+        log(f"steady B={batch}: {len(engines)} engines filled (context {prompt_len})")
+        for rnd in range(rounds):
+            if time.perf_counter() > deadline:
+                log(f"steady B={batch}: wall budget reached after {rnd} rounds")
+                break
+            order = subjects if rnd % 2 == 0 else subjects[::-1]
+            med, fwd = {}, {}
+            for backend, style, graphs in order:
+                name = _name(backend, style, graphs)
+                with _Paused():
+                    got = _steps(engines[backend, style], graphs, steps)
+                rows.setdefault(name, []).extend(got)
+                med[name] = statistics.median(s.seconds for s in got)
+                fwd[name] = statistics.median(s.forward_seconds for s in got)
+            for mode, on, m in (("graphs", True, med), ("eager", False, med),
+                                ("graphs-forward", True, fwd)):
+                v, s = m.get(_name("vmm", "block", on)), m.get(_name("static", "block", on))
+                if v and s:  # forward times are 0 off CUDA
+                    ratios[mode].append(s / v)
+            log(f"steady B={batch} round {rnd}: " + ", ".join(
+                f"{k} {1e3 * v:.2f}" for k, v in med.items()) + " ms")
+    finally:
+        for eng in engines.values():
+            eng.close()
+    return {**_report(cfg, batch, prompt_len, rows, ratios), "device_time": device_time}
+
+
+def _device_time(model, cfg: ModelConfig, batch: int, ctx: int) -> dict:
+    """Tile the paged kernel for this shape (both styles) and time the weights alone."""
+    return {"ctx": ctx, "tiling_block": decode_kernel.tune(cfg, batch, ctx, 16, 16),
+            "tiling_token": decode_kernel.tune(cfg, batch, ctx, 1, 1),
+            "weights": decode_kernel.weight_stream(model, batch)}
+
+
+def _name(backend: str, style: str, graphs: bool) -> str:
+    return f"{backend}-{style}-{'graphs' if graphs else 'eager'}"
+
+
+def _report(cfg: ModelConfig, batch: int, prompt_len: int, rows: dict[str, list[StepStats]],
+            ratios: dict[str, list[float]]) -> dict:
+    out = {"batch": batch, "prompt_len": prompt_len, "copy_bytes_per_s": COPY_BYTES_PER_S,
+           "weight_bytes": weight_bytes(cfg), "kv_token_bytes": cfg.kv_token_bytes,
+           "subjects": {}, "vmm_over_static": {m: {**spread(r), "rounds": r}
+                                               for m, r in ratios.items()}}
+    for name, st in rows.items():
+        floors = [floor_seconds(cfg, s.num_decode, s.context_tokens) for s in st]
+        out["subjects"][name] = {
+            "step_s": spread([s.seconds for s in st]),
+            "forward_s": spread([s.forward_seconds for s in st]),
+            "floor_s": spread(floors),
+            "step_over_floor": spread([s.seconds / f for s, f in zip(st, floors, strict=True)]),
+            "forward_over_floor": spread([s.forward_seconds / f
+                                          for s, f in zip(st, floors, strict=True)]),
+            "graphed_steps": sum(s.graphed for s in st)}
+    return out
+
+
+def _ms(d: dict) -> str:
+    if not d["n"]:
+        return "n/a"
+    return (f"{1e3 * d['median']:.3f} ms [p10 {1e3 * d['p10']:.3f}, p90 {1e3 * d['p90']:.3f}, "
+            f"n={d['n']}]")
+
+
+def _x(d: dict) -> str:
+    if not d["n"]:
+        return "n/a"
+    return f"{d['median']:.3f} [p10 {d['p10']:.3f}, p90 {d['p90']:.3f}, n={d['n']}]"
+
+
+def summary(res: dict) -> list[str]:
+    w = res["weight_bytes"]
+    lines = [f"steady B={res['batch']} (prompt {res['prompt_len']}): floor = (weights "
+             f"{w / 1e9:.2f} GB + KV {res['kv_token_bytes']} B/token read and written) / "
+             f"{res['copy_bytes_per_s'] / 1e12:.1f} TB/s (H200 measured copy bandwidth)"]
+    for name, s in res["subjects"].items():
+        lines.append(f"  {name:22s} step {_ms(s['step_s'])}; forward {_ms(s['forward_s'])}; "
+                     f"floor {_ms(s['floor_s'])}")
+        lines.append(f"  {'':22s} step/floor {_x(s['step_over_floor'])} (target <= 1.25); "
+                     f"forward/floor {_x(s['forward_over_floor'])}")
+    dt = res.get("device_time")
+    if dt:
+        lines.append(f"  device time at B={res['batch']}, context {dt['ctx']} (block, then token):")
+        lines += decode_kernel.summary(dt["tiling_block"] + dt["tiling_token"], dt["weights"])
+    for mode, r in res["vmm_over_static"].items():
+        lines.append(f"  VMM/static decode ({mode}): {_x(r)} (target >= 0.99, p10..p90 within "
+                     "+-3%); rounds " + ", ".join(f"{x:.4f}" for x in r["rounds"]))
+    return lines
