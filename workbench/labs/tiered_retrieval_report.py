@@ -135,36 +135,7 @@ def markdown(p: Any, data: dict, found: list[dict], tables: dict) -> str:
     for r in tables["concurrency"]:
         lines.append(f"| {r['concurrency']} | {r['group']} | {round(r['ttft_p50_ms'], 1)} / "
                      f"{round(r['ttft_max_ms'], 1)} | {round(r['load_sum_ms'], 1)} |")
-    kvb = get_model(p.model).kv_bytes_per_token
-    lines += ["", "## Reading it", "",
-              f"* A hit anywhere skips the document's prefill; what it costs instead is the "
-              f"movement: {kvb // 1024} KiB of KV per token. From DRAM that is one host-to-device "
-              "copy; from the store a network transfer and then the same copy. HBM moves nothing.",
-              "* *All miss* is the baseline plus the lookup that found nothing; the saves after "
-              "each prefill (a device-to-host copy on the engine's path, the store put off it) "
-              "are the other price of having the tiers.",
-              "* The break-even bandwidth is where moving a token's KV costs as much as computing "
-              "it. Long prompts amortise the lookup and the remaining prefill, so their "
-              "break-even settles near KV bytes per token divided by prefill seconds per token; "
-              "short prompts need far more bandwidth, because a short prefill costs little more "
-              "than a step's fixed overhead. A chunk larger than the prompt retrieves nothing "
-              "(only full chunks are stored), and the partial last chunk is always recomputed.",
-              "* The seed separates in-process reuse, cross-process sharing and true remote "
-              "reads: here CPU is in-process, L2 is a read of another instance's chunks through "
-              "the store.",
-              "* Concurrency: the modelled connector loads synchronously, before the step that "
-              "admitted the requests, over one link, so loads admitted together add up and "
-              "every one of those probes waits for all of them; a prefill without hits instead "
-              "staggers its probes through the token budget. An asynchronous load (a request "
-              "waiting for its KV while others run) is not modelled.",
-              "* Elastic KV is not offload (seed 001 §10): the elastic pool changes which "
-              "physical pages back KV *inside* HBM, and no KV byte leaves the GPU; the tiers "
-              "here move KV bytes across links, with another data path and other failures.",
-              "* No cost here is a measurement of LMCache, Mooncake or any network "
-              "(``workbench.tiers.presets``). The `assumed` preset is assumptions throughout; "
-              "`--param costs=h200-measured` takes the host-to-device copy and the DRAM lookup "
-              "from the mini engine on an H200 (`workbench bench crossover`) and keeps the "
-              "store's costs assumed."]
+    lines += _reading(p)
     return "\n".join(lines) + "\n"
 
 
@@ -247,3 +218,37 @@ def record(p: Any, data: dict, found: list[dict], tables: dict, backend: str) ->
                              "effective_pcie_gbps": costs(p).pcie_bw / 1e9}),
         results={"groups": tables["groups"], "crossover": tables["crossover"],
                  "concurrency": tables["concurrency"]})
+
+
+def _reading(p: Any) -> list[str]:
+    """What to read in the tables, and the line between tiers and elastic KV."""
+    kvb = get_model(p.model).kv_bytes_per_token
+    return ["", "## Reading it", "",
+              f"* A hit anywhere skips the document's prefill; what it costs instead is the "
+              f"movement: {kvb // 1024} KiB of KV per token. From DRAM that is one host-to-device "
+              "copy; from the store a network transfer and then the same copy. HBM moves nothing.",
+              "* *All miss* is the baseline plus the lookup that found nothing; the saves after "
+              "each prefill (a device-to-host copy on the engine's path, the store put off it) "
+              "are the other price of having the tiers.",
+              "* The break-even bandwidth is where moving a token's KV costs as much as computing "
+              "it. Long prompts amortise the lookup and the remaining prefill, so their "
+              "break-even settles near KV bytes per token divided by prefill seconds per token; "
+              "short prompts need far more bandwidth, because a short prefill costs little more "
+              "than a step's fixed overhead. A chunk larger than the prompt retrieves nothing "
+              "(only full chunks are stored), and the partial last chunk is always recomputed.",
+              "* The seed separates in-process reuse, cross-process sharing and true remote "
+              "reads: here CPU is in-process, L2 is a read of another instance's chunks through "
+              "the store.",
+              "* Concurrency: the modelled connector loads synchronously, before the step that "
+              "admitted the requests, over one link, so loads admitted together add up and "
+              "every one of those probes waits for all of them; a prefill without hits instead "
+              "staggers its probes through the token budget. An asynchronous load (a request "
+              "waiting for its KV while others run) is not modelled.",
+              "* Elastic KV is not offload (seed 001 §10): the elastic pool changes which "
+              "physical pages back KV *inside* HBM, and no KV byte leaves the GPU; the tiers "
+              "here move KV bytes across links, with another data path and other failures.",
+              "* No cost here is a measurement of LMCache, Mooncake or any network "
+              "(``workbench.tiers.presets``). The `assumed` preset is assumptions throughout; "
+              "`--param costs=h200-measured` takes the host-to-device copy and the DRAM lookup "
+              "from the mini engine on an H200 (`workbench bench crossover`) and keeps the "
+              "store's costs assumed."]
