@@ -53,6 +53,7 @@ class ColocationParams:
     out_dir: str | None = None  # gpu/host: each repeat's raw JSON lands here as the sweep goes
     from_dir: str | None = None  # gpu/host: build the report from the repeat JSONs in this folder
     mapper: bool = True  # gpu/host elastic: background mapper (reserve 1) vs inline maps (0..1)
+    cuda_graphs: bool | None = None  # gpu: decode CUDA graphs (None: on; False: eager)
 
 
 @dataclass(slots=True)

@@ -150,6 +150,7 @@ class ColoConfig:
     first_repeat: int = 0  # repeat r runs the modes in order (r even) or reversed (r odd)
     out_dir: str | None = None  # repeat_<r>.json per repeat, rewritten after every point
     device: str = "cuda"  # "cpu" runs the same code on the host VMM device (smoke tests)
+    cuda_graphs: bool | None = None  # decode CUDA graphs; None: on where the device is CUDA
     extra: dict = field(default_factory=dict)
 
     @property
@@ -181,7 +182,8 @@ class Cluster:
         mcfg = get_config(cfg.model)
         budget = int(cfg.budget_gib * GiB)
         ecfg = EngineConfig(max_num_seqs=cfg.max_num_seqs,
-                            max_batched_tokens=cfg.max_batched_tokens)
+                            max_batched_tokens=cfg.max_batched_tokens,
+                            cuda_graphs=cfg.cuda_graphs)
         self.budget_dev = None
         self.engines: list[Engine] = []
         if mode == "elastic":
@@ -333,6 +335,7 @@ def run(cfg: ColoConfig, log=print) -> list[dict]:
             "weights_bytes_per_instance": mcfg.num_params * 2}
     clusters = {m: Cluster(cfg, m, models) for m in cfg.modes}
     head["kv_capacity_tokens"] = {m: c.kv_capacity_tokens() for m, c in clusters.items()}
+    head["cuda_graphs"] = all(e.graphs is not None for c in clusters.values() for e in c.engines)
     reps = []
     try:
         for r in range(cfg.first_repeat, cfg.first_repeat + cfg.repeats):

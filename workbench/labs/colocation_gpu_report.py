@@ -15,6 +15,12 @@ from workbench.labs.colocation_gpu import ColoConfig, GiB, run
 from workbench.labs.record import Manifest
 
 
+def _decode(reps: list[dict]) -> str:
+    """How the decode ran (sweeps written before graphs existed carry no flag: eager)."""
+    return ("decode in CUDA graphs" if reps[0].get("cuda_graphs", False)
+            else "eager PyTorch decode (no CUDA graphs)")
+
+
 def config_for(params: ColocationParams, backend: str) -> ColoConfig:
     host = backend == "host"
     cfg = ColoConfig(model=params.model or ("tiny" if host else "llama-3.1-8b"),
@@ -22,7 +28,8 @@ def config_for(params: ColocationParams, backend: str) -> ColoConfig:
                      prompt_len=params.prompt_len, completion_len=params.completion_len,
                      seed=params.seed, device="cpu" if host else "cuda",
                      repeats=max(1, params.repeats), first_repeat=params.first_repeat,
-                     out_dir=params.out_dir, mapper=params.mapper)
+                     out_dir=params.out_dir, mapper=params.mapper,
+                     cuda_graphs=params.cuda_graphs)
     if params.mapper:  # the background mapper keeps 1 page id mapped ahead; no more is parked
         cfg.min_reserved_pages, cfg.max_reserved_pages = 1, 1
     if params.peaks:
@@ -94,8 +101,8 @@ def from_repeats(reps: list[dict], backend: str) -> ColocationRun:
         setup=[f"KV budget {c['budget_gib']} GiB in all (static: "
                f"{c['budget_gib'] / c['instances']:.2f} GiB each; elastic: {mapper}); ramp "
                f"time-compressed x{scale}, prompts {c['prompt_len']}, completions {out_len} "
-               "tokens. PEAK (x scale = req/s); TTFT in ms. Eager PyTorch decode (no CUDA "
-               f"graphs). {len(reps)} repeat(s), orders: "
+               f"tokens. PEAK (x scale = req/s); TTFT in ms. {_decode(reps)}. "
+               f"{len(reps)} repeat(s), orders: "
                + "; ".join(f"{r['repeat']}: {' then '.join(r['order'])}" for r in reps) + ".",
                ""],
         footer=footer, record=_record_fields(reps, backend),
@@ -189,12 +196,13 @@ def _record_fields(reps: list[dict], backend: str) -> dict:
     manifest = Manifest.collect(
         backend=backend,
         hardware={"gpu": reps[0]["device"], "count": 1, "vram_bytes": vram, "driver": None},
-        engine_config={"engine": "workbench.mini (vLLM-like scheduler, eager torch, Triton paged "
-                       "decode)", "model": f"{c['model']} (random weights)", "dtype": "bf16",
+        engine_config={"engine": f"workbench.mini (vLLM-like scheduler, {_decode(reps)}, "
+                       "Triton paged decode)", "model": f"{c['model']} (random weights)",
+                       "dtype": "bf16",
                        "kv_dtype": "bf16", "tp": 1, "pp": 1, "block_size": 16,
                        "prefix_caching": False, "max_num_batched_tokens": c["max_batched_tokens"],
                        "max_num_seqs": c["max_num_seqs"], "chunked_prefill": True,
-                       "cuda_graphs": False},
+                       "cuda_graphs": reps[0].get("cuda_graphs", False)},
         kvcached_config={"page_size": 2 << 20, "contiguous_layout": True,
                          "prealloc": c["min_reserved_pages"] > 0,
                          "background_mapper": c.get("mapper", False),
@@ -229,7 +237,8 @@ def _record_fields(reps: list[dict], backend: str) -> dict:
                                 "runs[*].requests ([instance, arrival, ttft, preemptions]), "
                                 "runs[*].timeline, runs[*].vmm",
                   "here": "results.repeats[*].runs (summaries, timelines, VMM calls)"},
-        open_questions=["eager PyTorch (no CUDA graphs): host overhead inflates step times",
+        open_questions=[f"{_decode(reps)}: host time per step (the scheduler, eager prefill) "
+                        "shares the one engine thread",
                         "one weight copy per instance but random weights: no EOS, fixed lengths"],
         applicability="One GPU, identical 8B-shaped models, staggered peaks, scaled ramp.",
         manifest=manifest)
