@@ -60,6 +60,9 @@ class PageAllocator:
         self._tail_mapped = 0  # mapped pages at or above the limit
         self.failed: str | None = None
         self.refill_hook: Callable[[], None] | None = None  # None = refill inline
+        # a KVSpace may order an unmap's calls for the release that follows at once (a
+        # coordinator's space takes no such hint: its phases run apart)
+        self._release_next = {"release_next": True} if isinstance(space, KVSpace) else {}
 
     # -- transitions -------------------------------------------------------------------------
     def _move(self, page: int, dst: PageState, cause: str) -> None:
@@ -190,7 +193,7 @@ class PageAllocator:
 
     def _unmap(self, page: int, dst: PageState, cause: str) -> None:
         try:
-            self.space.prepare_unmap(page)
+            self.space.prepare_unmap(page, **self._release_next)
         except DeviceError as err:  # undone: the page is whole and still mapped
             self._note(page, f"unmap_failed: {err}")
             if self.state[page] is not RESERVED:

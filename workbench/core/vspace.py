@@ -60,6 +60,10 @@ class KVSpace:
         batched = all(hasattr(cls, m) for m in ("map_targets", "unmap_targets",
                                                 "release_handles"))
         self._batch = device if batched else None
+        # pages unmapped by prepare_unmap(release_next=True) whose zero page waits for the
+        # release in commit_unmap (the batched device's order: unmap, release, zeros)
+        self._holes: dict[int, tuple[Target, ...]] = {}
+        self._hold_zero = batched and getattr(device, "zero", None) is not None
 
     # -- layout ------------------------------------------------------------------------------
     def targets(self, page: int) -> list[Target]:
@@ -139,20 +143,29 @@ class KVSpace:
             raise MapQuarantinedError(
                 f"page {page}: {err}; rollback failed too ({undo})") from undo
 
-    def prepare_unmap(self, page: int) -> None:
-        """Unmap ``page`` everywhere but keep its physical handles (phase one)."""
+    def prepare_unmap(self, page: int, *, release_next: bool = False) -> None:
+        """Unmap ``page`` everywhere but keep its physical handles (phase one).
+
+        ``release_next``: the caller commits at once, so a batched device may put the zero
+        page back after the release rather than before it (the same calls, the driver's cheaper
+        order); the range is bare until :meth:`commit_unmap`."""
         handles = self.handles.pop(page)
         dev = self.device
         targets = self._page_targets(page)
         done: list[tuple[Target, int]] = []
         try:
             if self._batch is not None:
+                hold = release_next and self._hold_zero
                 try:
-                    self._batch.unmap_targets(targets)
+                    self._batch.unmap_targets(targets, not hold)
                 except DeviceError as err:
                     n = getattr(err, "partial", 0)
+                    if hold:  # zeros back first, so the undo below sees what it always saw
+                        self._batch.zero_targets(targets[:n])
                     done = list(zip(targets[:n], handles[:n], strict=True))
                     raise
+                if hold:
+                    self._holes[page] = targets
             else:
                 for t, h in zip(targets, handles, strict=True):
                     dev.unmap(t.va, t.size)
@@ -176,11 +189,15 @@ class KVSpace:
         if handles is None:
             return
         if self._batch is not None:
+            holes = self._holes.pop(page, None)
             try:
                 self._batch.release_handles(handles)
             except DeviceError as err:
                 self.retained[page] = handles[getattr(err, "partial", 0):]
                 raise StateConsistencyError(f"page {page}: release failed ({err})") from err
+            finally:
+                if holes is not None:
+                    self._batch.zero_targets(holes)
             return
         release = self.device.release
         for i, h in enumerate(handles):
@@ -193,6 +210,9 @@ class KVSpace:
     def abort_unmap(self, page: int) -> None:
         """Remap ``page`` from its retained handles (undo phase one)."""
         handles = self.retained.pop(page)
+        holes = self._holes.pop(page, None)
+        if holes is not None:
+            self._batch.zero_targets(holes)  # type: ignore[union-attr]
         try:
             for t, h in zip(self.targets(page), handles, strict=True):
                 self.device.map(t.va, t.size, h)
@@ -222,6 +242,7 @@ class KVSpace:
                 _try(problems, dev.unmap, t.va, t.size, quiet=True)
             self.retained.setdefault(page, []).extend(handles)
         self.stranded.clear()
+        self._holes.clear()  # bare ranges: unreserve below has no zero piece to take there
         for handles in self.retained.values():
             for h in handles:
                 _try(problems, dev.release, h)

@@ -65,13 +65,16 @@ class BatchCalls:
             self._busy += perf_counter() - t0
         return created
 
-    def unmap_targets(self, targets: Iterable[tuple[int, int]]) -> None:
+    def unmap_targets(self, targets: Iterable[tuple[int, int]], rezero: bool = True) -> None:
         """``unmap`` each ``(va, size)`` in order; on a failure the DeviceError carries
-        ``partial``, the number unmapped before it."""
+        ``partial``, the number unmapped before it. ``rezero=False`` leaves the zero page off
+        the unmapped ranges until :meth:`zero_targets` (a release is ~25 µs slower on an H200
+        right after a zero page's set-access, so a caller about to release maps zeros after)."""
         t0 = perf_counter()
         if threading.get_ident() not in self._bound:
             self._bind()
-        unmap, zero, mappings = self._cu.cuMemUnmap, self.zero, self.mappings
+        unmap, mappings = self._cu.cuMemUnmap, self.mappings
+        zero = self.zero if rezero else None
         n = 0
         try:
             for va, size in targets:
@@ -88,6 +91,18 @@ class BatchCalls:
             raise
         finally:
             self._busy += perf_counter() - t0
+
+    def zero_targets(self, targets: Iterable[tuple[int, int]]) -> None:
+        """Put the zero page back on ranges :meth:`unmap_targets` left bare (best effort, as
+        ``unmap`` does: a failure leaves a hole whose reads fault)."""
+        if self.zero is None:
+            return
+        t0 = perf_counter()
+        if threading.get_ident() not in self._bound:
+            self._bind()
+        for va, size in targets:
+            self._rezero(va, size)
+        self._busy += perf_counter() - t0
 
     def release_handles(self, handles: Iterable[int]) -> None:
         """``release`` each handle in order; on a failure the DeviceError carries ``partial``,
