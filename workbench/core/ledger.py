@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from workbench.config import PoolConfig
+from workbench.core.blockset import BlockSet
 from workbench.core.device import Device
 from workbench.core.events import EventLog
 from workbench.core.geometry import KVGeometry, Layout
@@ -77,9 +78,12 @@ class KVCacheManager(PoolLimits):
         # per page opened (and freeing them again) was ~1 us of a ~10 us grow + shrink. Keeps at
         # most one int per block, the objects the free lists and ``allocated`` hold anyway.
         self._block_ids: dict[int, tuple[int, ...]] = {}
+        # page -> its block ids as the list a whole-page alloc returns: ``free`` of exactly that
+        # list (compared element by element, the same int objects) skips the per-id checks
+        self._page_run: dict[int, list[int]] = {}
         self.free_blocks: dict[int, list[int]] = {}  # in-use page -> its free blocks (a stack)
         self.num_free = 0  # free blocks on in-use pages below the limit
-        self.allocated: set[int] = set()
+        self.allocated = BlockSet(g.num_blocks)
         self.reserved_blocks: list[int] = []
         self.misses = 0
         self.limit_bytes = self.capacity_bytes
@@ -145,22 +149,29 @@ class KVCacheManager(PoolLimits):
     def alloc(self, n: int) -> list[int] | None:
         if self.closed:
             raise PoolClosedError(self.name)
-        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        if type(n) is not int and (not isinstance(n, int) or isinstance(n, bool)) or n < 0:
             raise ConfigError(f"alloc({n!r})", "needs a count of 0 or more blocks",
                               "pass a non-negative int")
-        self.poll_control()
-        self.pages.check_ok()
+        if self.control is not None:
+            self.control.poll()
+        pages = self.pages
+        if pages.failed is not None:
+            pages.check_ok()
         if n == 0:
             return []
         held = self.reserved_blocks
         headroom = None  # the pre-check's device headroom reading, for the first new page
+        out: list[int] = []
         if n > self.num_free + len(held):
+            if not (held or self.num_free or pages.reserved) and n <= self._bpp:
+                return self._alloc_new_page(n)
             available, headroom = self._available()
             if n > available:
                 self.misses += 1
                 return None
-        out = held[:n]
-        del held[:n]
+        if held:
+            out = held[:n]
+            del held[:n]
         taken = len(out)
         try:
             while len(out) < n:
@@ -175,6 +186,7 @@ class KVCacheManager(PoolLimits):
                     del stack[len(stack) - k:]
                     got.reverse()
                     self.num_free -= k
+                    self.allocated.update(got)
                 else:
                     # Nothing touched the device since the pre-check read its headroom, so the
                     # first page taken reuses that reading; later ones read it afresh.
@@ -184,13 +196,42 @@ class KVCacheManager(PoolLimits):
                         self._rollback(out, taken)
                         return None
                     got = self._open_page(page, need)
-                out += got
-                self.allocated.update(got)
+                if out:
+                    out += got
+                else:
+                    out = got
         except Exception:
             if len(out) > taken:
                 self._rollback(out, taken)
             raise
         self._publish()
+        return out
+
+    def _alloc_new_page(self, n: int) -> list[int] | None:
+        """``alloc(n)`` when one new page covers it and nothing else can (no free block, no held
+        block, no reserved page): the page allocator's own checks are the pre-check's (limit,
+        shrinking, free ids, device headroom, read once), so it is asked directly."""
+        if self.geometry.num_blocks - len(self.allocated) < n:  # the pre-check's other bound
+            self.misses += 1
+            return None
+        page = self.pages.alloc_page()
+        if page is None:
+            self.misses += 1
+            return None
+        out = self._open_page(page, n)
+        if len(out) < n:  # a short last page: the general path takes the rest (or rolls back)
+            try:
+                while len(out) < n:
+                    page = self.pages.alloc_page()
+                    if page is None:
+                        self._rollback(out, 0)
+                        return None
+                    out += self._open_page(page, n - len(out))
+            except Exception:
+                self._rollback(out, 0)
+                raise
+        if self.control is not None:
+            self.control.publish()
         return out
 
     def _open_page(self, page: int, take: int) -> list[int]:
@@ -202,12 +243,20 @@ class KVCacheManager(PoolLimits):
         blocks = self._block_ids.get(page)
         if blocks is None:
             blocks = self._block_ids[page] = tuple(self.geometry.page_blocks(page))
+            self._page_run[page] = list(blocks)
         k = min(take, len(blocks))
-        stack = list(blocks[k:])
-        stack.reverse()  # the lowest free block on top
-        self.free_blocks[page] = stack
-        self.num_free += len(blocks) - k
-        return list(blocks[:k])
+        if k == len(blocks):  # a whole page: no stack to build
+            self.free_blocks[page] = []
+            got = self._page_run[page].copy()
+        else:
+            stack = list(blocks[k:])
+            stack.reverse()  # the lowest free block on top
+            self.free_blocks[page] = stack
+            self.num_free += len(blocks) - k
+            got = list(blocks[:k])
+        if k:
+            self.allocated.add_run(blocks[0], blocks[0] + k)  # a page's ids are one run
+        return got
 
     def _pick_page(self, need: int) -> int | None:
         best, best_n, most, most_n = None, 1 << 62, None, 0
@@ -235,15 +284,21 @@ class KVCacheManager(PoolLimits):
         if self.closed:
             raise PoolClosedError(self.name)
         self.pages.check_ok()
+        if type(ids) is list and ids and self._free_whole_page(ids):
+            if self.control is not None:
+                self.control.poll()
+                self.control.publish()
+            return
         given = ids
         try:
             ids = list(ids)
             unique = set(ids)
             # 2.0 and True hash and compare like 2 and 1, so membership alone would let them in:
             # a float (or numpy int) makes the sum's type differ; True can only pass as 1
-            ok = (len(unique) == len(ids) and unique <= self.allocated
-                  and self.null_block not in unique and type(sum(ids)) is int
-                  and (1 not in unique or type(ids[ids.index(1)]) is int))
+            ok = (len(unique) == len(ids) and type(sum(ids)) is int
+                  and self.null_block not in unique
+                  and (1 not in unique or type(ids[ids.index(1)]) is int)
+                  and self._all_allocated(ids))
         except TypeError:  # not iterable, or an unhashable id
             ok = False
         if not ok:  # the slow path names the first bad id, or normalises integer types
@@ -252,13 +307,38 @@ class KVCacheManager(PoolLimits):
         self.poll_control()
         self._publish()
 
+    def _all_allocated(self, ids: list[int]) -> bool:
+        """Every id (ints, distinct) is an allocated block: one C-level pass over the bitmap."""
+        bits = self.allocated._bits
+        return not ids or (0 <= min(ids) and max(ids) < len(bits)
+                and 0 not in bytes(map(bits.__getitem__, ids)))
+
+    def _free_whole_page(self, ids: list[int]) -> bool:
+        """``free`` of exactly the list a whole-page alloc returned (the same ids in the same
+        order, all still allocated): the page empties at once. False: take the general path."""
+        b0 = ids[0]
+        if type(b0) is not int or b0 < 2:  # (page 0 holds the null block and the id 1 == True)
+            return False
+        page = b0 * self._block_bytes // self._page_size
+        run = self._page_run.get(page)
+        if (run is None or len(ids) != len(run) or ids != run or type(sum(ids)) is not int
+                or self.free_blocks.get(page) != []
+                or not self.allocated.has_run(b0, b0 + len(ids))):
+            return False
+        self.allocated.discard_run(b0, b0 + len(ids))
+        del self.free_blocks[page]  # it had no free block: num_free is unchanged
+        self.pages.free_page(page)
+        if self._pending is not None:
+            self._converge()
+        return True
+
     def _free_ids(self, ids: list[int]) -> None:
         bb, ps, cap, limit = self._block_bytes, self._page_size, self._capacity, \
             self.pages.limit_pages
         free_blocks, emptied = self.free_blocks, []
-        self.allocated.difference_update(ids)
         if not ids:
             return
+        self.allocated.discard_known(ids)
         # The common case is one page; block -> page is monotone, so the lowest and the highest
         # id decide it. sorted() finds them ~3x faster than min() + max() here: it compares ints
         # on a fast path and takes alloc's ascending runs (or their reverse) in one pass.

@@ -62,7 +62,7 @@ class PageAllocator:
         self.refill_hook: Callable[[], None] | None = None  # None = refill inline
         # a KVSpace may order an unmap's calls for the release that follows at once (a
         # coordinator's space takes no such hint: its phases run apart)
-        self._release_next = {"release_next": True} if isinstance(space, KVSpace) else {}
+        self._release_next = isinstance(space, KVSpace)
 
     # -- transitions -------------------------------------------------------------------------
     def _move(self, page: int, dst: PageState, cause: str) -> None:
@@ -75,8 +75,12 @@ class PageAllocator:
             self._tail_mapped += (dst in _MAPPED) - (src in _MAPPED)
         if dst is FREE:
             heapq.heappush(self._free_heap, page)
-        self.events.emit(event_from_tuple(
-            (self.clock(), self.pool, page, _NAME[src], _NAME[dst], cause)))
+        ev = event_from_tuple((self.clock(), self.pool, page, _NAME[src], _NAME[dst], cause))
+        log = self.events  # EventLog.emit, inlined for the log without subscribers
+        if type(log) is EventLog and log.keep and not log._subscribers and not log._routes:
+            log.events.append(ev)
+        else:
+            log.emit(ev)
 
     def _note(self, page: int, cause: str) -> None:
         """An event with no state change (a failed attempt)."""
@@ -137,7 +141,8 @@ class PageAllocator:
 
         ``headroom``: a :meth:`headroom_pages` reading taken since this pool's last device call
         (see :meth:`new_pages_and_headroom`); None reads the device."""
-        self.check_ok()
+        if self.failed is not None:
+            self.check_ok()
         reserved, limit = self.reserved, self.limit_pages
         for i in range(len(reserved) - 1, -1, -1):
             if reserved[i] < limit:  # (one past a limit waits for a trim)
@@ -145,8 +150,9 @@ class PageAllocator:
                 self._move(page, IN_USE, "reuse")
                 self._maybe_refill()
                 return page
-        if self._tail_mapped > 0 or self.mapped_pages >= limit:  # shrinking, or at the limit
-            return None
+        c = self.counts
+        if self._tail_mapped > 0 or c[IN_USE] + c[RESERVED] + c[RETIRED] >= limit:
+            return None  # shrinking, or at the limit
         if not (self.headroom_pages() if headroom is None else headroom):
             return None
         page = self._peek_free()
@@ -154,12 +160,14 @@ class PageAllocator:
             return None
         if not self._map(page, IN_USE, "map"):
             return None
-        self._maybe_refill()
+        if len(reserved) < self.min_reserved:
+            (self.refill_hook or self.refill)()
         return page
 
     def free_page(self, page: int) -> None:
         """The last block of ``page`` was freed."""
-        self.check_ok()
+        if self.failed is not None:
+            self.check_ok()
         if self.defer_release:
             self.retired[page] = self.epoch
             self._move(page, RETIRED, f"retire@{self.epoch}")
@@ -193,7 +201,10 @@ class PageAllocator:
 
     def _unmap(self, page: int, dst: PageState, cause: str) -> None:
         try:
-            self.space.prepare_unmap(page, **self._release_next)
+            if self._release_next:
+                self.space.prepare_unmap(page, release_next=True)
+            else:
+                self.space.prepare_unmap(page)
         except DeviceError as err:  # undone: the page is whole and still mapped
             self._note(page, f"unmap_failed: {err}")
             if self.state[page] is not RESERVED:

@@ -9,6 +9,7 @@ see every call. The methods read the device's driver handle, descriptors and tab
 from __future__ import annotations
 
 import threading
+from bisect import bisect_left
 from collections.abc import Iterable
 from time import perf_counter
 
@@ -26,14 +27,17 @@ class BatchCalls:
         if threading.get_ident() not in self._bound:
             self._bind()
         cu, prop, rw, zero, alloc = self._cu, self._prop, self._rw, self.zero, self._alloc
-        rs, mappings = self.reservations, self.mappings
-        lo = hi = 0  # the reservation the last target was inside (a page's targets share one)
+        create, cumap, access = cu.cuMemCreate, cu.cuMemMap, cu.cuMemSetAccess
+        mappings, g = self.mappings, self.granularity
+        starts, counts = mappings.starts, mappings.handles
+        lo, hi = self._last_reservation  # the one the last target was in (a pool maps there)
         created: list[int] = []
         n = 0
         try:
             for va, size in targets:
-                self._refuse_size("create", size)
-                err, h = cu.cuMemCreate(size, prop, 0)
+                if type(size) is not int or size <= 0 or size % g:
+                    self._refuse_size("create", size)
+                err, h = create(size, prop, 0)
                 if err:
                     raise fail("create", err)
                 hid = int(h)
@@ -41,21 +45,27 @@ class BatchCalls:
                 self._delta += size
                 created.append(hid)
                 if not lo <= va < va + size <= hi:
-                    r = rs.holding(va)
+                    r = self.reservations.holding(va)
                     if r is not None:
-                        lo, hi = r, r + rs[r]
-                if not lo <= va < va + size <= hi or self._overlaps(va, size):
+                        lo, hi = self._last_reservation = r, r + self.reservations[r]
+                # the overlap refusal inlined: a mapping starting inside, or the one before
+                # reaching in (one bisect)
+                i = bisect_left(starts, va)
+                if (not lo <= va < va + size <= hi or (i < len(starts) and starts[i] < va + size)
+                        or (i and starts[i - 1] + mappings[starts[i - 1]][0] > va)):
                     self._refuse_map(va, size, hid, size)  # raises the refusal's own message
                 if zero is not None:
                     zero.clear(va, size)
-                err = cu.cuMemMap(va, size, 0, h, 0)[0]
+                err = cumap(va, size, 0, h, 0)[0]
                 if err:
                     if zero is not None:
                         self._rezero(va, size)
                     raise fail("map", err)
-                mappings.add(va, size, hid)
+                starts.insert(i, va)  # MapTable.add, inlined
+                dict.__setitem__(mappings, va, (size, hid))
+                counts[hid] = counts.get(hid, 0) + 1
                 n += 1
-                err = cu.cuMemSetAccess(va, size, rw, 1)[0]
+                err = access(va, size, rw, 1)[0]
                 if err:
                     raise fail("set_access", err)
         except DeviceError as err:
@@ -74,15 +84,24 @@ class BatchCalls:
         if threading.get_ident() not in self._bound:
             self._bind()
         unmap, mappings = self._cu.cuMemUnmap, self.mappings
+        starts, counts, get = mappings.starts, mappings.handles, mappings.get
         zero = self.zero if rezero else None
         n = 0
         try:
             for va, size in targets:
-                self._refuse_unmapped("unmap", va, size)
+                m = get(va)
+                if m is None or m[0] != size:
+                    self._refuse_unmapped("unmap", va, size)
                 err = unmap(va, size)[0]
                 if err:
                     raise fail("unmap", err)
-                del mappings[va]
+                dict.__delitem__(mappings, va)  # MapTable's del, inlined
+                del starts[bisect_left(starts, va)]
+                hid = m[1]
+                if counts[hid] > 1:
+                    counts[hid] -= 1
+                else:
+                    del counts[hid]
                 n += 1
                 if zero is not None:
                     self._rezero(va, size)
@@ -110,12 +129,13 @@ class BatchCalls:
         t0 = perf_counter()
         if threading.get_ident() not in self._bound:
             self._bind()
-        release, alloc = self._cu.cuMemRelease, self._alloc
+        release, alloc, mapped = self._cu.cuMemRelease, self._alloc, self.mappings.handles
         n = 0
         try:
             for hid in handles:
                 entry = alloc.get(hid)
-                self._refuse_release(hid, entry is not None)
+                if entry is None or hid in mapped:
+                    self._refuse_release(hid, entry is not None)
                 err = release(entry[0])[0]
                 if err:
                     raise fail("release", err)

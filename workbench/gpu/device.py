@@ -77,6 +77,7 @@ class CudaDevice(BatchCalls, DriverRefusals):
 
         self._busy = 0.0
         self._init_tables()  # reservations: va -> size; mappings: va -> (size, handle id)
+        self._last_reservation = (0, 0)  # [start, end) the batch last mapped in (a cache)
         self._alloc: dict[int, tuple[Any, int]] = {}  # handle id -> (driver handle, size)
         self.occupied: dict[str, list[int]] = {}  # owner -> handles held outside any pool
         self.mem_info_ttl_s = mem_info_ttl_s
@@ -162,6 +163,7 @@ class CudaDevice(BatchCalls, DriverRefusals):
                 self.zero.release_range(va, size)
             call("unreserve", self._cu.cuMemAddressFree, va, size)
             del self.reservations[va]
+            self._last_reservation = (0, 0)
         finally:
             self._busy += perf_counter() - t0
 
