@@ -14,6 +14,23 @@ import operator
 from collections.abc import Iterable, Iterator, MutableSet
 from typing import Any
 
+_ONES: dict[int, bytes] = {}  # k -> b"\1" * k, the runs a pool sets over and over
+_ZEROS: dict[int, bytes] = {}
+
+
+def ones(k: int) -> bytes:
+    run = _ONES.get(k)
+    if run is None:
+        run = _ONES[k] = b"\1" * k
+    return run
+
+
+def zeros(k: int) -> bytes:
+    run = _ZEROS.get(k)
+    if run is None:
+        run = _ZEROS[k] = bytes(k)
+    return run
+
 
 class BlockSet(MutableSet):
     """Block ids in ``range(num_blocks)``; membership of anything else is False."""
@@ -100,12 +117,12 @@ class BlockSet(MutableSet):
 
     def add_run(self, lo: int, hi: int) -> None:
         """Add ``lo..hi-1``, none of which is in the set (the caller knows)."""
-        self._bits[lo:hi] = b"\1" * (hi - lo)
+        self._bits[lo:hi] = ones(hi - lo)
         self._n += hi - lo
 
     def discard_run(self, lo: int, hi: int) -> None:
         """Remove ``lo..hi-1``, all of which are in the set (the caller checked)."""
-        self._bits[lo:hi] = bytes(hi - lo)
+        self._bits[lo:hi] = zeros(hi - lo)
         self._n -= hi - lo
 
     def has_run(self, lo: int, hi: int) -> bool:

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from workbench.config import PoolConfig
-from workbench.core.blockset import BlockSet
+from workbench.core.blockset import BlockSet, ones, zeros
 from workbench.core.device import Device
 from workbench.core.events import EventLog
 from workbench.core.geometry import KVGeometry, Layout
@@ -211,7 +211,7 @@ class KVCacheManager(PoolLimits):
         """``alloc(n)`` when one new page covers it and nothing else can (no free block, no held
         block, no reserved page): the page allocator's own checks are the pre-check's (limit,
         shrinking, free ids, device headroom, read once), so it is asked directly."""
-        if self.geometry.num_blocks - len(self.allocated) < n:  # the pre-check's other bound
+        if self.geometry.num_blocks - self.allocated._n < n:  # the pre-check's other bound
             self.misses += 1
             return None
         page = self.pages.alloc_page()
@@ -244,19 +244,22 @@ class KVCacheManager(PoolLimits):
         if blocks is None:
             blocks = self._block_ids[page] = tuple(self.geometry.page_blocks(page))
             self._page_run[page] = list(blocks)
-        k = min(take, len(blocks))
-        if k == len(blocks):  # a whole page: no stack to build
+        k = len(blocks)
+        if take >= k:  # a whole page: no stack to build
             self.free_blocks[page] = []
-            got = self._page_run[page].copy()
-        else:
-            stack = list(blocks[k:])
-            stack.reverse()  # the lowest free block on top
-            self.free_blocks[page] = stack
-            self.num_free += len(blocks) - k
-            got = list(blocks[:k])
-        if k:
-            self.allocated.add_run(blocks[0], blocks[0] + k)  # a page's ids are one run
-        return got
+            if k:
+                b0 = blocks[0]
+                alloc = self.allocated
+                alloc._bits[b0:b0 + k] = ones(k)  # BlockSet.add_run, inlined
+                alloc._n += k
+            return self._page_run[page].copy()
+        stack = list(blocks[take:])
+        stack.reverse()  # the lowest free block on top
+        self.free_blocks[page] = stack
+        self.num_free += k - take
+        if take:
+            self.allocated.add_run(blocks[0], blocks[0] + take)  # a page's ids are one run
+        return list(blocks[:take])
 
     def _pick_page(self, need: int) -> int | None:
         best, best_n, most, most_n = None, 1 << 62, None, 0
@@ -283,7 +286,8 @@ class KVCacheManager(PoolLimits):
         """Free block ids alloc returned. Every id is checked before anything is touched."""
         if self.closed:
             raise PoolClosedError(self.name)
-        self.pages.check_ok()
+        if self.pages.failed is not None:
+            self.pages.check_ok()
         if type(ids) is list and ids and self._free_whole_page(ids):
             if self.control is not None:
                 self.control.poll()
@@ -321,11 +325,14 @@ class KVCacheManager(PoolLimits):
             return False
         page = b0 * self._block_bytes // self._page_size
         run = self._page_run.get(page)
-        if (run is None or len(ids) != len(run) or ids != run or type(sum(ids)) is not int
-                or self.free_blocks.get(page) != []
-                or not self.allocated.has_run(b0, b0 + len(ids))):
+        if (run is None or ids != run or type(sum(ids)) is not int
+                or self.free_blocks.get(page) != []):
             return False
-        self.allocated.discard_run(b0, b0 + len(ids))
+        # every block of the page is out (its free stack is empty): all are allocated
+        k = len(run)
+        alloc = self.allocated
+        alloc._bits[b0:b0 + k] = zeros(k)  # BlockSet.discard_run, inlined
+        alloc._n -= k
         del self.free_blocks[page]  # it had no free block: num_free is unchanged
         self.pages.free_page(page)
         if self._pending is not None:

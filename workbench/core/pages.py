@@ -144,7 +144,7 @@ class PageAllocator:
         if self.failed is not None:
             self.check_ok()
         reserved, limit = self.reserved, self.limit_pages
-        for i in range(len(reserved) - 1, -1, -1):
+        for i in range(len(reserved) - 1, -1, -1) if reserved else ():
             if reserved[i] < limit:  # (one past a limit waits for a trim)
                 page = reserved.pop(i)
                 self._move(page, IN_USE, "reuse")
@@ -153,11 +153,18 @@ class PageAllocator:
         c = self.counts
         if self._tail_mapped > 0 or c[IN_USE] + c[RESERVED] + c[RETIRED] >= limit:
             return None  # shrinking, or at the limit
-        if not (self.headroom_pages() if headroom is None else headroom):
+        if headroom is None:  # headroom_pages() == 0, written out
+            free, total = self.space.device.mem_info()
+            if free - int(total * (1.0 - self.gpu_utilization)) < self._page_id_bytes:
+                return None
+        elif not headroom:
             return None
-        page = self._peek_free()
-        if page is None:
-            return None
+        heap = self._free_heap
+        page = heap[0] if heap else None
+        if page is None or self.state[page] is not FREE or page >= limit:
+            page = self._peek_free()
+            if page is None:
+                return None
         if not self._map(page, IN_USE, "map"):
             return None
         if len(reserved) < self.min_reserved:

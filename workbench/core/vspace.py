@@ -104,7 +104,7 @@ class KVSpace:
         if page in self.handles or page in self.retained:
             raise StateConsistencyError(f"page {page} is already backed")
         dev = self.device
-        targets = self._page_targets(page)
+        targets = self._targets.get(page) or self._page_targets(page)
         created: list[int] = []
         mapped: list[Target] = []
         try:
@@ -151,7 +151,7 @@ class KVSpace:
         order); the range is bare until :meth:`commit_unmap`."""
         handles = self.handles.pop(page)
         dev = self.device
-        targets = self._page_targets(page)
+        targets = self._targets.get(page) or self._page_targets(page)
         done: list[tuple[Target, int]] = []
         try:
             if self._batch is not None:

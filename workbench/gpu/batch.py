@@ -18,6 +18,16 @@ from workbench.gpu.driver import fail
 
 
 class BatchCalls:
+    # (cuMemCreate, cuMemMap, cuMemSetAccess, prop, rw access, zero page, handle table,
+    # mappings, mapping starts, mapped-handle counts, granularity): read in one unpacking
+    _hot: tuple
+
+    def _prepare_hot(self) -> None:
+        """Gather what the batched calls read, once (every item lives as long as the device)."""
+        cu, m = self._cu, self.mappings
+        self._hot = (cu.cuMemCreate, cu.cuMemMap, cu.cuMemSetAccess, self._prop, self._rw,
+                     self.zero, self._alloc, m, m.starts, m.handles, self.granularity)
+
     def map_targets(self, targets: Iterable[tuple[int, int]]) -> list[int]:
         """create + map + set_access for each ``(va, size)`` in order: the same refusals, driver
         calls and errors as the separate calls, without their per-call Python. On a failure
@@ -26,10 +36,7 @@ class BatchCalls:
         t0 = perf_counter()
         if threading.get_ident() not in self._bound:
             self._bind()
-        cu, prop, rw, zero, alloc = self._cu, self._prop, self._rw, self.zero, self._alloc
-        create, cumap, access = cu.cuMemCreate, cu.cuMemMap, cu.cuMemSetAccess
-        mappings, g = self.mappings, self.granularity
-        starts, counts = mappings.starts, mappings.handles
+        create, cumap, access, prop, rw, zero, alloc, mappings, starts, counts, g = self._hot
         lo, hi = self._last_reservation  # the one the last target was in (a pool maps there)
         created: list[int] = []
         n = 0
@@ -83,8 +90,9 @@ class BatchCalls:
         t0 = perf_counter()
         if threading.get_ident() not in self._bound:
             self._bind()
-        unmap, mappings = self._cu.cuMemUnmap, self.mappings
-        starts, counts, get = mappings.starts, mappings.handles, mappings.get
+        hot = self._hot
+        unmap, mappings, starts, counts = self._cu.cuMemUnmap, hot[7], hot[8], hot[9]
+        get = mappings.get
         zero = self.zero if rezero else None
         n = 0
         try:
@@ -129,7 +137,8 @@ class BatchCalls:
         t0 = perf_counter()
         if threading.get_ident() not in self._bound:
             self._bind()
-        release, alloc, mapped = self._cu.cuMemRelease, self._alloc, self.mappings.handles
+        hot = self._hot
+        release, alloc, mapped = self._cu.cuMemRelease, hot[6], hot[9]
         n = 0
         try:
             for hid in handles:
