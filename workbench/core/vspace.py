@@ -60,10 +60,9 @@ class KVSpace:
         batched = all(hasattr(cls, m) for m in ("map_targets", "unmap_targets",
                                                 "release_handles"))
         self._batch = device if batched else None
-        # pages unmapped by prepare_unmap(release_next=True) whose zero page waits for the
-        # release in commit_unmap (the batched device's order: unmap, release, zeros)
-        self._holes: dict[int, tuple[Target, ...]] = {}
-        self._hold_zero = batched and getattr(device, "zero", None) is not None
+        # pages whose handles prepare_unmap(release_next=True) already released through the
+        # batched device, with the release's failure (None: released) for commit_unmap to raise
+        self._released: dict[int, DeviceError | None] = {}
 
     # -- layout ------------------------------------------------------------------------------
     def targets(self, page: int) -> list[Target]:
@@ -146,26 +145,24 @@ class KVSpace:
     def prepare_unmap(self, page: int, *, release_next: bool = False) -> None:
         """Unmap ``page`` everywhere but keep its physical handles (phase one).
 
-        ``release_next``: the caller commits at once, so a batched device may put the zero
-        page back after the release rather than before it (the same calls, the driver's cheaper
-        order); the range is bare until :meth:`commit_unmap`."""
+        ``release_next``: the caller commits at once (and never aborts), so a batched device
+        unmaps and releases in one call, in the bare driver's order (unmap, release, then the
+        zero page); a release failure is kept for :meth:`commit_unmap` to raise."""
         handles = self.handles.pop(page)
         dev = self.device
         targets = self._targets.get(page) or self._page_targets(page)
         done: list[tuple[Target, int]] = []
         try:
             if self._batch is not None:
-                hold = release_next and self._hold_zero
                 try:
-                    self._batch.unmap_targets(targets, not hold)
+                    if release_next:
+                        self._released[page] = self._batch.unmap_release(targets, handles)
+                    else:
+                        self._batch.unmap_targets(targets)
                 except DeviceError as err:
                     n = getattr(err, "partial", 0)
-                    if hold:  # zeros back first, so the undo below sees what it always saw
-                        self._batch.zero_targets(targets[:n])
                     done = list(zip(targets[:n], handles[:n], strict=True))
                     raise
-                if hold:
-                    self._holes[page] = targets
             else:
                 for t, h in zip(targets, handles, strict=True):
                     dev.unmap(t.va, t.size)
@@ -188,16 +185,18 @@ class KVSpace:
         handles = self.retained.pop(page, None)
         if handles is None:
             return
+        if page in self._released:  # released by prepare_unmap(release_next=True)
+            err = self._released.pop(page)
+            if err is not None:
+                self.retained[page] = handles[getattr(err, "partial", 0):]
+                raise StateConsistencyError(f"page {page}: release failed ({err})") from err
+            return
         if self._batch is not None:
-            holes = self._holes.pop(page, None)
             try:
                 self._batch.release_handles(handles)
             except DeviceError as err:
                 self.retained[page] = handles[getattr(err, "partial", 0):]
                 raise StateConsistencyError(f"page {page}: release failed ({err})") from err
-            finally:
-                if holes is not None:
-                    self._batch.zero_targets(holes)
             return
         release = self.device.release
         for i, h in enumerate(handles):
@@ -209,10 +208,9 @@ class KVSpace:
 
     def abort_unmap(self, page: int) -> None:
         """Remap ``page`` from its retained handles (undo phase one)."""
+        if page in self._released:
+            raise StateConsistencyError(f"page {page}: its handles are released; no abort")
         handles = self.retained.pop(page)
-        holes = self._holes.pop(page, None)
-        if holes is not None:
-            self._batch.zero_targets(holes)  # type: ignore[union-attr]
         try:
             for t, h in zip(self.targets(page), handles, strict=True):
                 self.device.map(t.va, t.size, h)
@@ -242,7 +240,7 @@ class KVSpace:
                 _try(problems, dev.unmap, t.va, t.size, quiet=True)
             self.retained.setdefault(page, []).extend(handles)
         self.stranded.clear()
-        self._holes.clear()  # bare ranges: unreserve below has no zero piece to take there
+        self._released.clear()
         for handles in self.retained.values():
             for h in handles:
                 _try(problems, dev.release, h)
