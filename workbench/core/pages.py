@@ -165,8 +165,12 @@ class PageAllocator:
             page = self._peek_free()
             if page is None:
                 return None
-        if not self._map(page, IN_USE, "map"):
+        try:  # _map(page, IN_USE, "map"), written out
+            self.space.map_page(page)
+        except (MapQuarantinedError, DeviceError, StateConsistencyError) as err:
+            self._map_failed(page, err)
             return None
+        self._move(page, IN_USE, "map")
         if len(reserved) < self.min_reserved:
             (self.refill_hook or self.refill)()
         return page
@@ -193,18 +197,23 @@ class PageAllocator:
     def _map(self, page: int, dst: PageState, cause: str) -> bool:
         try:
             self.space.map_page(page)
-        except MapQuarantinedError as err:
-            self._move(page, QUARANTINED, f"quarantine: {err}")
+        except (MapQuarantinedError, DeviceError, StateConsistencyError) as err:
+            self._map_failed(page, err)
             return False
-        except DeviceError as err:
-            self._note(page, f"map_failed: {err}")
-            return False
-        except StateConsistencyError as err:  # outcome unknown (a lost reply): never reissue it
-            self._move(page, QUARANTINED, f"quarantine: {err}")
-            self.fail(f"page {page}: {err}")
-            raise
         self._move(page, dst, cause)
         return True
+
+    def _map_failed(self, page: int, err: Exception) -> None:
+        """A failed ``map_page``: quarantine (undo failed), a note (undone), or quarantine and
+        fail the pool, re-raising (outcome unknown, e.g. a lost reply: never reissue it)."""
+        if isinstance(err, MapQuarantinedError):
+            self._move(page, QUARANTINED, f"quarantine: {err}")
+        elif isinstance(err, DeviceError):
+            self._note(page, f"map_failed: {err}")
+        else:
+            self._move(page, QUARANTINED, f"quarantine: {err}")
+            self.fail(f"page {page}: {err}")
+            raise err
 
     def _unmap(self, page: int, dst: PageState, cause: str) -> None:
         try:

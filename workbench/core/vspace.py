@@ -102,25 +102,25 @@ class KVSpace:
         MapQuarantinedError (undo failed: the page's backing is unknown)."""
         if page in self.handles or page in self.retained:
             raise StateConsistencyError(f"page {page} is already backed")
-        dev = self.device
         targets = self._targets.get(page) or self._page_targets(page)
+        if self._batch is not None:
+            try:
+                self.handles[page] = self._batch.map_targets(targets)
+            except DeviceError as err:  # the state the separate calls would have left
+                created, n = getattr(err, "partial", ([], 0))
+                self._undo_map(page, err, list(targets[:n]), created)
+                raise
+            return
+        dev = self.device
         created: list[int] = []
         mapped: list[Target] = []
         try:
-            if self._batch is not None:
-                try:
-                    created = self._batch.map_targets(targets)
-                except DeviceError as err:  # the state the separate calls would have left
-                    created, n = getattr(err, "partial", ([], 0))
-                    mapped = list(targets[:n])
-                    raise
-            else:
-                for t in targets:
-                    va, size = t
-                    created.append(dev.create(size))
-                    dev.map(va, size, created[-1])
-                    mapped.append(t)
-                    dev.set_access(va, size)
+            for t in targets:
+                va, size = t
+                created.append(dev.create(size))
+                dev.map(va, size, created[-1])
+                mapped.append(t)
+                dev.set_access(va, size)
         except DeviceError as err:
             self._undo_map(page, err, mapped, created)
             raise

@@ -110,7 +110,7 @@ class BatchCalls:
                     del counts[hid]
                 n += 1
                 if zero is not None:
-                    self._rezero(va, size)
+                    zero.put(va, size)
         except DeviceError as err:
             err.partial = n
             raise
@@ -155,7 +155,7 @@ class BatchCalls:
                 err.partial = n
                 if zero is not None:
                     for va, size in list(targets)[:n]:
-                        self._rezero(va, size)
+                        zero.put(va, size)
                 raise
             n = 0
             try:
@@ -174,7 +174,7 @@ class BatchCalls:
                 failed = err
             if zero is not None:
                 for va, size in targets:
-                    self._rezero(va, size)
+                    zero.put(va, size)
         finally:
             self._busy += perf_counter() - t0
         return failed
