@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from workbench.config import PoolConfig
-from workbench.core.blockset import BlockSet, ones, zeros
+from workbench.core.blockset import _ONES, BlockSet, ones, zeros
 from workbench.core.device import Device
 from workbench.core.events import EventLog
 from workbench.core.geometry import KVGeometry, Layout
@@ -212,13 +212,23 @@ class KVCacheManager(PoolLimits):
         """``alloc(n)`` when one new page covers it and nothing else can (no free block, no held
         block, no reserved page): the page allocator's own checks are the pre-check's (limit,
         shrinking, free ids, device headroom, read once), so it is asked directly."""
-        if self.geometry.num_blocks - self.allocated._n < n:  # the pre-check's other bound
+        alloc = self.allocated
+        if self.geometry.num_blocks - alloc._n < n:  # the pre-check's other bound
             self.misses += 1
             return None
         page = self.pages.alloc_page()
         if page is None:
             self.misses += 1
             return None
+        run = self._page_run.get(page)
+        if run is not None and len(run) == n:  # the whole page (opened before): _open_page
+            self.free_blocks[page] = []
+            b0 = run[0]
+            alloc._bits[b0:b0 + n] = _ONES.get(n) or ones(n)
+            alloc._n += n
+            if self.control is not None:
+                self.control.publish()
+            return run.copy()
         out = self._open_page(page, n)
         if len(out) < n:  # a short last page: the general path takes the rest (or rolls back)
             try:

@@ -183,7 +183,11 @@ class PageAllocator:
             self.retired[page] = self.epoch
             self._move(page, RETIRED, f"retire@{self.epoch}")
             return
-        self._park_or_unmap(page)
+        if page < self.limit_pages and not (len(self.reserved) < self.max_reserved
+                                            and self._tail_mapped <= 0):
+            self._unmap(page, FREE, "unmap")  # _park_or_unmap's common case, written out
+        else:
+            self._park_or_unmap(page)
 
     def _park_or_unmap(self, page: int) -> None:
         if page >= self.limit_pages:
