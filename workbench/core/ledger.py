@@ -160,8 +160,7 @@ class KVCacheManager(PoolLimits):
         if n == 0:
             return []
         held = self.reserved_blocks
-        if n > self.num_free + len(held) and not (held or self.num_free or pages.reserved) \
-                and n <= self._bpp:
+        if not (held or self.num_free or pages.reserved) and n <= self._bpp:  # (n > 0 here)
             return self._alloc_new_page(n)
         headroom = None  # the pre-check's device headroom reading, for the first new page
         out: list[int] = []

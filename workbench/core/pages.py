@@ -63,6 +63,7 @@ class PageAllocator:
         # a KVSpace may order an unmap's calls for the release that follows at once (a
         # coordinator's space takes no such hint: its phases run apart)
         self._release_next = isinstance(space, KVSpace)
+        self._mem_info = space.device.mem_info  # asked before every new page
 
     # -- transitions -------------------------------------------------------------------------
     def _move(self, page: int, dst: PageState, cause: str) -> None:
@@ -154,7 +155,7 @@ class PageAllocator:
         if self._tail_mapped > 0 or c[IN_USE] + c[RESERVED] + c[RETIRED] >= limit:
             return None  # shrinking, or at the limit
         if headroom is None:  # headroom_pages() == 0, written out
-            free, total = self.space.device.mem_info()
+            free, total = self._mem_info()
             if free - int(total * (1.0 - self.gpu_utilization)) < self._page_id_bytes:
                 return None
         elif not headroom:
