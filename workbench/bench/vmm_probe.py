@@ -147,6 +147,35 @@ def _pass(subjects: dict[str, Any], pages: int, rounds: int, alone: bool) -> dic
             for k, v in res.items()}
 
 
+def _measure(layout: Layout, subjects: dict[str, Any], timed: dict[str, TimedDriver],
+             pages: int, rounds: int) -> dict:
+    """Warm every subject up, then the three passes and the timed driver calls' medians."""
+    for s in subjects.values():  # warm-up
+        for p in range(1, pages + 2):
+            s.grow(p)
+        for p in range(1, pages + 2):
+            s.shrink(p)
+    for t in timed.values():
+        for v in t.log.values():
+            v.clear()
+    bases = {k: f"{(getattr(s, 'base', None) or s.kv.space.base) % GiB >> 20} MiB"
+             for k, s in subjects.items() if k not in ("sim", "raw_py")}
+    out: dict[str, Any] = {"layout": layout.value, "base_mod_1GiB": bases}
+    out["interleaved"] = _pass(subjects, pages, rounds, alone=False)
+    calls = {k: {n: round(statistics.median(v) * 1e6, 2) for n, v in t.log.items() if v}
+             | {f"{n}_n": len(v) for n, v in t.log.items() if v}
+             for k, t in timed.items()}
+    out["driver_call_us"] = calls
+    few = {k: subjects[k] for k in ("raw", "wb", "raw_t", "wb_t") if k in subjects}
+    out["alone"] = _pass(few, pages, rounds, alone=True)
+    gc.disable()
+    try:
+        out["interleaved_nogc"] = _pass(few, pages, rounds, alone=False)
+    finally:
+        gc.enable()
+    return out
+
+
 def probe(layout: Layout, pages: int = 40, rounds: int = 10) -> dict:
     geo = model_geometry(layout, pages + 2)
     real = driver()
@@ -187,35 +216,12 @@ def probe(layout: Layout, pages: int = 40, rounds: int = 10) -> dict:
             subjects["batch"] = _Batch(dev(), geo, pages + 2)
             subjects["sim"] = _Workbench(SimDevice("h200"), geo)
             subjects["raw_py"] = _Pair(_Workbench(SimDevice("h200"), geo), raw())
-        for s in subjects.values():  # warm-up
-            for p in range(1, pages + 2):
-                s.grow(p)
-            for p in range(1, pages + 2):
-                s.shrink(p)
-        for t in timed.values():
-            for v in t.log.values():
-                v.clear()
-        bases = {k: f"{(getattr(s, 'base', None) or s.kv.space.base) % GiB >> 20} MiB"
-                 for k, s in subjects.items() if k not in ("sim", "raw_py")}
-        out: dict[str, Any] = {"layout": layout.value, "base_mod_1GiB": bases}
-        out["interleaved"] = _pass(subjects, pages, rounds, alone=False)
-        calls = {k: {n: round(statistics.median(v) * 1e6, 2) for n, v in t.log.items() if v}
-                 | {f"{n}_n": len(v) for n, v in t.log.items() if v}
-                 for k, t in timed.items()}
-        out["driver_call_us"] = calls
-        few = {k: subjects[k] for k in ("raw", "wb", "raw_t", "wb_t") if k in subjects}
-        out["alone"] = _pass(few, pages, rounds, alone=True)
-        gc.disable()
-        try:
-            out["interleaved_nogc"] = _pass(few, pages, rounds, alone=False)
-        finally:
-            gc.enable()
+        return _measure(layout, subjects, timed, pages, rounds)
     finally:
         for s in subjects.values():
             s.close()
         for d in devs:
             d.close()
-    return out
 
 
 def main() -> None:

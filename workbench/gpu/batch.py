@@ -119,12 +119,10 @@ class BatchCalls:
 
     def unmap_release(self, targets: Iterable[tuple[int, int]],
                       handles: list[int]) -> DeviceError | None:
-        """Unmap every target, release every handle, then put the zero page back on the
-        targets, in one call: the bare driver calls' order (on an H200 a release right after a
-        zero page's set-access took ~25 µs longer). An unmap failure raises as
-        ``unmap_targets``'s does (nothing released; the zeros back on what it unmapped, as the
-        separate calls would leave it). A release failure is returned, not raised, with
-        ``partial`` the number released, once the zeros are back: the unmap is complete."""
+        """Unmap every target, release every handle, then the zero page back on the targets:
+        the bare calls' order (an H200 released ~25 µs slower right after a zero set-access).
+        An unmap failure raises like ``unmap_targets`` (nothing released, zeros back on what
+        it unmapped); a release failure is returned (``partial`` = released), zeros back."""
         t0 = perf_counter()
         if threading.get_ident() not in self._bound:
             self._bind()
