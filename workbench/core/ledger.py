@@ -14,9 +14,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from workbench.config import PoolConfig
+from workbench.core.blockset import BlockSet
 from workbench.core.device import Device
 from workbench.core.events import EventLog
 from workbench.core.geometry import KVGeometry, Layout
+from workbench.core.ledger_blocks import LedgerBlocks
 from workbench.core.ledger_state import PoolSnapshot, check_invariants, checked_free_ids
 from workbench.core.limits import LimitOutcome, LimitResult, PoolLimits
 from workbench.core.pages import PageAllocator
@@ -26,7 +28,7 @@ from workbench.errors import ConfigError, PoolClosedError, WorkbenchError
 NULL_BLOCK = 0
 
 
-class KVCacheManager(PoolLimits):
+class KVCacheManager(LedgerBlocks, PoolLimits):
     def __init__(self, geometry: KVGeometry, device: Device | None = None, *, name: str = "pool",
                  config: PoolConfig | None = None, events: EventLog | None = None,
                  reserve_null_block: bool = True, defer_release: bool = False,
@@ -77,9 +79,12 @@ class KVCacheManager(PoolLimits):
         # per page opened (and freeing them again) was ~1 us of a ~10 us grow + shrink. Keeps at
         # most one int per block, the objects the free lists and ``allocated`` hold anyway.
         self._block_ids: dict[int, tuple[int, ...]] = {}
+        # page -> its block ids as the list a whole-page alloc returns: ``free`` of exactly that
+        # list (compared element by element, the same int objects) skips the per-id checks
+        self._page_run: dict[int, list[int]] = {}
         self.free_blocks: dict[int, list[int]] = {}  # in-use page -> its free blocks (a stack)
         self.num_free = 0  # free blocks on in-use pages below the limit
-        self.allocated: set[int] = set()
+        self.allocated = BlockSet(g.num_blocks)
         self.reserved_blocks: list[int] = []
         self.misses = 0
         self.limit_bytes = self.capacity_bytes
@@ -145,22 +150,29 @@ class KVCacheManager(PoolLimits):
     def alloc(self, n: int) -> list[int] | None:
         if self.closed:
             raise PoolClosedError(self.name)
-        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        if type(n) is not int and (not isinstance(n, int) or isinstance(n, bool)) or n < 0:
             raise ConfigError(f"alloc({n!r})", "needs a count of 0 or more blocks",
                               "pass a non-negative int")
-        self.poll_control()
-        self.pages.check_ok()
+        if self.control is not None:
+            self.control.poll()
+        pages = self.pages
+        if pages.failed is not None:
+            pages.check_ok()
         if n == 0:
             return []
         held = self.reserved_blocks
+        if not (held or self.num_free or pages.reserved) and n <= self._bpp:  # (n > 0 here)
+            return self._alloc_new_page(n)
         headroom = None  # the pre-check's device headroom reading, for the first new page
+        out: list[int] = []
         if n > self.num_free + len(held):
             available, headroom = self._available()
             if n > available:
                 self.misses += 1
                 return None
-        out = held[:n]
-        del held[:n]
+        if held:
+            out = held[:n]
+            del held[:n]
         taken = len(out)
         try:
             while len(out) < n:
@@ -175,6 +187,7 @@ class KVCacheManager(PoolLimits):
                     del stack[len(stack) - k:]
                     got.reverse()
                     self.num_free -= k
+                    self.allocated.update(got)
                 else:
                     # Nothing touched the device since the pre-check read its headroom, so the
                     # first page taken reuses that reading; later ones read it afresh.
@@ -184,43 +197,16 @@ class KVCacheManager(PoolLimits):
                         self._rollback(out, taken)
                         return None
                     got = self._open_page(page, need)
-                out += got
-                self.allocated.update(got)
+                if out:
+                    out += got
+                else:
+                    out = got
         except Exception:
             if len(out) > taken:
                 self._rollback(out, taken)
             raise
         self._publish()
         return out
-
-    def _open_page(self, page: int, take: int) -> list[int]:
-        """Start the free stack of a page just handed out and take ``take`` blocks off it.
-
-        The same as stacking the page's blocks lowest on top and popping ``take`` of them, but
-        the taken blocks never enter the stack (an alloc of a whole page builds no stack at all).
-        """
-        blocks = self._block_ids.get(page)
-        if blocks is None:
-            blocks = self._block_ids[page] = tuple(self.geometry.page_blocks(page))
-        k = min(take, len(blocks))
-        stack = list(blocks[k:])
-        stack.reverse()  # the lowest free block on top
-        self.free_blocks[page] = stack
-        self.num_free += len(blocks) - k
-        return list(blocks[:k])
-
-    def _pick_page(self, need: int) -> int | None:
-        best, best_n, most, most_n = None, 1 << 62, None, 0
-        limit = self.pages.limit_pages
-        for page, stack in self.free_blocks.items():
-            k = len(stack)
-            if not k or page >= limit:
-                continue
-            if need <= k < best_n:
-                best, best_n = page, k
-            if k > most_n:
-                most, most_n = page, k
-        return best if best is not None else most
 
     def _rollback(self, out: list[int], taken: int) -> None:
         """Undo a partial alloc: page blocks go back to their pages, held blocks to the front."""
@@ -234,16 +220,23 @@ class KVCacheManager(PoolLimits):
         """Free block ids alloc returned. Every id is checked before anything is touched."""
         if self.closed:
             raise PoolClosedError(self.name)
-        self.pages.check_ok()
+        if self.pages.failed is not None:
+            self.pages.check_ok()
+        if type(ids) is list and ids and self._free_whole_page(ids):
+            if self.control is not None:
+                self.control.poll()
+                self.control.publish()
+            return
         given = ids
         try:
             ids = list(ids)
             unique = set(ids)
             # 2.0 and True hash and compare like 2 and 1, so membership alone would let them in:
             # a float (or numpy int) makes the sum's type differ; True can only pass as 1
-            ok = (len(unique) == len(ids) and unique <= self.allocated
-                  and self.null_block not in unique and type(sum(ids)) is int
-                  and (1 not in unique or type(ids[ids.index(1)]) is int))
+            ok = (len(unique) == len(ids) and type(sum(ids)) is int
+                  and self.null_block not in unique
+                  and (1 not in unique or type(ids[ids.index(1)]) is int)
+                  and self._all_allocated(ids))
         except TypeError:  # not iterable, or an unhashable id
             ok = False
         if not ok:  # the slow path names the first bad id, or normalises integer types
@@ -251,39 +244,6 @@ class KVCacheManager(PoolLimits):
         self._free_ids(ids)
         self.poll_control()
         self._publish()
-
-    def _free_ids(self, ids: list[int]) -> None:
-        bb, ps, cap, limit = self._block_bytes, self._page_size, self._capacity, \
-            self.pages.limit_pages
-        free_blocks, emptied = self.free_blocks, []
-        self.allocated.difference_update(ids)
-        if not ids:
-            return
-        # The common case is one page; block -> page is monotone, so the lowest and the highest
-        # id decide it. sorted() finds them ~3x faster than min() + max() here: it compares ints
-        # on a fast path and takes alloc's ascending runs (or their reverse) in one pass.
-        order = sorted(ids)
-        first = order[0] * bb // ps
-        if order[-1] * bb // ps == first:
-            groups = {first: ids}
-        else:
-            groups: dict[int, list[int]] = {}
-            for b in ids:
-                groups.setdefault(b * bb // ps, []).append(b)
-        for page, blocks in groups.items():
-            stack = free_blocks[page]
-            stack.extend(blocks)
-            if page < limit:
-                self.num_free += len(blocks)
-            if len(stack) == cap[page]:
-                emptied.append(page)
-        for page in emptied:
-            if page < limit:
-                self.num_free -= len(free_blocks[page])
-            del free_blocks[page]
-            self.pages.free_page(page)
-        if self._pending is not None:
-            self._converge()
 
     # -- reserve (SGLang-style try_to_reserve) -----------------------------------------------
     def try_to_reserve(self, n: int) -> bool:

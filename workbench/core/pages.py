@@ -60,6 +60,10 @@ class PageAllocator:
         self._tail_mapped = 0  # mapped pages at or above the limit
         self.failed: str | None = None
         self.refill_hook: Callable[[], None] | None = None  # None = refill inline
+        # a KVSpace may order an unmap's calls for the release that follows at once (a
+        # coordinator's space takes no such hint: its phases run apart)
+        self._release_next = isinstance(space, KVSpace)
+        self._mem_info = space.device.mem_info  # asked before every new page
 
     # -- transitions -------------------------------------------------------------------------
     def _move(self, page: int, dst: PageState, cause: str) -> None:
@@ -72,8 +76,12 @@ class PageAllocator:
             self._tail_mapped += (dst in _MAPPED) - (src in _MAPPED)
         if dst is FREE:
             heapq.heappush(self._free_heap, page)
-        self.events.emit(event_from_tuple(
-            (self.clock(), self.pool, page, _NAME[src], _NAME[dst], cause)))
+        ev = event_from_tuple((self.clock(), self.pool, page, _NAME[src], _NAME[dst], cause))
+        log = self.events  # EventLog.emit, inlined for the log without subscribers
+        if type(log) is EventLog and log.keep and not log._subscribers and not log._routes:
+            log.events.append(ev)
+        else:
+            log.emit(ev)
 
     def _note(self, page: int, cause: str) -> None:
         """An event with no state change (a failed attempt)."""
@@ -134,34 +142,53 @@ class PageAllocator:
 
         ``headroom``: a :meth:`headroom_pages` reading taken since this pool's last device call
         (see :meth:`new_pages_and_headroom`); None reads the device."""
-        self.check_ok()
+        if self.failed is not None:
+            self.check_ok()
         reserved, limit = self.reserved, self.limit_pages
-        for i in range(len(reserved) - 1, -1, -1):
+        for i in range(len(reserved) - 1, -1, -1) if reserved else ():
             if reserved[i] < limit:  # (one past a limit waits for a trim)
                 page = reserved.pop(i)
                 self._move(page, IN_USE, "reuse")
                 self._maybe_refill()
                 return page
-        if self._tail_mapped > 0 or self.mapped_pages >= limit:  # shrinking, or at the limit
+        c = self.counts
+        if self._tail_mapped > 0 or c[IN_USE] + c[RESERVED] + c[RETIRED] >= limit:
+            return None  # shrinking, or at the limit
+        if headroom is None:  # headroom_pages() == 0, written out
+            free, total = self._mem_info()
+            if free - int(total * (1.0 - self.gpu_utilization)) < self._page_id_bytes:
+                return None
+        elif not headroom:
             return None
-        if not (self.headroom_pages() if headroom is None else headroom):
+        heap = self._free_heap
+        page = heap[0] if heap else None
+        if page is None or self.state[page] is not FREE or page >= limit:
+            page = self._peek_free()
+            if page is None:
+                return None
+        try:  # _map(page, IN_USE, "map"), written out
+            self.space.map_page(page)
+        except (MapQuarantinedError, DeviceError, StateConsistencyError) as err:
+            self._map_failed(page, err)
             return None
-        page = self._peek_free()
-        if page is None:
-            return None
-        if not self._map(page, IN_USE, "map"):
-            return None
-        self._maybe_refill()
+        self._move(page, IN_USE, "map")
+        if len(reserved) < self.min_reserved:
+            (self.refill_hook or self.refill)()
         return page
 
     def free_page(self, page: int) -> None:
         """The last block of ``page`` was freed."""
-        self.check_ok()
+        if self.failed is not None:
+            self.check_ok()
         if self.defer_release:
             self.retired[page] = self.epoch
             self._move(page, RETIRED, f"retire@{self.epoch}")
             return
-        self._park_or_unmap(page)
+        if page < self.limit_pages and not (len(self.reserved) < self.max_reserved
+                                            and self._tail_mapped <= 0):
+            self._unmap(page, FREE, "unmap")  # _park_or_unmap's common case, written out
+        else:
+            self._park_or_unmap(page)
 
     def _park_or_unmap(self, page: int) -> None:
         if page >= self.limit_pages:
@@ -175,22 +202,30 @@ class PageAllocator:
     def _map(self, page: int, dst: PageState, cause: str) -> bool:
         try:
             self.space.map_page(page)
-        except MapQuarantinedError as err:
-            self._move(page, QUARANTINED, f"quarantine: {err}")
+        except (MapQuarantinedError, DeviceError, StateConsistencyError) as err:
+            self._map_failed(page, err)
             return False
-        except DeviceError as err:
-            self._note(page, f"map_failed: {err}")
-            return False
-        except StateConsistencyError as err:  # outcome unknown (a lost reply): never reissue it
-            self._move(page, QUARANTINED, f"quarantine: {err}")
-            self.fail(f"page {page}: {err}")
-            raise
         self._move(page, dst, cause)
         return True
 
+    def _map_failed(self, page: int, err: Exception) -> None:
+        """A failed ``map_page``: quarantine (undo failed), a note (undone), or quarantine and
+        fail the pool, re-raising (outcome unknown, e.g. a lost reply: never reissue it)."""
+        if isinstance(err, MapQuarantinedError):
+            self._move(page, QUARANTINED, f"quarantine: {err}")
+        elif isinstance(err, DeviceError):
+            self._note(page, f"map_failed: {err}")
+        else:
+            self._move(page, QUARANTINED, f"quarantine: {err}")
+            self.fail(f"page {page}: {err}")
+            raise err
+
     def _unmap(self, page: int, dst: PageState, cause: str) -> None:
         try:
-            self.space.prepare_unmap(page)
+            if self._release_next:
+                self.space.prepare_unmap(page, release_next=True)
+            else:
+                self.space.prepare_unmap(page)
         except DeviceError as err:  # undone: the page is whole and still mapped
             self._note(page, f"unmap_failed: {err}")
             if self.state[page] is not RESERVED:

@@ -60,6 +60,9 @@ class KVSpace:
         batched = all(hasattr(cls, m) for m in ("map_targets", "unmap_targets",
                                                 "release_handles"))
         self._batch = device if batched else None
+        # pages whose handles prepare_unmap(release_next=True) already released through the
+        # batched device, with the release's failure (None: released) for commit_unmap to raise
+        self._released: dict[int, DeviceError | None] = {}
 
     # -- layout ------------------------------------------------------------------------------
     def targets(self, page: int) -> list[Target]:
@@ -99,25 +102,25 @@ class KVSpace:
         MapQuarantinedError (undo failed: the page's backing is unknown)."""
         if page in self.handles or page in self.retained:
             raise StateConsistencyError(f"page {page} is already backed")
+        targets = self._targets.get(page) or self._page_targets(page)
+        if self._batch is not None:
+            try:
+                self.handles[page] = self._batch.map_targets(targets)
+            except DeviceError as err:  # the state the separate calls would have left
+                created, n = getattr(err, "partial", ([], 0))
+                self._undo_map(page, err, list(targets[:n]), created)
+                raise
+            return
         dev = self.device
-        targets = self._page_targets(page)
         created: list[int] = []
         mapped: list[Target] = []
         try:
-            if self._batch is not None:
-                try:
-                    created = self._batch.map_targets(targets)
-                except DeviceError as err:  # the state the separate calls would have left
-                    created, n = getattr(err, "partial", ([], 0))
-                    mapped = list(targets[:n])
-                    raise
-            else:
-                for t in targets:
-                    va, size = t
-                    created.append(dev.create(size))
-                    dev.map(va, size, created[-1])
-                    mapped.append(t)
-                    dev.set_access(va, size)
+            for t in targets:
+                va, size = t
+                created.append(dev.create(size))
+                dev.map(va, size, created[-1])
+                mapped.append(t)
+                dev.set_access(va, size)
         except DeviceError as err:
             self._undo_map(page, err, mapped, created)
             raise
@@ -139,16 +142,23 @@ class KVSpace:
             raise MapQuarantinedError(
                 f"page {page}: {err}; rollback failed too ({undo})") from undo
 
-    def prepare_unmap(self, page: int) -> None:
-        """Unmap ``page`` everywhere but keep its physical handles (phase one)."""
+    def prepare_unmap(self, page: int, *, release_next: bool = False) -> None:
+        """Unmap ``page`` everywhere but keep its physical handles (phase one).
+
+        ``release_next``: the caller commits at once (and never aborts), so a batched device
+        unmaps and releases in one call, in the bare driver's order (unmap, release, then the
+        zero page); a release failure is kept for :meth:`commit_unmap` to raise."""
         handles = self.handles.pop(page)
         dev = self.device
-        targets = self._page_targets(page)
+        targets = self._targets.get(page) or self._page_targets(page)
         done: list[tuple[Target, int]] = []
         try:
             if self._batch is not None:
                 try:
-                    self._batch.unmap_targets(targets)
+                    if release_next:
+                        self._released[page] = self._batch.unmap_release(targets, handles)
+                    else:
+                        self._batch.unmap_targets(targets)
                 except DeviceError as err:
                     n = getattr(err, "partial", 0)
                     done = list(zip(targets[:n], handles[:n], strict=True))
@@ -175,6 +185,12 @@ class KVSpace:
         handles = self.retained.pop(page, None)
         if handles is None:
             return
+        if page in self._released:  # released by prepare_unmap(release_next=True)
+            err = self._released.pop(page)
+            if err is not None:
+                self.retained[page] = handles[getattr(err, "partial", 0):]
+                raise StateConsistencyError(f"page {page}: release failed ({err})") from err
+            return
         if self._batch is not None:
             try:
                 self._batch.release_handles(handles)
@@ -192,6 +208,8 @@ class KVSpace:
 
     def abort_unmap(self, page: int) -> None:
         """Remap ``page`` from its retained handles (undo phase one)."""
+        if page in self._released:
+            raise StateConsistencyError(f"page {page}: its handles are released; no abort")
         handles = self.retained.pop(page)
         try:
             for t, h in zip(self.targets(page), handles, strict=True):
@@ -222,6 +240,7 @@ class KVSpace:
                 _try(problems, dev.unmap, t.va, t.size, quiet=True)
             self.retained.setdefault(page, []).extend(handles)
         self.stranded.clear()
+        self._released.clear()
         for handles in self.retained.values():
             for h in handles:
                 _try(problems, dev.release, h)

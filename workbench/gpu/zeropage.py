@@ -115,6 +115,28 @@ class ZeroPage:
             self._size[s] = n
         self._sorted = None
 
+    def put(self, va: int, size: int) -> None:
+        """``fill(va, size)`` at best effort (an unmapped range's zeros coming back): a failure
+        leaves a hole, whose reads fault, and nothing else. The steady state is written out."""
+        h = self.handles.get(size) if self.access is not None and size <= self.max_exact else None
+        if h is None:
+            try:
+                self.fill(va, size)
+            except DeviceError:
+                pass
+            return
+        cu = self.cu
+        if cu.cuMemMap(va, size, 0, h, 0)[0]:
+            return
+        if cu.cuMemSetAccess(va, size, self._desc, 1)[0]:
+            try:
+                self._unmap_runs([(va, size)])
+            except DeviceError:
+                pass
+            return
+        self._size[va] = size
+        self._sorted = None
+
     def _fill_one(self, va: int, size: int) -> None:
         """``fill`` of one exact piece, once the access mode is known."""
         cu = self.cu
