@@ -147,3 +147,18 @@ def test_placement_says_when_ranks_share_a_gpu():
 def test_params_out_of_range_are_refused(values, what):
     with pytest.raises(ConfigError, match=what):
         run_lab("tp-pp", TpPpParams(quick=True, **values), "sim")
+
+
+def test_run_lab_checks_the_backend_with_the_params_it_runs(monkeypatch):
+    """gpus=1 on a one-GPU host passes the check before the run; the defaults do not."""
+    from workbench.labs.tp_pp import TpPpLab
+
+    monkeypatch.setattr(tp_pp_workers, "cuda_device_count", lambda: 1)
+    monkeypatch.setattr("workbench.backends.require", lambda backend: None)
+    seen = []
+    monkeypatch.setattr(TpPpLab, "run", lambda self, p, b, progress=None: seen.append(p.gpus))
+    run_lab("tp-pp", TpPpParams(quick=True, gpus=1), "gpu")
+    assert seen == [1]
+    with pytest.raises(ConfigError, match=r"needs one GPU per rank \(2 ranks\)"):
+        run_lab("tp-pp", TpPpParams(quick=True), "gpu")
+    assert seen == [1]

@@ -74,7 +74,7 @@ def run_lab(
         lab = get_lab(name)
         shared = {"quick": str(quick), "seed": str(seed), "peaks": peaks, "steptime": steptime}
         params = lab.parse_params(_param_text(lab, param or [], shared))
-        lab.check_backend(backend)
+        lab.check_backend(backend, params)
     except ConfigError as err:
         raise _fail(err) from None
     t0 = time.perf_counter()

@@ -50,5 +50,6 @@ def run_lab(name: str, params: Any = None, backend: str = "sim",
             progress: Progress | None = None) -> LabResult:
     """Check the backend first (refusing before anything runs), then run lab ``name``."""
     lab = get_lab(name)
-    lab.check_backend(backend)
-    return lab.run(params if params is not None else lab.params(), backend, progress)
+    params = params if params is not None else lab.params()
+    lab.check_backend(backend, params)
+    return lab.run(params, backend, progress)

@@ -65,9 +65,11 @@ class Lab(ABC):
             raise ConfigError(f"parameter {unknown[0]!r} of lab {self.name!r}", "is not one of "
                               "its parameters", f"use one of {', '.join(names)}")
 
-    def check_backend(self, backend: str) -> None:
+    def check_backend(self, backend: str, params: Any = None) -> None:
         """Refuse (one ConfigError line) an unknown backend name, one this lab does not support,
-        and one that cannot be used here (``gpu`` without a CUDA GPU); nothing has run yet."""
+        and one that cannot be used here (``gpu`` without a CUDA GPU); nothing has run yet.
+        A lab whose needs depend on its parameters (GPUs per rank) overrides this and reads
+        ``params`` (None: the defaults)."""
         from workbench.backends import kind, require
 
         if kind(backend) not in self.backends:

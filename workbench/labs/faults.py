@@ -45,7 +45,7 @@ class FaultsLab(Lab):
     backends = ("sim", "host", "gpu")
 
     def check_backend(self, backend: str, params: FaultsParams | None = None) -> None:
-        super().check_backend(backend)
+        super().check_backend(backend, params)
         p = params or FaultsParams()
         need_gpus(self.name, backend, p.tp, p.gpus)
 

@@ -60,7 +60,7 @@ class TpPpLab(Lab):
     backends = ("sim", "host", "gpu")
 
     def check_backend(self, backend: str, params: TpPpParams | None = None) -> None:
-        super().check_backend(backend)
+        super().check_backend(backend, params)
         p = params or TpPpParams()
         need_gpus(self.name, backend, p.ranks(), p.gpus)
 
