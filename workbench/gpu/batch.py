@@ -88,10 +88,60 @@ class BatchCalls:
         t0 = perf_counter()
         if threading.get_ident() not in self._bound:
             self._bind()
+        try:
+            self._unmap_each(targets, rezero=True)
+        finally:
+            self._busy += perf_counter() - t0
+
+    def unmap_release(self, targets: Iterable[tuple[int, int]],
+                      handles: list[int]) -> DeviceError | None:
+        """Unmap every target, release every handle, then the zero page back on the targets:
+        the bare calls' order (an H200 released ~25 µs slower right after a zero set-access).
+        An unmap failure raises like ``unmap_targets`` (nothing released, zeros back on what
+        it unmapped); a release failure is returned (``partial`` = released), zeros back."""
+        t0 = perf_counter()
+        if threading.get_ident() not in self._bound:
+            self._bind()
+        targets = list(targets)
+        zero = self.zero
+        failed: DeviceError | None = None
+        try:
+            try:
+                self._unmap_each(targets, rezero=False)
+            except DeviceError as err:
+                if zero is not None:
+                    for va, size in targets[:err.partial]:
+                        zero.put(va, size)
+                raise
+            try:
+                self._release_each(handles)
+            except DeviceError as err:
+                failed = err
+            if zero is not None:
+                for va, size in targets:
+                    zero.put(va, size)
+        finally:
+            self._busy += perf_counter() - t0
+        return failed
+
+    def release_handles(self, handles: Iterable[int]) -> None:
+        """``release`` each handle in order; on a failure the DeviceError carries ``partial``,
+        the number released before it."""
+        t0 = perf_counter()
+        if threading.get_ident() not in self._bound:
+            self._bind()
+        try:
+            self._release_each(handles)
+        finally:
+            self._busy += perf_counter() - t0
+
+    def _unmap_each(self, targets: Iterable[tuple[int, int]], rezero: bool) -> None:
+        """The unmap loop (tables updated inline); ``rezero`` puts each target's zero piece
+        back right after it. A failure's DeviceError carries ``partial`` (unmapped before)."""
         hot = self._hot
         unmap, mappings, starts, counts = self._cu.cuMemUnmap, hot[7], hot[8], hot[9]
         get = mappings.get
-        zero = self.zero
+        zero = self.zero if rezero else None
         n = 0
         try:
             for va, size in targets:
@@ -114,75 +164,9 @@ class BatchCalls:
         except DeviceError as err:
             err.partial = n
             raise
-        finally:
-            self._busy += perf_counter() - t0
 
-    def unmap_release(self, targets: Iterable[tuple[int, int]],
-                      handles: list[int]) -> DeviceError | None:
-        """Unmap every target, release every handle, then the zero page back on the targets:
-        the bare calls' order (an H200 released ~25 µs slower right after a zero set-access).
-        An unmap failure raises like ``unmap_targets`` (nothing released, zeros back on what
-        it unmapped); a release failure is returned (``partial`` = released), zeros back."""
-        t0 = perf_counter()
-        if threading.get_ident() not in self._bound:
-            self._bind()
-        hot = self._hot
-        unmap, release = self._cu.cuMemUnmap, self._cu.cuMemRelease
-        zero, alloc, mappings, starts, counts = hot[5], hot[6], hot[7], hot[8], hot[9]
-        get = mappings.get
-        n = 0
-        failed: DeviceError | None = None
-        try:
-            try:
-                for va, size in targets:
-                    m = get(va)
-                    if m is None or m[0] != size:
-                        self._refuse_unmapped("unmap", va, size)
-                    err = unmap(va, size)[0]
-                    if err:
-                        raise fail("unmap", err)
-                    dict.__delitem__(mappings, va)  # MapTable's del, inlined
-                    del starts[bisect_left(starts, va)]
-                    hid = m[1]
-                    if counts[hid] > 1:
-                        counts[hid] -= 1
-                    else:
-                        del counts[hid]
-                    n += 1
-            except DeviceError as err:
-                err.partial = n
-                if zero is not None:
-                    for va, size in list(targets)[:n]:
-                        zero.put(va, size)
-                raise
-            n = 0
-            try:
-                for hid in handles:
-                    entry = alloc.get(hid)
-                    if entry is None or hid in counts:
-                        self._refuse_release(hid, entry is not None)
-                    err = release(entry[0])[0]
-                    if err:
-                        raise fail("release", err)
-                    del alloc[hid]
-                    self._delta -= entry[1]
-                    n += 1
-            except DeviceError as err:
-                err.partial = n
-                failed = err
-            if zero is not None:
-                for va, size in targets:
-                    zero.put(va, size)
-        finally:
-            self._busy += perf_counter() - t0
-        return failed
-
-    def release_handles(self, handles: Iterable[int]) -> None:
-        """``release`` each handle in order; on a failure the DeviceError carries ``partial``,
-        the number released before it."""
-        t0 = perf_counter()
-        if threading.get_ident() not in self._bound:
-            self._bind()
+    def _release_each(self, handles: Iterable[int]) -> None:
+        """The release loop; a failure's DeviceError carries ``partial`` (released before)."""
         hot = self._hot
         release, alloc, mapped = self._cu.cuMemRelease, hot[6], hot[9]
         n = 0
@@ -200,5 +184,3 @@ class BatchCalls:
         except DeviceError as err:
             err.partial = n
             raise
-        finally:
-            self._busy += perf_counter() - t0

@@ -36,6 +36,7 @@ from workbench.tiers import TierCosts, make_stack, make_store
 from workbench.tiers.presets import tier_costs
 from workbench.tiers.sim import TierConnector
 
+PARTS = ("wait", "lookup", "retrieve", "h2d", "prefill")  # where a probe's TTFT goes
 GROUPS = ("baseline", "hbm", "cpu", "l2", "all-miss")
 GiB = 1 << 30
 

@@ -9,9 +9,9 @@ from workbench.engines.metrics import Dist
 from workbench.labs.base import LabResult
 from workbench.labs.common import agreement_rows, checks_verdict, ms_or_none, ttft_percentiles
 from workbench.labs.record import LabRecord, Manifest
+from workbench.labs.tiered_retrieval import PARTS
 from workbench.labs.tiered_retrieval_mini import L2_NOT_RUN, MINI_GROUPS
 
-PARTS = ("wait", "lookup", "retrieve", "h2d", "prefill")
 EXPECT = (
     ("a hit computes fewer tokens than a miss: HBM hit <= CPU hit < all miss = baseline "
      "(HBM hits whole 16-token blocks, the host tier whole chunks)", "tokens"),

@@ -11,10 +11,9 @@ from workbench.engines.models import get_model
 from workbench.labs.base import LabResult
 from workbench.labs.common import agreement_rows, checks_verdict, ms_or_none, ttft_percentiles
 from workbench.labs.record import LabRecord, Manifest
-from workbench.labs.tiered_retrieval import GROUPS, costs
+from workbench.labs.tiered_retrieval import GROUPS, PARTS, costs
 from workbench.tiers.presets import PRESETS
 
-PARTS = ("wait", "lookup", "retrieve", "h2d", "prefill")
 EXPECT = (
     ("HBM hit < CPU hit < L2 hit < baseline (TTFT p50), each hit skipping the document's "
      "prefill", "order"),
