@@ -71,7 +71,7 @@ def run_mini(params: ColocationParams, backend: str,
 
 def from_repeats(reps: list[dict], backend: str) -> ColocationRun:
     c = reps[0]["config"]
-    peaks = list(c["peaks"])
+    peaks = sorted(c["peaks"])  # tables low to high load, whatever order they ran in
     modes = c["modes"]
     overall = {(p, m): [r["runs"][f"{p}/{m}"]["overall"] for r in reps
                         if f"{p}/{m}" in r["runs"]] for p in peaks for m in modes}
@@ -102,7 +102,8 @@ def from_repeats(reps: list[dict], backend: str) -> ColocationRun:
                f"{c['budget_gib'] / c['instances']:.2f} GiB each; elastic: {mapper}); ramp "
                f"time-compressed x{scale}, prompts {c['prompt_len']}, completions {out_len} "
                f"tokens. PEAK (x scale = req/s); TTFT in ms. {_decode(reps)}. "
-               f"{len(reps)} repeat(s), orders: "
+               f"PEAKs run in the order {', '.join(map(str, c['peaks']))}; "
+               f"{len(reps)} repeat(s), mode orders: "
                + "; ".join(f"{r['repeat']}: {' then '.join(r['order'])}" for r in reps) + ".",
                ""],
         footer=footer, record=_record_fields(reps, backend),
