@@ -277,6 +277,34 @@ def test_free_checks_every_id_before_touching_the_ledger(ids, message):
     kv.close()
 
 
+@pytest.mark.parametrize("part", ["whole", "some"])
+def test_free_refuses_ids_held_in_the_reserve(part):
+    """try_to_reserve's blocks are allocated but the pool's own: free() of them would leave the
+    reserve handing out freed ids. Refused, nothing changed; free_reserved gives them back."""
+    geo = KVGeometry(num_layers=2, kv_heads=2, head_dim=64, block_size=16, num_blocks=8192)
+    kv = KVCacheManager(geo, SimDevice("h200"), name="p1", config=PoolConfig(
+        prealloc=False, min_reserved_pages=0, max_reserved_pages=0))
+    bpp = geo.page_size // geo.block_bytes
+    filler = kv.alloc(bpp - 1)  # the rest of the null block's page
+    assert kv.try_to_reserve(bpp)  # one whole page, the shape the whole-page free takes
+    held = list(kv.reserved_blocks)
+    ids = held if part == "whole" else held[3:5]
+    before = (set(kv.allocated), list(kv.reserved_blocks), kv.pages.mapped_pages)
+    with pytest.raises(ConfigError) as err:
+        kv.free(ids)
+    assert str(err.value) == (f"free of block {ids[0]}: it is held in the pool's reserve "
+                              "(try_to_reserve), not handed out. Fix: give the reserve back "
+                              "with free_reserved(), or alloc it first")
+    assert before == (set(kv.allocated), list(kv.reserved_blocks), kv.pages.mapped_pages)
+    got = kv.alloc(bpp)  # the reserve serves the next alloc, as before
+    assert sorted(got) == sorted(held) and not kv.reserved_blocks
+    kv.free(got)
+    kv.free(filler)
+    kv.check_invariants()
+    assert kv.used_blocks == 0
+    kv.close()
+
+
 def test_free_accepts_integer_types_by_value():
     np = pytest.importorskip("numpy")
     kv = _pool()

@@ -222,7 +222,8 @@ class KVCacheManager(LedgerBlocks, PoolLimits):
             raise PoolClosedError(self.name)
         if self.pages.failed is not None:
             self.pages.check_ok()
-        if type(ids) is list and ids and self._free_whole_page(ids):
+        held = self.reserved_blocks  # allocated, but the pool's (free_reserved gives them back)
+        if type(ids) is list and ids and not held and self._free_whole_page(ids):
             if self.control is not None:
                 self.control.poll()
                 self.control.publish()
@@ -236,7 +237,8 @@ class KVCacheManager(LedgerBlocks, PoolLimits):
             ok = (len(unique) == len(ids) and type(sum(ids)) is int
                   and self.null_block not in unique
                   and (1 not in unique or type(ids[ids.index(1)]) is int)
-                  and self._all_allocated(ids))
+                  and self._all_allocated(ids)
+                  and (not held or unique.isdisjoint(held)))
         except TypeError:  # not iterable, or an unhashable id
             ok = False
         if not ok:  # the slow path names the first bad id, or normalises integer types

@@ -50,12 +50,13 @@ class PoolSnapshot:
 def checked_free_ids(kv: KVCacheManager, ids: object) -> list[int]:
     """The ids of a ``free(ids)`` call as plain ints, or a ConfigError naming the first bad one:
     not a list of ids, not an integer (a float such as 2.0 or a bool is refused), outside the
-    pool, the null block, not allocated, or listed twice."""
+    pool, the null block, not allocated, listed twice, or held in the pool's reserve."""
     if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
         raise ConfigError(f"free({_short(ids)})", "needs an iterable of block ids",
                           "pass the list of ids alloc returned")
     out: list[int] = []
     seen: set[int] = set()
+    held = set(kv.reserved_blocks)
     for b in ids:
         if isinstance(b, bool) or not isinstance(b, numbers.Integral):
             raise ConfigError(f"free of block {_short(b)}", "a block id is an int",
@@ -70,6 +71,10 @@ def checked_free_ids(kv: KVCacheManager, ids: object) -> list[int]:
         if b not in kv.allocated or b in seen:
             raise ConfigError(f"free of block {b}", "it is not allocated (double free?)",
                               "free each id once, after alloc returned it")
+        if b in held:
+            raise ConfigError(f"free of block {b}", "it is held in the pool's reserve "
+                              "(try_to_reserve), not handed out", "give the reserve back with "
+                              "free_reserved(), or alloc it first")
         seen.add(b)
         out.append(b)
     return out
