@@ -14,6 +14,7 @@ from typer.testing import CliRunner  # noqa: E402
 
 from workbench.bench.crossover import CrossoverConfig, run_crossover  # noqa: E402
 from workbench.cli import app  # noqa: E402
+from workbench.errors import ConfigError  # noqa: E402
 
 SLOW = {"hidden_size": 512, "intermediate_size": 2048, "num_kv_heads": 1}
 CFG = CrossoverConfig(backend="host", model="tiny", lens=(32, 128, 256), chunks=(16, 64),
@@ -62,3 +63,21 @@ def test_cli_writes_the_record(tmp_path):
     assert "crossover chunk 16 k=1" in r.output
     bad = CliRunner().invoke(app, ["bench", "crossover", "--lens", "a,b"])
     assert bad.exit_code == 2 and "comma-separated" in bad.output
+
+
+@pytest.mark.parametrize(("values", "what"), [
+    ({"lens": (-5,)}, "lens=(-5,): each value must be an integer from 1 to 32768"),
+    ({"lens": (10 ** 8,)}, "lens=(100000000,): each value must be an integer from 1 to 32768"),
+    ({"lens": ()}, "lens=(): each value must be an integer"),
+    ({"chunks": (0,)}, "chunks=(0,): each value must be an integer from 16 to 32768"),
+    ({"chunks": (24,)}, "chunks=(24,): a chunk is whole 16-token blocks"),
+    ({"concurrency": (0,)}, "concurrency=(0,): each value must be an integer from 1"),
+    ({"repeats": 0}, "repeats=0: each cell runs 1 to 100 times"),
+    ({"max_cell_tokens": 0}, "max_cell_tokens=0: sizes the tier and the KV pool"),
+])
+def test_bad_values_are_refused_before_anything_is_built(values, what):
+    """A zero chunk never advanced and a huge length sized a RoPE table of 25 GB: each is one
+    ConfigError line now, raised by the config itself."""
+    with pytest.raises(ConfigError) as err:
+        CrossoverConfig(backend="host", **values)
+    assert str(err.value).startswith(what) and "\n" not in str(err.value)

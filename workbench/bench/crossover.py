@@ -31,6 +31,7 @@ import numpy as np
 from workbench.errors import ConfigError
 
 MiB = 1 << 20
+MAX_CELL_TOKENS = 1 << 18  # 32 GiB of Llama-3.1-8B KV: more than a cell of this bench needs
 
 
 @dataclass(slots=True)
@@ -46,6 +47,29 @@ class CrossoverConfig:
     block_size: int = 16
     seed: int = 0
     shape: dict = field(default_factory=dict)  # ModelConfig overrides (a test-sized variant)
+
+    def __post_init__(self) -> None:
+        """Every value checked before a model is built: a bad one is one line, not a hang (a
+        zero chunk never advances) or an allocation sized by a typo."""
+        def bad(what: str, why: str, fix: str) -> None:
+            raise ConfigError(what, why, fix)
+
+        if not 1 <= self.max_cell_tokens <= MAX_CELL_TOKENS:
+            bad(f"max_cell_tokens={self.max_cell_tokens}", "sizes the tier and the KV pool",
+                f"use 1 to {MAX_CELL_TOKENS}")
+        for name, lo, hi in (("lens", 1, self.max_cell_tokens),
+                             ("chunks", self.block_size, self.max_cell_tokens),
+                             ("concurrency", 1, self.max_cell_tokens)):
+            vals = getattr(self, name)
+            if not vals or any(type(v) is not int or not lo <= v <= hi for v in vals):
+                bad(f"{name}={vals}", f"each value must be an integer from {lo} to {hi}",
+                    f"pass e.g. --{name} {lo}" + ("" if name != "lens" else
+                                                  " (and at most --max-cell-tokens)"))
+        if any(c % self.block_size for c in self.chunks):
+            bad(f"chunks={self.chunks}", f"a chunk is whole {self.block_size}-token blocks",
+                f"use multiples of {self.block_size}")
+        if not 1 <= self.repeats <= 100:
+            bad(f"repeats={self.repeats}", "each cell runs 1 to 100 times", "use e.g. 3")
 
 
 def _spread(xs: list[float], scale: float = 1.0) -> dict[str, float]:

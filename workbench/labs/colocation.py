@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.engines.metrics import SLO
+from workbench.errors import ConfigError
 from workbench.labs.base import Lab, LabResult, Progress
 from workbench.labs.record import LabRecord
 
@@ -245,6 +246,10 @@ class ColocationLab(Lab):
 
     def run(self, params: ColocationParams, backend: str = "sim",
             progress: Progress | None = None) -> LabResult:
+        if not 1 <= params.repeats <= 100 or params.first_repeat < 0:
+            raise ConfigError(f"repeats={params.repeats}, first_repeat={params.first_repeat}",
+                              "a sweep runs 1 to 100 repeats, numbered from 0 or more",
+                              "use e.g. repeats=3, first_repeat=0")
         if backend == "sim":
             from workbench.labs.colocation_sim import run_sim
 

@@ -228,6 +228,7 @@ class TieredRetrievalLab(Lab):
     def run(self, params: TieredRetrievalParams, backend: str = "sim",
             progress: Progress | None = None) -> LabResult:
         self.check_backend(backend)
+        tier_costs(params.costs)  # a bad preset name is refused on every backend
         if backend != "sim":
             from workbench.labs.tiered_retrieval_mini import run_mini
             from workbench.labs.tiered_retrieval_mini_report import build_mini
