@@ -87,13 +87,33 @@ def main(argv: list[str] | None = None) -> int:
                          "same points simulated again with them, speedups printed")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
+    if not args.sweep and not args.bench:
+        print("error: nothing to fit: no steps were given. Fix: pass --sweep DIR (a colocation "
+              "sweep's out_dir) or --bench FILE (bench mini's JSON)", file=sys.stderr)
+        return 2
+    from workbench.errors import WorkbenchError
+    from workbench.labs.colocation import reading_sweep
+
+    try:  # the sweep and bench files are outside input: a bad one is one line
+        with reading_sweep(f"--sweep {' '.join(map(str, args.sweep))} --bench {args.bench}"):
+            _calibrate(args)
+    except WorkbenchError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # --out not writable
+        print(f"error: {ascii(str(err))[1:-1]}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _calibrate(args: argparse.Namespace) -> None:
     from workbench.bench import simgpu
-    from workbench.labs.colocation_gpu_report import load_repeats
+    from workbench.labs.colocation_gpu_report import load_repeats, read_json_file
 
     reps = [r for d in args.sweep for r in load_repeats(d)]
     steps: list = []
     if args.bench:
-        b = json.loads(args.bench.read_text())
+        b = read_json_file(args.bench, "--bench file", "pass the JSON `bench mini` wrote")
         steps += b.get("steps", [])
         for r in b.get("decode", []):
             steps += r["steps"]
@@ -121,7 +141,6 @@ def main(argv: list[str] | None = None) -> int:
             print(simgpu.speedups_md(alt))
     if args.out:
         args.out.write_text(json.dumps(out, indent=1, default=str))
-    return 0
 
 
 if __name__ == "__main__":

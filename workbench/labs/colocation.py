@@ -13,11 +13,13 @@ Markdown below are built from them the same way.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.engines.metrics import SLO
-from workbench.errors import ConfigError
+from workbench.errors import ConfigError, WorkbenchError
 from workbench.labs.base import Lab, LabResult, Progress
 from workbench.labs.record import LabRecord
 
@@ -237,6 +239,22 @@ def figures(points: list[dict]) -> dict[str, Any]:
     return {"ttft": fig}
 
 
+
+@contextmanager
+def reading_sweep(what: str) -> Iterator[None]:
+    """Reading repeat records from files: a field missing or of the wrong type anywhere in them
+    becomes one ConfigError line naming ``what``, not a traceback."""
+    try:
+        yield
+    except WorkbenchError:  # already one line (a refused file, a bad option)
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError,
+            RecursionError) as err:
+        detail = ascii(f"{type(err).__name__}: {err}")[1:-1][:120]
+        raise ConfigError(what, f"holds a record this version cannot read ({detail})",
+                          "rerun the sweep with this version, or point at another out_dir"
+                          ) from None
+
 class ColocationLab(Lab):
     name = "colocation"
     description = ("3 x Llama-3.1-8B on one GPU under staggered ramp peaks: static KV split vs "
@@ -258,6 +276,8 @@ class ColocationLab(Lab):
             from workbench.labs.colocation_gpu_report import run_mini
 
             run = run_mini(params, backend, progress)
-        points = make_points(run)
-        return LabResult(build_record(run, points), markdown(run, points),
-                         tables={"points": points}, figures=figures(points))
+        # records read back from files (from_dir) are outside input: a bad field is one line
+        with reading_sweep(f"from_dir={params.from_dir!r}") if params.from_dir else nullcontext():
+            points = make_points(run)
+            return LabResult(build_record(run, points), markdown(run, points),
+                             tables={"points": points}, figures=figures(points))

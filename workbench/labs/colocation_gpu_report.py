@@ -6,11 +6,12 @@ and the record fields only this backend knows. The engines, the budget and the s
 from __future__ import annotations
 
 import json
+import stat
 from pathlib import Path
 
 from workbench.errors import ConfigError
 from workbench.labs.base import Progress
-from workbench.labs.colocation import ColocationParams, ColocationRun, spread
+from workbench.labs.colocation import ColocationParams, ColocationRun, reading_sweep, spread
 from workbench.labs.colocation_gpu import ColoConfig, GiB, run
 from workbench.labs.record import Manifest
 
@@ -39,15 +40,49 @@ def config_for(params: ColocationParams, backend: str) -> ColoConfig:
     return cfg
 
 
+MAX_REPEAT_BYTES = 256 << 20  # a repeat file of the sweep is a few MB
+
+
 def load_repeats(folder: str | Path) -> list[dict]:
     """The ``repeat_<r>.json`` files a sweep wrote (several calls' folders may be merged into
-    one), in repeat order."""
-    paths = sorted(Path(folder).glob("repeat_*.json"),
-                   key=lambda p: int(p.stem.split("_")[1]))
-    if not paths:
+    one), in repeat order. The files come from outside this process: each must be a regular
+    file of sane size holding a JSON object with ``config`` and ``runs``; anything else is one
+    ConfigError line (what else a record lacks, :func:`reading_sweep` turns into one too)."""
+    found = []
+    for p in Path(folder).glob("repeat_*.json"):
+        index = p.stem[len("repeat_"):]
+        if index.isdigit() and len(index) <= 6:
+            found.append((int(index), p))
+    if not found:
         raise ConfigError(f"from_dir={str(folder)!r}", "holds no repeat_<r>.json",
                           "point it at the out_dir of a gpu/host sweep")
-    return [json.loads(p.read_text()) for p in paths]
+    return [_read_repeat(p) for _, p in sorted(found)]
+
+
+def read_json_file(path: Path, what: str, fix: str) -> object:
+    """A JSON file from outside the process: a regular file of sane size that parses, or one
+    ConfigError line (``what``: how the error names it)."""
+    try:
+        st = path.lstat()
+        regular = stat.S_ISREG(st.st_mode) and st.st_size <= MAX_REPEAT_BYTES
+        data = json.loads(path.read_bytes()) if regular else None
+    except (OSError, ValueError, RecursionError) as err:
+        raise ConfigError(f"{what} {path}", f"is not readable JSON ({type(err).__name__})",
+                          fix) from None
+    if not regular:
+        raise ConfigError(f"{what} {path}", "is not a regular file (no link) of at most "
+                          f"{MAX_REPEAT_BYTES >> 20} MiB", fix)
+    return data
+
+
+def _read_repeat(path: Path) -> dict:
+    fix = "point from_dir (or --sweep) at the out_dir of a gpu/host sweep"
+    data = read_json_file(path, "sweep file", fix)
+    if not (isinstance(data, dict) and isinstance(data.get("config"), dict)
+            and isinstance(data.get("runs"), dict)):
+        raise ConfigError(f"sweep file {path}", "is not a repeat record (no config and runs)",
+                          fix)
+    return data
 
 
 def run_mini(params: ColocationParams, backend: str,
@@ -55,6 +90,8 @@ def run_mini(params: ColocationParams, backend: str,
     """The lab's ``gpu`` (CUDA) and ``host`` (CPU) backends: mini engines, real time."""
     if params.from_dir:
         reps = load_repeats(params.from_dir)
+        with reading_sweep(f"from_dir={params.from_dir!r}"):
+            return from_repeats(reps, backend)
     else:
         cfg = config_for(params, backend)
         done = [0]
