@@ -112,7 +112,8 @@ class LedgerMachine(RuleBasedStateMachine):
     @rule(name=st.sampled_from(POOLS), data=st.data())
     def hostile_free(self, name, data):
         """A free with any bad id (a float or bool twin of an owned id, out of range, unowned,
-        listed twice, the null block) is refused whole, and the ledger is exactly as before."""
+        listed twice, the null block, one the pool's reserve holds) is refused whole, and the
+        ledger is exactly as before."""
         pool = self.pools[name]
         if not self._healthy(name):
             return
@@ -123,12 +124,13 @@ class LedgerMachine(RuleBasedStateMachine):
             twin.map(float), twin.map(lambda b: b == 1), st.integers(n, n + 5),
             st.integers(-5, -1), st.just(0), st.just("1"), st.none(),
             st.integers(1, n - 1).filter(lambda b: b not in self.owned[name]),
-            twin.map(lambda b: [b])))
+            twin.map(lambda b: [b]),
+            st.sampled_from(pool.reserved_blocks or [0])))  # held by the pool, not handed out
         ids = data.draw(st.permutations(owned[:3] + [bad]))
         if len(owned) and data.draw(st.booleans()):
             ids = [owned[0], owned[0]]  # a duplicate instead
         before = (set(pool.allocated), {p: list(s) for p, s in pool.free_blocks.items()},
-                  pool.num_free, pool.pages.counts.copy())
+                  pool.num_free, pool.pages.counts.copy(), list(pool.reserved_blocks))
         try:
             pool.free(ids)
         except ConfigError:
@@ -136,7 +138,21 @@ class LedgerMachine(RuleBasedStateMachine):
         else:
             raise AssertionError(f"free({ids!r}) was accepted")
         assert before == (set(pool.allocated), {p: list(s) for p, s in pool.free_blocks.items()},
-                          pool.num_free, pool.pages.counts.copy())
+                          pool.num_free, pool.pages.counts.copy(), list(pool.reserved_blocks))
+
+    @rule(name=st.sampled_from(POOLS), n=st.integers(1, 80))
+    def reserve(self, name, n):
+        """SGLang's try_to_reserve: blocks the pool holds for its next allocs. They are nobody's
+        to free (hostile_free may pick them as unowned ids: refused); alloc hands them out."""
+        pool = self.pools[name]
+        if not self._healthy(name):
+            return
+        held = set(pool.reserved_blocks)
+        if self._run(name, pool.try_to_reserve, n) is True:
+            # its alloc takes held blocks first: the reserve ends holding at least n
+            assert held <= set(pool.reserved_blocks)
+            assert len(pool.reserved_blocks) == max(len(held), n)
+            assert not set(pool.reserved_blocks) & self.owned[name]
 
     @rule(entry=consumes(allocations))
     def free(self, entry):
@@ -202,7 +218,10 @@ class LedgerMachine(RuleBasedStateMachine):
         for name, pool in self.pools.items():
             if pool.pages.failed is None:
                 pool.check_invariants()
-                assert pool.allocated - {0} == self.owned[name]
+                # the pool's reserve is allocated too, and disjoint from what callers own
+                held = set(pool.reserved_blocks)
+                assert not held & self.owned[name]
+                assert pool.allocated - {0} == self.owned[name] | held
             else:  # a failed pool refuses work, loudly
                 try:
                     pool.alloc(1)
