@@ -64,9 +64,10 @@ def _cuda(**kw: Any) -> Device:
 
 _SIM_ONLY = ("preset", "env")  # knobs that only describe the simulated GPU
 REGISTRY: dict[str, Backend] = {
-    "sim": Backend("sim", "simulated GPU (SimPy, VMM latency presets)", _sim, ("zero_writable",)),
+    "sim": Backend("sim", "simulated GPU (SimPy, VMM latency presets)", _sim,
+                   ("zero_writable", "zero_page")),
     "host": Backend("host", "host memory (mmap reservation + memfd pages)", _host,
-                    (*_SIM_ONLY, "zero_writable")),
+                    (*_SIM_ONLY, "zero_writable", "zero_page")),
     "gpu": Backend("gpu", "CUDA virtual memory (cuda-python, torch views)", _cuda,
                    (*_SIM_ONLY, "capacity")),
 }
@@ -158,6 +159,19 @@ def for_torch_device(engine_device: Any) -> str:
 
         index = str(torch.cuda.current_device())
     return f"cuda:{int(index)}"
+
+
+_shared: dict[str, Device] = {}
+
+
+def shared_device(engine_device: Any, **kw: Any) -> Device:
+    """The process's one device for an engine's torch device (``cpu``, ``cuda``, ``cuda:N``; see
+    :func:`for_torch_device`), built by the first call with ``kw`` and kept: every pool on that
+    GPU in this process shares it, as they share the GPU."""
+    name = for_torch_device(engine_device)
+    if name not in _shared:
+        _shared[name] = make_device(name, **kw)
+    return _shared[name]
 
 
 def probe(name: str) -> tuple[bool, str]:

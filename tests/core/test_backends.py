@@ -32,6 +32,17 @@ def test_sim_and_host_are_built_and_sim_knobs_are_dropped_for_host():
     host = make_device("host", preset="h200", env=None, capacity=64 * MiB)
     assert host.name == "host" and host.capacity == 64 * MiB
     assert probe("sim") == (True, "") and probe("host") == (True, "")
+    assert make_device("host", zero_page=False, zero_writable=True).name == "host"  # CUDA-only
+
+
+def test_an_engines_torch_device_maps_to_one_shared_device_per_process():
+    from workbench.backends import shared_device
+
+    dev = shared_device("cpu")
+    assert shared_device("cpu") is dev and dev.name == "host"
+    assert make_device("host") is not dev  # make_device always builds a new one
+    with pytest.raises(BackendUnavailable, match="the host \\(cpu\\) and CUDA GPUs"):
+        shared_device("xpu:0")
 
 
 @pytest.mark.parametrize("name, message", [

@@ -2,7 +2,7 @@
 
 * :func:`device_for` turns an engine's torch device (``"cpu"``, ``"cuda"``, ``"cuda:1"``,
   ``torch.device``) into the process's one :class:`~workbench.core.device.Device` for it, built
-  by :func:`workbench.backends.make_device`: the host device for ``cpu``, a ``CudaDevice`` per GPU
+  by :func:`workbench.backends.shared_device`: the host device for ``cpu``, a ``CudaDevice`` per GPU
   index for ``cuda:N``. Every pool on that GPU in this process shares it (as they share the GPU).
   The CUDA device maps its zero page read-write: an engine writes padded or warm-up tokens to
   slots whose pages are not backed yet, and such a write must land somewhere harmless.
@@ -19,13 +19,12 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.backends import for_torch_device, make_device
+from workbench.backends import shared_device
 from workbench.config import PoolConfig
 from workbench.core.device import Device
 from workbench.core.geometry import KVGeometry
 from workbench.core.ledger import KVCacheManager
 
-_devices: dict[str, Device] = {}
 _ids = itertools.count()
 ledgers: list[KVCacheManager] = []  # every pool this process built (doctor, tests)
 streams: list[Any] = []  # extra CUDA streams whose queued work a fence must wait for
@@ -34,11 +33,8 @@ streams: list[Any] = []  # extra CUDA streams whose queued work a fence must wai
 def device_for(engine_device: Any) -> Device:
     """The process's one device for ``engine_device`` (see the module doc); vLLM's and SGLang's
     adapters both call this, so two pools on one GPU share one ``CudaDevice``."""
-    key = for_torch_device(engine_device)  # host for cpu, cuda:N for a GPU
-    if key not in _devices:
-        # writable zero page: warm-up and graph-capture writes to unbacked blocks must not fault
-        _devices[key] = make_device(key, zero_writable=True)
-    return _devices[key]
+    # writable zero page: warm-up and graph-capture writes to unbacked blocks must not fault
+    return shared_device(engine_device, zero_writable=True)
 
 
 def is_cuda(device: Device) -> bool:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from workbench.backends import make_device
+from workbench.backends import for_torch_device, make_device
 from workbench.config import PoolConfig
 from workbench.core.geometry import KVGeometry, Layout
 from workbench.core.ledger import KVCacheManager
@@ -159,8 +159,6 @@ class KVStore:
 
 
 def _vmm_device(device: torch.device):
-    if device.type == "cuda":
-        # No zero page: the kernels never read a block they were not given (masked loads, the
-        # null block for padding), so a stray access should fault, not read zeros.
-        return make_device(f"cuda:{device.index or 0}", zero_page=False)
-    return make_device("host")
+    # No zero page (on CUDA; the host has none): the kernels never read a block they were not
+    # given (masked loads, the null block for padding), so a stray access should fault.
+    return make_device(for_torch_device(device), zero_page=False)

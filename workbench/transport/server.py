@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench import backends
-from workbench.core.device import Device, FaultyDevice
+from workbench.core.device import FaultyDevice
 from workbench.core.geometry import KVGeometry
 from workbench.core.messages import (
     SERVER_REQUESTS,
@@ -57,15 +57,6 @@ BACKLOG = 128
 TICK = 0.5  # how often the parent and overdue frames are checked while idle
 
 
-def make_device(cfg: dict[str, Any]) -> Device:
-    """The worker's device, by name, from the one device chooser (:mod:`workbench.backends`);
-    knobs a backend does not take (a real device's preset or capacity) are dropped there. A name
-    it cannot honour is its one-line BackendUnavailable, which WorkerGroup reports from the log."""
-    backend = cfg.get("backend", "sim")
-    return backends.make_device(backend, preset=cfg.get("preset", "h200"),
-                                capacity=cfg.get("capacity"), name=f"{backend}-{cfg['name']}")
-
-
 @dataclass(slots=True)
 class Conn:
     """One peer: its socket, its partial frame, and when that frame must be complete."""
@@ -81,7 +72,12 @@ class Server:
         self.path = Path(cfg["path"])
         self.parent = int(cfg["parent"])
         geo = dict(cfg["geometry"])
-        self.device = FaultyDevice(make_device(cfg))
+        # the one device chooser; a name it cannot honour is its one-line BackendUnavailable,
+        # which WorkerGroup reports from the log; a real device drops the sim-only knobs
+        backend = cfg.get("backend", "sim")
+        self.device = FaultyDevice(backends.make_device(
+            backend, preset=cfg.get("preset", "h200"), capacity=cfg.get("capacity"),
+            name=f"{backend}-{cfg['name']}"))
         self.state = WorkerState(KVGeometry(**geo), self.device, name=cfg["name"])
         self.drop_reply: set[str] = set()
         self.stall: dict[str, float] = {}
