@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.bench.stats import deciles
 from workbench.errors import ConfigError
 
 MiB = 1 << 20
@@ -73,10 +74,9 @@ class CrossoverConfig:
 
 
 def _spread(xs: list[float], scale: float = 1.0) -> dict[str, float]:
-    a = np.asarray(xs, dtype=float) * scale
-    p10, p50, p90 = np.percentile(a, [10, 50, 90])
-    return {"p50": round(float(p50), 4), "p10": round(float(p10), 4),
-            "p90": round(float(p90), 4), "n": int(a.size)}
+    d = deciles([x * scale for x in xs])
+    return {"p50": round(d["median"], 4), "p10": round(d["p10"], 4),
+            "p90": round(d["p90"], 4), "n": d["n"]}
 
 
 class _Rig:

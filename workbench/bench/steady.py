@@ -21,6 +21,7 @@ import time
 
 from workbench.bench import decode_kernel
 from workbench.bench.mini import _engine
+from workbench.bench.stats import deciles as spread
 from workbench.mini.engine import Engine, StepStats
 from workbench.mini.model import ModelConfig
 
@@ -46,14 +47,6 @@ def floor_bytes(cfg: ModelConfig, batch: int, context_tokens: int) -> int:
 
 def floor_seconds(cfg: ModelConfig, batch: int, context_tokens: int) -> float:
     return floor_bytes(cfg, batch, context_tokens) / COPY_BYTES_PER_S
-
-
-def spread(xs: list[float]) -> dict:
-    """median, p10, p90 and n (p10/p90: the 1st and 9th deciles; the value itself for n=1)."""
-    if not xs:
-        return {"median": None, "p10": None, "p90": None, "n": 0}
-    q = statistics.quantiles(xs, n=10, method="inclusive") if len(xs) > 1 else [xs[0]] * 9
-    return {"median": statistics.median(xs), "p10": q[0], "p90": q[8], "n": len(xs)}
 
 
 def _fill(eng: Engine, cfg: ModelConfig, batch: int, prompt_len: int, gen: int,
