@@ -8,10 +8,10 @@ synthetic input; :func:`sim_overall` runs the simulator (SimPy, CPU only)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from workbench.engines.models import get_model
-from workbench.engines.sim.steptime import GPUS, StepCost, StepTimeModel
+from workbench.engines.sim.steptime import GPUS
 from workbench.labs.colocation import spread
 
 STEP_FIELDS = ("flops_eff", "bw_eff", "step_overhead_s", "seq_overhead_s")
@@ -96,25 +96,14 @@ def speedups_md(sim: dict[tuple[int, str], dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
-@dataclass(frozen=True, slots=True)
-class _SerialHost(StepTimeModel):
-    """A step whose host part also blocks the other instances (one driver thread steps every
-    engine in turn, as the GPU lab does; with ``EngineDriver.one_thread`` each engine also
-    schedules inside its turn)."""
-
-    def cost(self, num_seqs: int, new_tokens: int, ctx_tokens: int,
-             attn_pairs: float) -> StepCost:
-        c = StepTimeModel.cost(self, num_seqs, new_tokens, ctx_tokens, attn_pairs)
-        return StepCost(c.gpu_s + c.cpu_s, 0.0)
-
-
 def sim_overall(c: dict, peak: int, mode: str, steptime: dict,
                 serial_host: bool = True, one_thread: bool | None = None) -> dict:
     """The GPU sweep's workload at ``peak`` (config ``c``: the sweep's ColoConfig as a dict) on
     the simulated H200: the same budget (static: split evenly; elastic: shared, each pool's
     virtual range the whole budget), the same reserve and mapper, the same scaled ramp.
-    ``one_thread`` (default: ``serial_host``) schedules each step inside its GPU turn."""
-    import workbench.engines.sim.cluster as cluster
+    ``serial_host``: one driver thread steps every engine in turn, as the GPU lab does, so a
+    step's host part also holds the GPU turn; ``one_thread`` (default: ``serial_host``) also
+    schedules each step inside that turn (``engines.sim.driver.HOST_MODES``)."""
     from workbench.config import PoolConfig
     from workbench.engines.sim.cluster import ClusterConfig, run_cluster
     from workbench.engines.sim.vllm_like import VLLMOptions
@@ -135,7 +124,9 @@ def sim_overall(c: dict, peak: int, mode: str, steptime: dict,
                      max_reserved_pages=c["max_reserved_pages"]),
         vllm=VLLMOptions(max_num_seqs=c["max_num_seqs"],
                          max_num_batched_tokens=c["max_batched_tokens"]),
-        steptime={k: steptime[k] for k in STEP_FIELDS}, seed=c["seed"])
+        steptime={k: steptime[k] for k in STEP_FIELDS}, seed=c["seed"],
+        host="one_thread" if (serial_host if one_thread is None else one_thread)
+        else "serial" if serial_host else "parallel")
     wl = []
     for i in range(n):
         reqs = ramp_trace(peak, i, num_models=n, prompt_len=c["prompt_len"],
@@ -143,16 +134,7 @@ def sim_overall(c: dict, peak: int, mode: str, steptime: dict,
         for r in reqs:
             r.arrival /= c["time_scale"]
         wl.append(reqs)
-    from workbench.engines.sim.driver import EngineDriver
-
-    saved = cluster.StepTimeModel
-    cluster.StepTimeModel = _SerialHost if serial_host else saved
-    EngineDriver.one_thread = serial_host if one_thread is None else one_thread
-    try:
-        return run_cluster(cfg, wl).overall.as_dict()
-    finally:
-        cluster.StepTimeModel = saved
-        EngineDriver.one_thread = False
+    return run_cluster(cfg, wl).overall.as_dict()
 
 
 def sim_points(c: dict, steptime: dict, keys) -> dict[tuple[int, str], dict[str, float]]:

@@ -51,6 +51,7 @@ class ClusterConfig:
     # --max-model-len 62000 (vLLM refuses a max-model-len its KV cannot hold); an inference.
     activation_bytes: int = int(2.2 * GiB)
     shared_gpu: bool = True
+    host: str = "parallel"  # what a step's host part shares (engines.sim.driver.HOST_MODES)
     pool: PoolConfig = field(default_factory=PoolConfig)  # elastic: prealloc on, reserve 5..10
     vllm: VLLMOptions = field(default_factory=VLLMOptions)
     sglang: SGLangOptions = field(default_factory=SGLangOptions)
@@ -128,7 +129,7 @@ def build_cluster(cfg: ClusterConfig, env: simpy.Environment) -> tuple[SimDevice
                                virtual_bytes=cfg.kv_virtual_bytes)
         options = cfg.vllm if kind == "vllm" else cfg.sglang
         engines.append(SIM_ENGINES[kind](env, name, ikv, st, gpu=gpu, options=options,
-                                         sample_every_s=cfg.sample_every_s))
+                                         sample_every_s=cfg.sample_every_s, host=cfg.host))
     return device, engines
 
 

@@ -26,19 +26,28 @@ from workbench.engines.metrics import MemorySample
 from workbench.engines.sched.request import Request
 from workbench.engines.sched.scheduler import Scheduler
 from workbench.engines.sim.steptime import StepTimeModel
+from workbench.errors import ConfigError
 from workbench.sim.device import SimDevice
 from workbench.sim.prealloc import PreallocProcess
 
+HOST_MODES = ("parallel", "serial", "one_thread")
+
 
 class EngineDriver:
-    # One host thread drives every engine in turn (the mini engine's colocation driver): an
-    # engine takes the shared GPU slot first and only then schedules, so a request that arrived
-    # while another engine stepped joins this step. Off: schedule, then queue for the GPU.
-    one_thread: bool = False
+    """``host`` says what a step's host part shares with the other engines on the GPU:
+    ``parallel`` (each engine its own thread: the host part overlaps their GPU steps), ``serial``
+    (one host thread: the host part also holds the GPU turn) or ``one_thread`` (serial, and the
+    engine schedules only once its turn comes, so a request that arrived while another engine
+    stepped joins this step: the mini engine's colocation driver)."""
 
     def __init__(self, env: simpy.Environment, scheduler: Scheduler, steptime: StepTimeModel,
                  device: SimDevice, kv: KVCacheManager, *, gpu: simpy.Resource | None = None,
-                 idle_poll_s: float = 0.005, background_refill: bool = True):
+                 idle_poll_s: float = 0.005, background_refill: bool = True,
+                 host: str = "parallel"):
+        if host not in HOST_MODES:
+            raise ConfigError(f"host={host!r}", "is not a driver mode",
+                              f"use one of {', '.join(HOST_MODES)}")
+        self.host = host
         self.env = env
         self.sched = scheduler
         self.steptime = steptime
@@ -73,7 +82,7 @@ class EngineDriver:
 
     # -- the step loop -----------------------------------------------------------------------
     def _loop(self):
-        if self.gpu is not None and self.one_thread:
+        if self.gpu is not None and self.host == "one_thread":
             yield from self._loop_one_thread()
             return
         env, sched, dev, st = self.env, self.sched, self.device, self.steptime
@@ -94,14 +103,17 @@ class EngineDriver:
                 if r.first_scheduled is not None and r.first_scheduled < 0:
                     r.first_scheduled = now
             cost = st.cost(plan.num_seqs, plan.new_tokens, plan.ctx_tokens, plan.attn_pairs)
+            cpu_s, gpu_s = cost.cpu_s, cost.gpu_s
+            if self.host != "parallel":  # one host thread: its part of the step holds the turn
+                cpu_s, gpu_s = 0.0, cpu_s + gpu_s
             load = self.connector.take_load_s() if self.connector is not None else 0.0
-            yield env.timeout(cost.cpu_s + vmm + load)
+            yield env.timeout(cpu_s + vmm + load)
             if self.gpu is not None:
                 with self.gpu.request() as slot:
                     yield slot
-                    yield env.timeout(cost.gpu_s)
+                    yield env.timeout(gpu_s)
             else:
-                yield env.timeout(cost.gpu_s)
+                yield env.timeout(gpu_s)
             t1 = dev.busy_s
             sched.update(plan, env.now)
             carry = dev.busy_s - t1
@@ -114,7 +126,7 @@ class EngineDriver:
 
 
     def _loop_one_thread(self):
-        """The step loop under :attr:`one_thread`: schedule and run the whole step (host and
+        """The step loop with ``host="one_thread"``: schedule and run the whole step (host and
         GPU time, VMM calls) while holding the GPU slot."""
         env, sched, dev, st = self.env, self.sched, self.device, self.steptime
         while True:

@@ -23,10 +23,11 @@ class SimEngine:
 
     def __init__(self, env: simpy.Environment, name: str, ikv: InstanceKV,
                  steptime: StepTimeModel, *, gpu: simpy.Resource | None = None,
-                 sample_every_s: float | None = None):
+                 sample_every_s: float | None = None, host: str = "parallel"):
         self.env, self.name, self.ikv = env, name, ikv
         self.scheduler: Scheduler = self._scheduler()
-        self.driver = EngineDriver(env, self.scheduler, steptime, ikv.kv.device, ikv.kv, gpu=gpu)
+        self.driver = EngineDriver(env, self.scheduler, steptime, ikv.kv.device, ikv.kv, gpu=gpu,
+                                   host=host)
         self.submitted: list[Request] = []
         self.memory: list[MemorySample] = []
         if sample_every_s is not None:

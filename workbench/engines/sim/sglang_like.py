@@ -28,11 +28,13 @@ class SGLangLikeEngine(SimEngine):
 
     def __init__(self, env: simpy.Environment, name: str, ikv: InstanceKV,
                  steptime: StepTimeModel, *, gpu: simpy.Resource | None = None,
-                 options: SGLangOptions | None = None, sample_every_s: float | None = None):
+                 options: SGLangOptions | None = None, sample_every_s: float | None = None,
+                 host: str = "parallel"):
         self.options = options or SGLangOptions()
         self.cache = RadixCache(ikv.kv, enable_caching=self.options.enable_radix_cache,
                                 max_cached_tokens=self.options.max_cached_tokens)
-        super().__init__(env, name, ikv, steptime, gpu=gpu, sample_every_s=sample_every_s)
+        super().__init__(env, name, ikv, steptime, gpu=gpu, sample_every_s=sample_every_s,
+                         host=host)
 
     def _scheduler(self) -> SGLangScheduler:
         o = self.options

@@ -29,14 +29,15 @@ class VLLMLikeEngine(SimEngine):
     def __init__(self, env: simpy.Environment, name: str, ikv: InstanceKV,
                  steptime: StepTimeModel, *, gpu: simpy.Resource | None = None,
                  options: VLLMOptions | None = None, sample_every_s: float | None = None,
-                 connector: KVConnector | None = None):
+                 connector: KVConnector | None = None, host: str = "parallel"):
         self.options = options or VLLMOptions()
         # a KV tier connector (workbench.tiers.sim.TierConnector): the scheduler asks it at
         # admission, the driver charges its loads and saves
         self.connector = connector
         self.pool = BlockPool(ikv.kv, enable_caching=self.options.enable_prefix_caching,
                               max_cached_tokens=self.options.max_cached_tokens)
-        super().__init__(env, name, ikv, steptime, gpu=gpu, sample_every_s=sample_every_s)
+        super().__init__(env, name, ikv, steptime, gpu=gpu, sample_every_s=sample_every_s,
+                         host=host)
         self.driver.connector = connector
 
     def _scheduler(self) -> VLLMScheduler:
