@@ -1,0 +1,50 @@
+"""The bandwidth probe on a CUDA GPU: every backing plan maps distinct physical memory under each
+region, and one small probe reports every subject and kernel."""
+
+from __future__ import annotations
+
+import pytest
+
+from workbench.bench import vmm_bw_probe as probe
+from workbench.bench.vmm_bw_plan import PIECE, VARIANTS, plan
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_each_plan_backs_every_region_with_its_own_memory(variant, cuda_dev, torch_mod):
+    torch = torch_mod
+    from workbench.gpu.tensors import from_pointer
+
+    regions, pages = 4, 3
+    region = pages * PIECE
+    rb = probe.RawBacking(plan(variant, regions, pages), regions * region)
+    try:
+        whole = from_pointer(rb.base, rb.total).view(torch.float32)
+        n = region // 4
+        for i in range(regions):  # a region aliasing another would be overwritten here
+            whole[i * n:(i + 1) * n].fill_(float(i + 1))
+        torch.cuda.synchronize()
+        for i in range(regions):
+            part = whole[i * n:(i + 1) * n]
+            assert part.min().item() == part.max().item() == float(i + 1)
+        del whole, part
+    finally:
+        torch.cuda.synchronize()
+        assert len(rb.close()) == len(rb.handles)
+
+
+def test_a_small_probe_reports_every_subject_and_kernel(cuda_dev, torch_mod):
+    names = ("plain_each", "plain_packed", "wb", "wb_contig64", "h2m_page", "hpage")
+    res = probe.probe(1, names, ("add", "copy"), repeats=2, reps=2)
+    assert res["skipped"] == {}
+    assert set(res["kernels"]) == {"add", "copy"}
+    for kr in res["kernels"].values():
+        assert set(kr["subjects"]) == set(names)
+        ref = kr["subjects"][probe.REF]
+        assert ref["ratios"] == [1.0, 1.0]
+        assert all(s["ratio"]["n"] == 2 for s in kr["subjects"].values())
+    assert res["kernels"]["add"]["bytes_moved"] == 2 * probe.REGIONS * PIECE
+    assert res["kernels"]["copy"]["bytes_moved"] == probe.REGIONS * PIECE
+    assert res["grow_us_per_page_id"]["h2m_page"]["n"] == 1
+    assert res["shrink_us_per_page_id"]["hpage"]["n"] == 1
