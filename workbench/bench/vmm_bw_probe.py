@@ -283,14 +283,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="other pieces-per-region values, for sum and add")
     ap.add_argument("--out", default=None, help="write the full results as JSON here")
     a = ap.parse_args(argv)
-    res = {"runs": [probe(a.pages, MAIN, KERNELS, a.repeats, a.reps)]}
-    for p in a.sweep:
-        res["runs"].append(probe(p, SWEEP, ("sum", "add"), a.repeats, max(5, a.reps // 2)))
-    if a.out:
-        with open(a.out, "w") as f:
-            json.dump(res, f, indent=1)
-    for line in summary_lines(res):
-        print(line)
+    res: dict[str, list] = {"runs": []}
+    runs = [(a.pages, MAIN, KERNELS, a.reps)] + [(p, SWEEP, ("sum", "add"), max(5, a.reps // 2))
+                                                 for p in a.sweep]
+    for pages, names, kernels, reps in runs:  # each size's lines as soon as it is done
+        res["runs"].append(probe(pages, names, kernels, a.repeats, reps))
+        for line in summary_lines({"runs": res["runs"][-1:]}):
+            print(line)
+        if a.out:
+            with open(a.out, "w") as f:
+                json.dump(res, f, indent=1)
     return 0
 
 
