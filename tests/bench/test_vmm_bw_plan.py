@@ -21,17 +21,21 @@ from workbench.errors import ConfigError, DeviceError
 from workbench.gpu.driver import use_driver
 from workbench.gpu.fakedriver import FakeDriver
 
-# handles created per page id by the page-major plans, and in all
+# (handles in all, handles per page id or None) for r regions of p pages (hchunk: of p chunks)
 CREATES = {"h2m_page": lambda r, p: (r * p, r), "h2m_region": lambda r, p: (r * p, None),
+           "h2m_rev": lambda r, p: (r * p, None), "h2m_shuf": lambda r, p: (r * p, None),
+           "hbatch4": lambda r, p: (r * p, r), "hbatch8": lambda r, p: (r * p, r),
+           "hchunk4": lambda r, p: (r * p, r), "hchunk8": lambda r, p: (r * p, r),
            "hpage": lambda r, p: (p, 1), "hregion": lambda r, p: (r, None),
            "hregion_2m": lambda r, p: (r, None)}
 
 
 @given(st.sampled_from(VARIANTS), st.integers(1, 9), st.integers(1, 9))
 def test_every_plan_maps_each_byte_of_every_region_once(variant, regions, pages):
-    hs = plan(variant, regions, pages)
-    check_plan(hs, regions * pages * PIECE)  # raises on a gap, an overlap or a double map
-    assert sum(h.size for h in hs) == regions * pages * PIECE  # no physical byte left unmapped
+    k = int(variant[6:]) if variant.startswith("hchunk") else 1
+    hs = plan(variant, regions, pages * k)
+    check_plan(hs, regions * pages * k * PIECE)  # raises on a gap, an overlap or a double map
+    assert sum(h.size for h in hs) == regions * pages * k * PIECE  # every physical byte mapped
     total, per_id = CREATES[variant](regions, pages)
     assert len(hs) == total
     if per_id is None:
@@ -48,6 +52,15 @@ def test_page_major_plans_create_in_growth_order():
     hp = plan("hpage", 3, 2)
     assert hp[1].maps == [(1 * PIECE, PIECE, 0), (3 * PIECE, PIECE, PIECE),
                           (5 * PIECE, PIECE, 2 * PIECE)]
+    assert [h.maps[0][0] // PIECE for h in plan("h2m_rev", 2, 3)] == [2, 1, 0, 5, 4, 3]
+    hb = plan("hbatch2", 2, 3)  # page ids 0-1 region by region, then page id 2
+    assert [(h.page, h.maps[0][0] // PIECE) for h in hb] == [
+        (0, 0), (1, 1), (0, 3), (1, 4), (2, 2), (2, 5)]
+    hc = plan("hchunk2", 2, 4)  # 4 MiB pieces, page id by page id
+    assert [(h.page, h.size // PIECE, h.maps[0][0] // PIECE) for h in hc] == [
+        (0, 2, 0), (0, 2, 4), (1, 2, 2), (1, 2, 6)]
+    assert sorted(h.maps[0][0] for h in plan("h2m_shuf", 3, 3)) == [
+        h.maps[0][0] for h in plan("h2m_region", 3, 3)]
     assert plan("hregion_2m", 2, 3)[1].maps == [(3 * PIECE, PIECE, 0), (4 * PIECE, PIECE, PIECE),
                                                 (5 * PIECE, PIECE, 2 * PIECE)]
 
@@ -69,6 +82,8 @@ def test_plan_refuses_unknown_variants_and_empty_sizes():
         plan("h1g", 2, 2)
     with pytest.raises(ConfigError, match="positive"):
         plan("hpage", 0, 2)
+    with pytest.raises(ConfigError, match="multiple of 4"):
+        plan("hchunk4", 2, 6)
 
 
 def test_per_page_sums_the_handles_of_each_page_id():
@@ -105,8 +120,8 @@ class OffsetDriver(FakeDriver):
 def test_raw_backing_maps_its_plan_and_gives_everything_back(variant):
     fake = OffsetDriver()
     with use_driver(fake):
-        hs = plan(variant, 4, 3)
-        rb = probe.RawBacking(hs, 12 * PIECE)
+        hs = plan(variant, 2, 8)
+        rb = probe.RawBacking(hs, 16 * PIECE)
         assert sorted(v - rb.base for v in fake.maps) == sorted(v for h in hs for v, _, _ in h.maps)
         assert sorted(fake.allocs.values()) == sorted(h.size for h in hs)
         assert len(rb.grow_s) == len(hs)
@@ -157,10 +172,12 @@ def test_summary_lines_name_every_subject_kernel_and_page_cost():
     res = {"runs": [{"region_MiB": 64, "kernels": {"add": {"subjects": {"wb": sub}}},
                      "grow_us_per_page_id": {"hpage": {"median": 90.0, "p10": 80.0,
                                                        "p90": 99.0, "n": 32}},
+                     "page_id_MiB": {"hpage": 128},
                      "skipped": {"hpage": "map failed"}, "plain_segments": {"plain_each": 64}}]}
     assert probe.summary_lines(res) == [
         "probe 64 MiB x 64 add  wb           /plain_each 0.9700 [p10 0.9600, p90 0.9800] n=10 "
         "4.100 TB/s; first-run ratio 0.970; before/after ref 0.9700/0.9700",
-        "probe 64 MiB x 64 grow per page id hpage     median 90 us [p10 80, p90 99] n=32",
+        "probe 64 MiB x 64 grow per page id (128 MiB) hpage     median 90 us [p10 80, p90 99] "
+        "n=32, 720 us/GiB",
         "probe 64 MiB x 64 skipped hpage: map failed",
         "probe 64 MiB x 64 plain segments {'plain_each': 64}"]

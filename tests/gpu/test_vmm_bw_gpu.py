@@ -7,8 +7,10 @@ import pytest
 
 from workbench.bench import vmm_bw_probe as probe
 from workbench.bench.vmm_bw_plan import PIECE, VARIANTS, plan
+from workbench.errors import DeviceError
 
 pytestmark = pytest.mark.gpu
+OFFSET_MAPS = ("hpage", "hregion_2m")  # refused on an H200 (driver of CUDA 13), 2026-12-01
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -16,9 +18,14 @@ def test_each_plan_backs_every_region_with_its_own_memory(variant, cuda_dev, tor
     torch = torch_mod
     from workbench.gpu.tensors import from_pointer
 
-    regions, pages = 4, 3
+    regions, pages = 4, 8
     region = pages * PIECE
-    rb = probe.RawBacking(plan(variant, regions, pages), regions * region)
+    try:
+        rb = probe.RawBacking(plan(variant, regions, pages), regions * region)
+    except DeviceError as err:  # a mapping at a non-zero offset into a handle
+        if variant in OFFSET_MAPS and err.code == "CUDA_ERROR_NOT_SUPPORTED":
+            pytest.skip(f"this driver maps whole handles only: {err}")
+        raise
     try:
         whole = from_pointer(rb.base, rb.total).view(torch.float32)
         n = region // 4
@@ -35,8 +42,8 @@ def test_each_plan_backs_every_region_with_its_own_memory(variant, cuda_dev, tor
 
 
 def test_a_small_probe_reports_every_subject_and_kernel(cuda_dev, torch_mod):
-    names = ("plain_each", "plain_packed", "wb", "wb_contig64", "h2m_page", "hpage")
-    res = probe.probe(1, names, ("add", "copy"), repeats=2, reps=2)
+    names = ("plain_each", "plain_packed", "wb", "wb_contig64", "wb_p8", "h2m_page", "hchunk4")
+    res = probe.probe(4, names, ("add", "copy"), repeats=2, reps=2)
     assert res["skipped"] == {}
     assert set(res["kernels"]) == {"add", "copy"}
     for kr in res["kernels"].values():
@@ -44,7 +51,8 @@ def test_a_small_probe_reports_every_subject_and_kernel(cuda_dev, torch_mod):
         ref = kr["subjects"][probe.REF]
         assert ref["ratios"] == [1.0, 1.0]
         assert all(s["ratio"]["n"] == 2 for s in kr["subjects"].values())
-    assert res["kernels"]["add"]["bytes_moved"] == 2 * probe.REGIONS * PIECE
-    assert res["kernels"]["copy"]["bytes_moved"] == probe.REGIONS * PIECE
-    assert res["grow_us_per_page_id"]["h2m_page"]["n"] == 1
-    assert res["shrink_us_per_page_id"]["hpage"]["n"] == 1
+    assert res["kernels"]["add"]["bytes_moved"] == 2 * probe.REGIONS * 4 * PIECE
+    assert res["kernels"]["copy"]["bytes_moved"] == probe.REGIONS * 4 * PIECE
+    assert res["grow_us_per_page_id"]["h2m_page"]["n"] == 4
+    assert res["shrink_us_per_page_id"]["hchunk4"]["n"] == 1
+    assert res["page_id_MiB"] == {"h2m_page": 128, "hchunk4": 512}

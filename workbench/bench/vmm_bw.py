@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from workbench.bench.vmm import GOAL_BANDWIDTH, GiB, MiB, _stats, model_geometry
 from workbench.config import PoolConfig
 from workbench.core.geometry import Layout
 from workbench.core.ledger import KVCacheManager
+from workbench.errors import DeviceError
 from workbench.gpu.device import CudaDevice
 
 KERNELS = ("sum", "add")
@@ -74,19 +76,23 @@ def _fill(tensors: list, seed: int) -> None:
         x.uniform_(-1, 1, generator=g)
 
 
-def _vmm_pool(layout: Layout, pages: int) -> tuple[CudaDevice, KVCacheManager, list, Any]:
-    """A pool with every page mapped, and its KV as one tensor (contiguous) or one per region."""
+def _vmm_pool(layout: Layout, pages: int,
+              page_size: int = 2 * MiB) -> tuple[CudaDevice, KVCacheManager, list, Any]:
+    """A pool with every page mapped, and its KV as one tensor (contiguous) or one per region;
+    ``pages`` counts 2 MiB pages whatever ``page_size`` (the same bytes in fewer, larger pages)."""
     from workbench.gpu.tensors import KVTensors
 
     dev = CudaDevice(0)
-    geo = model_geometry(layout, pages)
-    cfg = PoolConfig(contiguous_layout=layout is Layout.CONTIGUOUS, prealloc=False)
+    geo = replace(model_geometry(layout, pages), page_size=page_size)
+    cfg = PoolConfig(contiguous_layout=layout is Layout.CONTIGUOUS, prealloc=False,
+                     page_size=page_size)
     kv = KVCacheManager(geo, dev, name=f"bw-{layout.value}", config=cfg)
     ids = kv.alloc(geo.num_blocks - 1)  # every page mapped
     if ids is None:
         kv.close()
         dev.close()
-        raise RuntimeError(f"could not map {kv.space.size} bytes of KV for the bandwidth bench")
+        raise DeviceError("alloc", f"could not map {kv.space.size} bytes of KV for the bandwidth "
+                                   "bench; free GPU memory or pass a smaller --bw-gib")
     raw = KVTensors(kv.space, "bf16").raw
     if layout is Layout.CONTIGUOUS:
         return dev, kv, [raw], ids

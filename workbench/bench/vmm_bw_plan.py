@@ -6,6 +6,12 @@ right after its creation: ``(va offset, size, offset into the handle)``. Variant
 * ``h2m_page``: one 2 MiB handle per piece, page id by page id (page 0 of every region, then
   page 1 ...): what a PER_LAYER pool does as it grows.
 * ``h2m_region``: the same handles, created region by region (each region's pieces in a row).
+* ``h2m_rev``: the same handles region by region, each region's pieces from its end backwards.
+* ``h2m_shuf``: the same handles in a shuffled order (a pool after much grow/shrink churn).
+* ``hbatch<k>``: the same handles, ``k`` page ids at a time, region by region within the batch
+  (a pool that grows ``k`` page ids per driver batch).
+* ``hchunk<k>``: one ``k * 2 MiB`` handle per region and page id, page id by page id: what a
+  PER_LAYER pool does with ``page_size = k * 2 MiB`` (``pages`` must be a multiple of ``k``).
 * ``hpage``: one handle per page id (``regions`` pieces), each region's piece of that page id
   mapped from it at ``region * piece`` (``cuMemMap``'s offset): one create per page id.
 * ``hregion``: one handle per region, mapped in one call.
@@ -17,11 +23,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import pairwise
+from random import Random
 
 from workbench.errors import ConfigError
 
 PIECE = 2 << 20
-VARIANTS = ("h2m_page", "h2m_region", "hpage", "hregion", "hregion_2m")
+VARIANTS = ("h2m_page", "h2m_region", "h2m_rev", "h2m_shuf", "hbatch4", "hbatch8", "hchunk4",
+            "hchunk8", "hpage", "hregion", "hregion_2m")
 
 
 @dataclass(slots=True)
@@ -51,6 +59,22 @@ def plan(variant: str, regions: int, pages: int, piece: int = PIECE) -> list[Han
     if variant == "h2m_region":
         return [Handle(piece, [(va(i, p), piece, 0)]) for i in range(regions)
                 for p in range(pages)]
+    if variant == "h2m_rev":
+        return [Handle(piece, [(va(i, p), piece, 0)]) for i in range(regions)
+                for p in reversed(range(pages))]
+    if variant == "h2m_shuf":
+        hs = [Handle(piece, [(va(i, p), piece, 0)]) for i in range(regions) for p in range(pages)]
+        Random(15).shuffle(hs)
+        return hs
+    k = int(variant[6:]) if variant[:6] in ("hbatch", "hchunk") and variant[6:].isdigit() else 0
+    if variant.startswith("hbatch") and k > 0:
+        return [Handle(piece, [(va(i, p), piece, 0)], p) for b in range(0, pages, k)
+                for i in range(regions) for p in range(b, min(b + k, pages))]
+    if variant.startswith("hchunk") and k > 0:
+        if pages % k:
+            raise ConfigError(f"{variant} over {pages} pages", f"pages must be a multiple of {k}",
+                              f"pass a multiple of {k} pieces per region")
+        return plan("h2m_page", regions, pages // k, piece * k)
     if variant == "hpage":
         return [Handle(regions * piece, [(va(i, p), piece, i * piece) for i in range(regions)], p)
                 for p in range(pages)]

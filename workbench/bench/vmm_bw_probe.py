@@ -9,6 +9,7 @@ order rotated, see :func:`~workbench.bench.vmm_bw_plan.rotation`):
 * ``plain_packed``: one ``torch.empty`` cut into the regions (torch's placement, hypothesis b);
 * ``wb``: the workbench's PER_LAYER pool (the bench's VMM side);
 * ``wb_contig64``: a CONTIGUOUS pool (128 MiB mappings) cut into as many regions;
+* ``wb_p8``: a PER_LAYER pool with 8 MiB pages (``page_size``, a configuration alone);
 * the raw driver plans of :mod:`~workbench.bench.vmm_bw_plan` (hypothesis a).
 
 Kernels: ``sum`` (read), ``add`` (in-place read-write), ``copy`` (the first half of the regions
@@ -36,9 +37,11 @@ from workbench.gpu.driver import call, driver
 
 REGIONS = 64  # 32 layers x (K, V)
 KERNELS = ("sum", "add", "copy", "fill")
-MAIN = ("plain_each", "plain_packed", "wb", "wb_contig64", "h2m_page", "h2m_region", "hpage",
-        "hregion", "hregion_2m")
-SWEEP = ("plain_each", "h2m_page", "hpage", "hregion")
+# hpage and hregion_2m are left out: this H200's driver refuses a non-zero cuMemMap offset
+MAIN = ("plain_each", "plain_packed", "wb", "wb_contig64", "wb_p8", "h2m_page", "h2m_region",
+        "h2m_rev", "h2m_shuf", "hbatch8", "hchunk4", "hchunk8", "hregion")
+SWEEP = ("plain_each", "h2m_page", "hchunk4", "hregion")
+PAGE_MAJOR = ("h2m_page", "hbatch8", "hchunk4", "hchunk8")  # grow/shrink timed per page id
 REF = "plain_each"
 
 
@@ -157,8 +160,8 @@ class Subjects:
                 ts = [big[i * region:(i + 1) * region] for i in range(REGIONS)]
             self.segments[name] = torch.cuda.memory_stats()["segment.all.current"] - before
         elif name.startswith("wb"):
-            layout = Layout.PER_LAYER if name == "wb" else Layout.CONTIGUOUS
-            dev, kv, ts, ids = _vmm_pool(layout, pages)
+            layout = Layout.CONTIGUOUS if name == "wb_contig64" else Layout.PER_LAYER
+            dev, kv, ts, ids = _vmm_pool(layout, pages, 8 * PIECE if name == "wb_p8" else PIECE)
             self.pools.append((dev, kv, ids))
             if layout is Layout.CONTIGUOUS:
                 ts = [ts[0][i * region:(i + 1) * region] for i in range(REGIONS)]
@@ -237,14 +240,15 @@ def probe(pages: int, names: tuple[str, ...], kernels: tuple[str, ...], repeats:
                                "kernels": {}}
         res["grow_us_per_page_id"] = {n: deciles([s * 1e6 for s in per_page(rb.grow_s,
                                                                            rb.handles)])
-                                      for n, rb in subj.raw.items() if n in ("h2m_page",
-                                                                             "hpage")}
+                                      for n, rb in subj.raw.items() if n in PAGE_MAJOR}
+        res["page_id_MiB"] = {n: sum(h.size for h in rb.handles if h.page == 0) >> 20
+                              for n, rb in subj.raw.items() if n in PAGE_MAJOR}
         for k in kernels:
             res["kernels"][k] = _measure(subj, k, repeats, reps)
     finally:
         shrink = subj.close()
     res["shrink_us_per_page_id"] = {n: deciles([s * 1e6 for s in xs])
-                                    for n, xs in shrink.items() if n in ("h2m_page", "hpage")}
+                                    for n, xs in shrink.items() if n in PAGE_MAJOR}
     return res
 
 
@@ -266,8 +270,10 @@ def summary_lines(res: dict) -> list[str]:
                              f"{_f(s['ratio_after_ref']['median'])}")
         for what in ("grow", "shrink"):
             for n, q in r.get(f"{what}_us_per_page_id", {}).items():
-                lines.append(f"probe {head} {what} per page id {n:<9} median {q['median']:.0f} "
-                             f"us [p10 {q['p10']:.0f}, p90 {q['p90']:.0f}] n={q['n']}")
+                mib = r["page_id_MiB"][n]
+                lines.append(f"probe {head} {what} per page id ({mib} MiB) {n:<9} median "
+                             f"{q['median']:.0f} us [p10 {q['p10']:.0f}, p90 {q['p90']:.0f}] "
+                             f"n={q['n']}, {q['median'] * 1024 / mib:.0f} us/GiB")
         for n, why in r["skipped"].items():
             lines.append(f"probe {head} skipped {n}: {why}")
         lines.append(f"probe {head} plain segments {r['plain_segments']}")
@@ -279,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pages", type=int, default=32, help="pieces per region (32: 4 GiB)")
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--sweep", type=int, nargs="*", default=[4, 16, 128],
+    ap.add_argument("--sweep", type=int, nargs="*", default=[16, 128],
                     help="other pieces-per-region values, for sum and add")
     ap.add_argument("--out", default=None, help="write the full results as JSON here")
     a = ap.parse_args(argv)
