@@ -1,5 +1,5 @@
-"""The bandwidth probe's backing plans and repeat order (pure), and its raw backing over the fake
-driver, on a CPU."""
+"""The bandwidth probe's backing plans, repeat order and summaries (pure), and its raw backing
+over the fake driver, on a CPU."""
 
 from __future__ import annotations
 
@@ -181,3 +181,17 @@ def test_summary_lines_name_every_subject_kernel_and_page_cost():
         "n=32, 720 us/GiB",
         "probe 64 MiB x 64 skipped hpage: map failed",
         "probe 64 MiB x 64 plain segments {'plain_each': 64}"]
+
+
+def test_bench_summary_names_every_pairing_with_its_spread():
+    from workbench.bench import vmm_bw
+
+    q = {"median": 0.9919, "p10": 0.9914, "p90": 0.9925, "n": 10}
+    bw = {"goal": 0.99, "pairings": {"per_layer_8MiB_add": {
+        "ratio": q, "vmm_TBps": 3.806, "plain_TBps": 3.837, "launches": 64}}}
+    assert vmm_bw.summary_lines(bw) == [
+        "bandwidth per_layer_8MiB_add  vmm/plain median 0.9919 [p10 0.9914, p90 0.9925] over 10 "
+        "repeats; 3.806 vs 3.837 TB/s, 64 launch(es) each side (goal >= 0.99)"]
+    assert [(n, lay.value, ps >> 20) for n, lay, ps in vmm_bw.PAIRINGS] == [
+        ("contiguous", "contiguous", 2), ("per_layer", "per_layer", 2),
+        ("per_layer_8MiB", "per_layer", 8)]

@@ -56,3 +56,14 @@ def test_a_small_probe_reports_every_subject_and_kernel(cuda_dev, torch_mod):
     assert res["grow_us_per_page_id"]["h2m_page"]["n"] == 4
     assert res["shrink_us_per_page_id"]["hchunk4"]["n"] == 1
     assert res["page_id_MiB"] == {"h2m_page": 128, "hchunk4": 512}
+
+
+def test_the_bench_times_every_pairing_like_for_like(cuda_dev, torch_mod):
+    from workbench.bench.vmm_bw import bandwidth
+
+    bw = bandwidth(gib=1, repeats=2, reps=2)
+    launches = {n: r["launches"] for n, r in bw["pairings"].items()}
+    assert launches == {"contiguous_sum": 1, "contiguous_add": 1, "per_layer_sum": 64,
+                        "per_layer_add": 64, "per_layer_8MiB_sum": 64, "per_layer_8MiB_add": 64}
+    assert all(r["ratio"]["n"] == 2 for r in bw["pairings"].values())
+    assert bw["pairings"]["per_layer_8MiB_add"]["bytes_moved"] == 2 * (1 << 30)

@@ -6,6 +6,10 @@ Two pairings, each with the same kernels and the same number of launches on both
   mappings) against one plain ``torch.empty`` of the same size: one launch per kernel.
 * ``per_layer``: the ``layers x 2`` per-layer regions of a PER_LAYER pool (views over 2 MiB
   mappings) against as many plain tensors of the same size: one launch per region and kernel.
+* ``per_layer_8MiB``: the same with ``page_size = 8 MiB`` (4x larger page ids). On an H200 the
+  2 MiB pool's writes run ~3% slower than plain (``add`` 0.970) because each region's 2 MiB
+  pieces are created page id by page id, so no two neighbours are physically adjacent; 8 MiB
+  pieces cut that loss to under 1% (``python -m workbench.bench.vmm_bw_probe`` shows why).
 
 Kernels: a read (``sum``) and a read-write (in-place ``add_``) over float32 views of random data.
 Each repeat times both sides back to back (the order alternating between repeats) with CUDA events,
@@ -28,6 +32,8 @@ from workbench.errors import DeviceError
 from workbench.gpu.device import CudaDevice
 
 KERNELS = ("sum", "add")
+PAIRINGS = (("contiguous", Layout.CONTIGUOUS, 2 * MiB), ("per_layer", Layout.PER_LAYER, 2 * MiB),
+            ("per_layer_8MiB", Layout.PER_LAYER, 8 * MiB))
 
 
 def _time_cuda(fn: Callable[[], Any], reps: int, warmup: int = 3) -> float:
@@ -102,7 +108,7 @@ def _vmm_pool(layout: Layout, pages: int,
 
 
 def bandwidth(gib: int = 4, repeats: int = 10, reps: int = 20) -> dict:
-    """Both pairings, ``repeats`` interleaved repeats each; see the module docstring."""
+    """Every pairing, ``repeats`` interleaved repeats each; see the module docstring."""
     import torch
 
     pages = gib * GiB // (128 * MiB)
@@ -110,8 +116,8 @@ def bandwidth(gib: int = 4, repeats: int = 10, reps: int = 20) -> dict:
                            "pairings": {}}
     held = []
     try:
-        for layout in (Layout.CONTIGUOUS, Layout.PER_LAYER):
-            dev, kv, vmm, ids = _vmm_pool(layout, pages)
+        for name, layout, page_size in PAIRINGS:
+            dev, kv, vmm, ids = _vmm_pool(layout, pages, page_size)
             held.append((dev, kv, ids))
             plain = [torch.empty(t.numel(), dtype=torch.uint8, device="cuda") for t in vmm]
             _fill(vmm, 1)
@@ -127,7 +133,7 @@ def bandwidth(gib: int = 4, repeats: int = 10, reps: int = 20) -> dict:
                     else:
                         tp.append(_time_cuda(fp, reps))
                         tv.append(_time_cuda(fv, reps))
-                out["pairings"][f"{layout.value}_{kind}"] = {
+                out["pairings"][f"{name}_{kind}"] = {
                     "launches": len(vmm), "bytes_moved": nbytes,
                     "vmm_TBps": nbytes / statistics.median(tv) / 1e12,
                     "plain_TBps": nbytes / statistics.median(tp) / 1e12,
@@ -150,7 +156,7 @@ def summary_lines(bw: dict) -> list[str]:
     lines = []
     for name, r in bw["pairings"].items():
         q = r["ratio"]
-        lines.append(f"bandwidth {name:<14} vmm/plain median {q['median']:.4f} "
+        lines.append(f"bandwidth {name:<19} vmm/plain median {q['median']:.4f} "
                      f"[p10 {q['p10']:.4f}, p90 {q['p90']:.4f}] over {q['n']} repeats; "
                      f"{r['vmm_TBps']:.3f} vs {r['plain_TBps']:.3f} TB/s, "
                      f"{r['launches']} launch(es) each side (goal >= {bw['goal']})")

@@ -18,6 +18,20 @@ median of ``reps`` event-timed runs and its first run after switching (hypothesi
 ``t(plain_each) / t(subject)`` in one repeat. A sweep over the region size (hypothesis e) repeats
 ``sum`` and ``add`` at other sizes. Grow and shrink cost per page id is timed while the
 page-major raw plans are built and torn down.
+
+What it found on an H200 (2026-12-01, two runs, 64 x 64 MiB regions, ratios vs plain_each):
+only writes lose, and the loss follows how each region's 2 MiB pieces were created, not how
+many handles or maps there are. Page id by page id (the pool as it grows: ``wb`` and its bare
+twin ``h2m_page``): ``add`` 0.970, ``copy`` 0.961, ``fill`` 0.983, ``sum`` 1.009. The same 2048
+handles created region by region (``h2m_region``): 1.000, 0.991, 1.000, 1.004; one handle per
+region: 1.000 throughout; shuffled: ``add`` 0.965; reversed: 0.996. So a write stream crossing
+from one piece into one not physically next to it costs (inferred: the driver hands out
+consecutive creates adjacently). Not the cause: launch count (``wb_contig64``, 64 launches over
+128 MiB mappings, 1.000), torch's placement (``plain_packed`` 1.000), order or warm-up (before/
+after the reference alike), TLB reach (``add`` 0.971, 0.970, 0.970 at 32, 64 and 256 MiB regions,
+2 to 16 GiB). Larger pieces shrink the loss: 8 MiB pages (``wb_p8``) ``add`` 0.992, ``copy``
+0.998; growing 8 page ids per batch region by region (``hbatch8``) 0.992 and 0.988. A mapping at
+a non-zero offset into a handle (``hpage``, ``hregion_2m``) is refused (CUDA_ERROR_NOT_SUPPORTED).
 """
 
 from __future__ import annotations
