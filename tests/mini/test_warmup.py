@@ -73,3 +73,18 @@ def test_compile_log_without_triton_installs_nothing(monkeypatch):
     monkeypatch.setitem(sys.modules, "triton", None)
     log = CompileLog()
     assert not log.install() and log.installed == ""
+
+
+def test_probe_reports_each_phase_on_cpu(capsys, monkeypatch):
+    from workbench.mini import warmup
+
+    monkeypatch.setitem(sys.modules, "triton", None)
+    assert warmup.main(["--device", "cpu", "--model", "tiny", "--layers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("triton compile hook: not available\n")
+    phases = [line[:-1] for line in out.splitlines() if line.endswith(":")]
+    assert phases == ["old warm-up (one 256-token prompt)", "warm-up, first pass",
+                      "warm-up, second pass", "fresh shapes after the warm-up"]
+    steps = [line.split(" ms  ")[1] for line in out.splitlines() if " ms  " in line]
+    assert any(" dec + pre " in st for st in steps)  # mixed steps, their kind named
+    assert out.count("  phase ") == 4 and "compile at" not in out

@@ -71,9 +71,6 @@ class CompileLog:
                 ev[1] = time.perf_counter()
                 break
 
-    def between(self, t0: float, t1: float) -> list[list]:
-        return [e for e in self.events if t0 <= e[0] <= t1]
-
     def take(self, t0: float) -> list[list]:
         """Events since ``t0`` as ``[start - t0, seconds or None, what]``, then forgotten."""
         out = [[round(e[0] - t0, 4), None if e[1] is None else round(e[1] - e[0], 4), e[2]]
@@ -133,9 +130,55 @@ def warm_up(engine: Engine, prompt_len: int = 256, decodes: int = 8,
     return steps
 
 
+def _show(st: StepStats) -> None:
+    print(f"  {st.seconds * 1e3:8.1f} ms  {step_shape(st)}")
+
+
+def _phase(name: str, fn: Callable[[], object], log: CompileLog, sync: Callable[[], None],
+           profile: bool) -> None:
+    """Run ``fn``, print its compiles and time, and (``profile``, slow) the ops that took it."""
+    import torch
+
+    t0 = time.perf_counter()
+    print(f"{name}:")
+    if profile:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as pr:
+            fn()
+    else:
+        fn()
+    sync()
+    for ev in log.take(t0):
+        print(f"  compile at +{ev[0]:.3f} s, {ev[1]} s: {ev[2]}")
+    print(f"  phase {time.perf_counter() - t0:.2f} s")
+    if profile and time.perf_counter() - t0 > SLOW_STEP_S:
+        print(pr.key_averages().table(sort_by="self_cpu_time_total", row_limit=8))
+
+
+def _old_warm_up(eng: Engine) -> None:
+    """The clusters' warm-up before this module: one 256-token prompt, 4 tokens."""
+    eng.generate([[1] * 256], 4)
+    for st in eng.stats.steps:
+        _show(st)
+    eng.stats.steps.clear()
+
+
+def _fresh_shapes(eng: Engine) -> None:
+    """Lengths the warm-up did not run: 16 decodes beside prefills of 258 ... 517 tokens."""
+    seqs = [eng.add_request([2] * 256, 8) for _ in range(16)]
+    while not all(s.num_computed >= s.prompt_len for s in seqs):
+        eng.step()
+    for n in (258, 262, 301, 333, 517):
+        eng.add_request([3] * n, 2)
+    while eng.has_work():
+        eng.step()
+    for st in eng.stats.steps:
+        _show(st)
+    eng.stats.steps.clear()
+
+
 def _probe(layers: int, profile: bool, device: str = "cuda", model: str = "llama-3.1-8b"
            ) -> None:
-    """The first-use report on CUDA (see the module docstring)."""
+    """The first-use report (see the module docstring)."""
     import torch
 
     from workbench.mini.engine import EngineConfig
@@ -154,53 +197,14 @@ def _probe(layers: int, profile: bool, device: str = "cuda", model: str = "llama
     sync()
     print(f"built + graphs captured: {time.perf_counter() - t:.1f} s; "
           f"compiles {len(log.take(t))}")
-    prof_warm = [False]
-
-    def show(st: StepStats) -> None:
-        print(f"  {st.seconds * 1e3:8.1f} ms  {step_shape(st)}")
-
-    def phase(name: str, fn: Callable[[], object]) -> None:
-        t0 = time.perf_counter()
-        print(f"{name}:")
-        if profile and not prof_warm[0]:
-            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
-                pass
-            prof_warm[0] = True
-        if profile:
-            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as pr:
-                fn()
-        else:
-            fn()
-        sync()
-        for ev in log.take(t0):
-            print(f"  compile at +{ev[0]:.3f} s, {ev[1]} s: {ev[2]}")
-        print(f"  phase {time.perf_counter() - t0:.2f} s")
-        if profile and time.perf_counter() - t0 > SLOW_STEP_S:
-            print(pr.key_averages().table(sort_by="self_cpu_time_total", row_limit=8))
-
-    def old() -> None:  # the clusters' warm-up before this module
-        eng.generate([[1] * 256], 4)
-        for st in eng.stats.steps:
-            show(st)
-        eng.stats.steps.clear()
-
-    phase("old warm-up (one 256-token prompt)", old)
-    phase("warm-up, first pass", lambda: warm_up(eng, 256, on_step=show))
-    phase("warm-up, second pass", lambda: warm_up(eng, 256, on_step=show))
-
-    def fresh() -> None:  # shapes the warm-up did not run: 16 decodes + prefills 258 and 262
-        seqs = [eng.add_request([2] * 256, 8) for _ in range(16)]
-        while not all(s.num_computed >= s.prompt_len for s in seqs):
-            eng.step()
-        for n in (258, 262, 301, 333, 517):
-            eng.add_request([3] * n, 2)
-        while eng.has_work():
-            eng.step()
-        for st in eng.stats.steps:
-            show(st)
-        eng.stats.steps.clear()
-
-    phase("fresh shapes after the warm-up", fresh)
+    if profile:  # the profiler's own first start, outside any phase
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+            pass
+    for name, fn in (("old warm-up (one 256-token prompt)", lambda: _old_warm_up(eng)),
+                     ("warm-up, first pass", lambda: warm_up(eng, 256, on_step=_show)),
+                     ("warm-up, second pass", lambda: warm_up(eng, 256, on_step=_show)),
+                     ("fresh shapes after the warm-up", lambda: _fresh_shapes(eng))):
+        _phase(name, fn, log, sync, profile)
     eng.close()
 
 
