@@ -64,17 +64,25 @@ class GPUPreset:
     step_fit: tuple[tuple[str, float], ...] | None = None
 
 
-# H200 fit of the mini engine (workbench.mini: eager PyTorch, Triton paged decode, no CUDA graphs)
-# with the Llama-3.1-8B shape: 14,936 steps (99 dropped as one-off first shapes) measured in the
-# colocation lab's three-repeat sweep on this project's H200 (2026-12-01, torch 2.11 + CUDA 13,
-# driver 580.159.04): `workbench labs run colocation --backend gpu --peaks 1,2,3,4,6 --param
-# repeats=N --param out_dir=DIR`, then `python -m workbench.bench.calibrate --sweep DIR`. Median
-# error 12%, p90 35%. Steps are host-bound (~15 ms whatever the batch), so the bandwidth term
-# never binds and bw_eff sits at the grid's top (1.0): it is unconstrained, not measured. It
-# describes that engine, not vLLM (`StepTimeModel.preset(m, "h200", fitted=True)`). The earlier
-# fit (830 steps of `bench mini`, 2026-11-30) was 0.53 / 0.55 / 12.7 ms / 0.
-H200_MINI_FIT = (("flops_eff", 0.33), ("bw_eff", 1.0), ("step_overhead_s", 0.0153),
-                 ("seq_overhead_s", 3.85e-5))
+# H200 fit of the mini engine (workbench.mini: decode-only steps replayed as CUDA graphs, steps
+# with a prefill chunk eager) with the Llama-3.1-8B shape: 40,149 steps (49 dropped as more than
+# 50% off the first fit) of the colocation lab's three-repeat graphs sweep on this project's H200
+# (2026-12-01, torch 2.11 + CUDA 13, triton 3.6, driver 580.159.04; PEAKs 6, 12, 2, 9, both
+# modes): `run_lab("colocation", lab.params(peaks=(6, 12, 2, 9), repeats=3, cuda_graphs=True,
+# out_dir=DIR), "gpu")`, then
+# `python -m workbench.bench.calibrate --sweep DIR`. Median error 1.5%, p90 5.1%. A decode-only
+# step is bandwidth-bound (~7 ms: 16 GB of weights at bw_eff 0.5 of the data sheet's 4.8 TB/s);
+# a step with a prefill pays prefill_overhead_s (17.7 ms: the eager forward's ~600 launches from
+# Python) on top; the per-step overhead left is ~0. The sweep's prefill attention still ran on
+# cuDNN (one 0.7 s first-shape step in 24 runs, among the dropped steps); it no longer does.
+H200_MINI_FIT = (("flops_eff", 0.68), ("bw_eff", 0.5), ("step_overhead_s", 7.1e-6),
+                 ("seq_overhead_s", 1.81e-5), ("prefill_overhead_s", 0.0177))
+
+# The earlier fit, of the eager engine (no CUDA graphs: every step ~15 ms of host launches), for
+# comparison: 14,936 steps of the eager three-repeat sweep (PEAKs 1-6, same H200, same day),
+# median error 12%, p90 35%; bw_eff sat at the grid's top (unconstrained, not measured).
+H200_MINI_EAGER_FIT = (("flops_eff", 0.33), ("bw_eff", 1.0), ("step_overhead_s", 0.0153),
+                       ("seq_overhead_s", 3.85e-5))
 
 _H200_VMM = VMMLatency(5e-6, 20e-6, 6e-6, 53e-6, 31e-6, 22e-6)
 
@@ -107,8 +115,9 @@ GPU_PRESETS: dict[str, GPUPreset] = {
                    "measured for a whole compound page id; the per-layer/contiguous ratio (64) "
                    "is inside the measured 44-73 (H200_PAGE_ID_GROW)",
                    ("create", "map", "set_access", "unmap", "release"), None, _DATASHEET,
-                   "14,936 mini-engine steps of the colocation sweep on this project's H200, "
-                   "2026-12-01 (workbench.bench.calibrate --sweep)"),
+                   "40,149 mini-engine steps (decode in CUDA graphs) of the three-repeat "
+                   "colocation sweep on this project's H200, 2026-12-01 "
+                   "(workbench.bench.calibrate --sweep)"),
         step_fit=H200_MINI_FIT),
     "a100": GPUPreset(
         "a100", "a100-80g", 80 * GiB, 2 * MiB,
@@ -129,5 +138,5 @@ def gpu_preset(key: str) -> GPUPreset:
     return GPU_PRESETS[key]
 
 
-__all__ = ["GPU_PRESETS", "H200_MINI_FIT", "H200_PAGE_ID_GROW", "GPUPreset", "PageIdCost",
-           "Provenance", "VMMLatency", "VMM_CALLS", "gpu_preset"]
+__all__ = ["GPU_PRESETS", "H200_MINI_EAGER_FIT", "H200_MINI_FIT", "H200_PAGE_ID_GROW", "GPUPreset",
+           "PageIdCost", "Provenance", "VMMLatency", "VMM_CALLS", "gpu_preset"]

@@ -44,6 +44,6 @@ def test_h100_vmm_latencies_say_they_are_the_h200s():
 def test_fits_and_unknown_gpus():
     assert GPUS["h200"].fitted == H200_MINI_FIT
     assert StepTimeModel.preset("llama-3.1-8b", "h200", fitted=True).flops_eff == dict(
-        H200_MINI_FIT)["flops_eff"] == 0.33
+        H200_MINI_FIT)["flops_eff"] == 0.68
     with pytest.raises(ConfigError, match="has no preset"):
         gpu_preset("b200")

@@ -64,3 +64,25 @@ def test_fit_recovers_a_known_step_time_model():
     assert fit["flops_eff"] == pytest.approx(0.45, abs=0.011)
     assert fit["bw_eff"] == pytest.approx(0.7, abs=0.011)
     assert fit["median_abs_rel_err"] < 0.02
+
+
+def test_fit_separates_the_eager_prefill_steps_of_a_graphed_engine():
+    """Decode-only steps replayed as graphs, steps with a prefill eager: the fit finds the
+    prefill steps' extra host cost, and without the term it cannot fit both kinds."""
+    truth = StepTimeModel.preset("llama-3.1-8b", "h200", flops_eff=0.6, bw_eff=0.5,
+                                 step_overhead_s=1e-3, seq_overhead_s=2e-5,
+                                 prefill_overhead_s=0.018)
+    rows = []
+    for n, new, ctx in ((1, 1, 300), (8, 8, 2400), (16, 16, 5000), (40, 40, 12000),
+                        (9, 264, 2300), (17, 272, 4500), (2, 2048, 300), (1, 512, 0),
+                        (20, 1044, 6000)):
+        pairs = ctx + n if new == n else ctx + (new - n) * (new - n + 1) / 2
+        rows.append([n, new, ctx, pairs, truth.step_time(n, new, ctx, pairs)])
+    fit = fit_steptime(rows)
+    assert fit["prefill_overhead_s"] == pytest.approx(0.018, rel=0.05)
+    assert fit["flops_eff"] == pytest.approx(0.6, abs=0.011)
+    assert fit["bw_eff"] == pytest.approx(0.5, abs=0.011)
+    assert fit["median_abs_rel_err"] < 0.02
+    one = fit_steptime(rows, prefill_term=False)
+    assert one["prefill_overhead_s"] == 0.0
+    assert one["p90_abs_rel_err"] > 5 * fit["p90_abs_rel_err"]

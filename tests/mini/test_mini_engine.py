@@ -129,3 +129,42 @@ def test_paged_decode_matches_float64_reference(entry):
         ref = torch.einsum("hl,lhd->hd", p.softmax(-1), v)
         err = (out[b] - ref).norm() / ref.norm()
         assert err < 1e-2, err
+
+
+def test_prefill_attention_stays_off_cudnn_and_is_causal_without_a_mask(monkeypatch):
+    """cuDNN attention compiles a plan per new prefill shape (1 s, then 50-700 ms each on the
+    H200): prefill SDPA runs with cuDNN switched off; whole-context chunks go causal (no mask),
+    chunks over earlier context keep their mask; both equal explicit-mask attention."""
+    import workbench.mini.attention as att
+
+    seen = []
+    real = att.F.scaled_dot_product_attention
+
+    def spy(*a, **kw):
+        seen.append((torch.backends.cuda.cudnn_sdp_enabled(), kw["attn_mask"] is None,
+                     kw["is_causal"]))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(att.F, "scaled_dot_product_attention", spy)
+    g = torch.Generator().manual_seed(0)
+    nh, nkv, d, bs = 4, 2, 8, 4
+    kc = torch.randn(8, bs, nkv, d, generator=g)
+    vc = torch.randn(8, bs, nkv, d, generator=g)
+    q = torch.randn(9, nh, d, generator=g)  # rows 0..5: a whole 6-token prompt; 6..8: a chunk
+    k = torch.randn(9, nkv, d, generator=g)
+    v = torch.randn(9, nkv, d, generator=g)
+    whole = att.PrefillSeg(0, 6, 6, torch.arange(4, 10))
+    chunk = att.PrefillSeg(6, 3, 7, torch.arange(20, 27))
+    wslots = torch.cat([torch.arange(4, 10), torch.arange(24, 27)])
+    ctx = att.AttnContext([kc], [vc], wslots, 0, None, None, bs, [whole, chunk], 0.3)
+    out = ctx.attend(0, q, k, v)
+    assert seen == [(False, True, True), (False, False, False)]
+    assert torch.backends.cuda.cudnn_sdp_enabled()  # only inside the prefill
+    for p in (whole, chunk):
+        ks = att.gather_kv(kc, p.slots).transpose(0, 1)[None]
+        vs = att.gather_kv(vc, p.slots).transpose(0, 1)[None]
+        qpos = torch.arange(p.ctx_len - p.q_len, p.ctx_len)
+        mask = torch.arange(p.ctx_len)[None, :] <= qpos[:, None]
+        ref = real(q[p.row:p.row + p.q_len].transpose(0, 1)[None], ks, vs, attn_mask=mask,
+                   scale=0.3, enable_gqa=True)[0].transpose(0, 1)
+        torch.testing.assert_close(out[p.row:p.row + p.q_len], ref)

@@ -3,9 +3,11 @@ colocation workload on ``sim`` and put its TTFT beside the GPU's (:mod:`workbenc
 
 The model (``workbench.engines.sim.steptime.StepTimeModel``) charges a step
 ``max(flops / (peak_flops * flops_eff), bytes / (peak_bw * bw_eff)) + step_overhead_s +
-seq_overhead_s * num_seqs``. :func:`fit_steptime` grid-searches the two efficiencies and solves the
-two overheads by least squares at each grid point, minimising the *relative* error (steps span
-milliseconds to seconds). Runs on a CPU:
+seq_overhead_s * num_seqs`` plus ``prefill_overhead_s`` when it computes a prefill chunk (an engine
+with decode CUDA graphs has two step paths: a graph replay for decode-only steps, the eager forward
+for the rest). :func:`fit_steptime` grid-searches the two efficiencies and solves the overheads by
+least squares at each grid point, minimising the *relative* error (steps span milliseconds to
+seconds). The prefill term is fitted only on a sweep whose decode ran in graphs. Runs on a CPU:
 ``python -m workbench.bench.calibrate --sweep DIR [--sweep DIR2] [--bench B]`` (DIR: the colocation
 lab's gpu ``out_dir``; the fit uses the sweep's own steps).
 """
@@ -32,44 +34,48 @@ def _flops_bytes(rows: np.ndarray, model: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def fit_steptime(steps: list[list[float]], gpu: str = "h200", model: str = "llama-3.1-8b",
-                 trim: float = 0.5) -> dict:
-    """``steps``: rows of ``[num_seqs, new_tokens, ctx_tokens, attn_pairs, seconds, ...]``.
+                 trim: float = 0.5, prefill_term: bool = True) -> dict:
+    """``steps``: rows of ``[num_seqs, new_tokens, ctx_tokens, attn_pairs, seconds, ...]``;
+    ``prefill_term``: fit ``prefill_overhead_s`` too (else it is 0).
 
     Fits once, drops steps more than ``trim`` (relative) off the fit, fits again: the first step
     of each new batch shape is 2-4x slower (cuBLAS/SDPA selection, allocator growth; seen on the
     H200), and those one-off costs are not what a step-time model describes."""
     rows = np.asarray([r[:5] for r in steps if r[0] > 0], dtype=float)
-    first = _fit(rows, gpu, model)
+    first = _fit(rows, gpu, model, prefill_term)
     keep = np.abs(first.pop("_rel")) <= trim
-    out = _fit(rows[keep], gpu, model)
+    out = _fit(rows[keep], gpu, model, prefill_term)
     out.pop("_rel")
     out["n_dropped"] = int((~keep).sum())
     return out
 
 
-def _fit(rows: np.ndarray, gpu: str, model: str) -> dict:
+def _fit(rows: np.ndarray, gpu: str, model: str, prefill_term: bool = True) -> dict:
     flops, nbytes = _flops_bytes(rows, model)
     t, n = rows[:, 4], rows[:, 0]
+    # a step with a prefill chunk (more new tokens than sequences) runs eagerly where the
+    # decode-only steps replay CUDA graphs: its own host term (0 when steps are all eager)
+    mixed = (rows[:, 1] > n).astype(float) if prefill_term else np.zeros(len(rows))
     spec = GPUS[gpu]
     w = 1.0 / t  # relative error weights
     grid = np.linspace(0.05, 1.0, 96)
+    a = np.stack([w, w * n, w * mixed], axis=1)
     best = None
     for fe in grid:
         tc = flops / (spec.peak_flops * fe)
         for be in grid:
             base = np.maximum(tc, nbytes / (spec.peak_bw * be))
-            # (t - base) ~ o + s*n, weighted by 1/t
-            a = np.stack([w, w * n], axis=1)
+            # (t - base) ~ o + s*n + m*mixed, weighted by 1/t
             coef, *_ = np.linalg.lstsq(a, (t - base) * w, rcond=None)
-            o, s = max(coef[0], 0.0), max(coef[1], 0.0)
-            rel = (base + o + s * n - t) / t
+            o, s, m = (max(float(c), 0.0) for c in coef)
+            rel = (base + o + s * n + m * mixed - t) / t
             score = float(np.mean(rel ** 2))
             if best is None or score < best[0]:
-                best = (score, fe, be, o, s, rel)
-    score, fe, be, o, s, rel = best
+                best = (score, fe, be, o, s, m, rel)
+    score, fe, be, o, s, m, rel = best
     return {"gpu": gpu, "model": model, "flops_eff": round(float(fe), 3),
             "bw_eff": round(float(be), 3), "step_overhead_s": float(o),
-            "seq_overhead_s": float(s), "n_steps": int(len(rows)),
+            "seq_overhead_s": float(s), "prefill_overhead_s": float(m), "n_steps": int(len(rows)),
             "median_abs_rel_err": float(np.median(np.abs(rel))),
             "p90_abs_rel_err": float(np.percentile(np.abs(rel), 90)), "_rel": rel}
 
@@ -119,7 +125,8 @@ def _calibrate(args: argparse.Namespace) -> None:
             steps += r["steps"]
     if reps and not args.no_sweep_steps:
         steps += simgpu.sweep_steps(reps)
-    fit = fit_steptime(steps)
+    # two step paths only where the decode was graphed; an eager engine has one
+    fit = fit_steptime(steps, prefill_term=any(r.get("cuda_graphs", False) for r in reps))
     print(json.dumps(fit, indent=1))
     out: dict = {"fit": fit}
     if reps:

@@ -14,7 +14,7 @@ from workbench.engines.models import get_model
 from workbench.engines.sim.steptime import GPUS
 from workbench.labs.colocation import spread
 
-STEP_FIELDS = ("flops_eff", "bw_eff", "step_overhead_s", "seq_overhead_s")
+STEP_FIELDS = ("flops_eff", "bw_eff", "step_overhead_s", "seq_overhead_s", "prefill_overhead_s")
 
 
 def sweep_steps(reps: list[dict]) -> list[list[float]]:
@@ -124,7 +124,7 @@ def sim_overall(c: dict, peak: int, mode: str, steptime: dict,
                      max_reserved_pages=c["max_reserved_pages"]),
         vllm=VLLMOptions(max_num_seqs=c["max_num_seqs"],
                          max_num_batched_tokens=c["max_batched_tokens"]),
-        steptime={k: steptime[k] for k in STEP_FIELDS}, seed=c["seed"],
+        steptime={k: steptime[k] for k in STEP_FIELDS if k in steptime}, seed=c["seed"],
         host="one_thread" if (serial_host if one_thread is None else one_thread)
         else "serial" if serial_host else "parallel")
     wl = []

@@ -43,6 +43,7 @@ from workbench.mini.engine import Engine, EngineConfig
 from workbench.mini.instance import MiniInstance
 from workbench.mini.kv import KVSpec
 from workbench.mini.model import build_model, get_config
+from workbench.mini.warmup import SLOW_STEP_S, CompileLog, step_shape, warm_up
 
 GiB = 1 << 30
 
@@ -177,8 +178,9 @@ class Cluster:
     """``instances`` engines of one mode on one GPU."""
 
     def __init__(self, cfg: ColoConfig, mode: str, models: Sequence[torch.nn.Module],
-                 gpu_device=None):
+                 gpu_device=None, compiles: CompileLog | None = None):
         self.cfg, self.mode = cfg, mode
+        self.compiles = compiles or CompileLog()
         mcfg = get_config(cfg.model)
         budget = int(cfg.budget_gib * GiB)
         ecfg = EngineConfig(max_num_seqs=cfg.max_num_seqs,
@@ -204,9 +206,12 @@ class Cluster:
                 pool_dev = self.budget_dev
             self.engines.append(Engine(mcfg, spec, cfg.device, ecfg, model=model,
                                        pool_device=pool_dev, name=f"{mode}{i}"))
-        for eng in self.engines:  # compile the kernels, warm the allocator
-            eng.generate([[1] * cfg.prompt_len], 4)
-            eng.stats.steps.clear()
+        # every kind of step a run meets (mixed, recompute-length, chunked), before timing:
+        # [engine, seconds, shape] of each warm-up step, and the Triton compiles they caused
+        t0 = time.perf_counter()
+        self.warmup = [[i, round(st.seconds, 4), step_shape(st)] for i, eng in
+                       enumerate(self.engines) for st in warm_up(eng, cfg.prompt_len)]
+        self.warmup_compiles = self.compiles.take(t0)
 
     def kv_capacity_tokens(self) -> list[int]:
         """Tokens each engine's block table can address (elastic: the whole budget each; what
@@ -246,6 +251,7 @@ class Cluster:
         allocs = self._timed_allocs()
         pre0 = [e.num_preemptions for e in self.engines]
         t0 = time.perf_counter()
+        self.compiles.take(t0)
         insts = [MiniInstance(e, t0=t0, sample_every_s=None) for e in self.engines]
         for inst, trace in zip(insts, traces, strict=True):
             inst.submit(Request(r.rid, r.prompt, output_len, r.arrival) for r in trace)
@@ -282,6 +288,11 @@ class Cluster:
     def _result(self, insts: list[MiniInstance], wall: float, timeline: list, step_t: list,
                 allocs: list, pre0: list[int]) -> dict:
         per = [i.metrics().as_dict() for i in insts]
+        # one-off costs on the request path: steps over SLOW_STEP_S with their kind
+        slow = [[k, t, round(st.seconds, 4), step_shape(st)] for k, e in enumerate(self.engines)
+                for st, t in zip(e.stats.steps, step_t[k], strict=False)
+                if st.seconds > SLOW_STEP_S]
+        longest = max((st.seconds for e in self.engines for st in e.stats.steps), default=0.0)
         overall = summarize([s for i in insts for s in i.seqs]).as_dict()
         steps = [[i] + st.row() + [t] for i, e in enumerate(self.engines)
                  for st, t in zip(e.stats.steps, step_t[i], strict=False)]
@@ -298,7 +309,9 @@ class Cluster:
                                                                       strict=True)],
                 "alloc_calls": [[n, round(t, 6)] for n, t in allocs],
                 "vmm": counts, "mapper_pages_total": mappers,
-                "budget_peak_bytes": counts["peak_bytes"] if counts else None}
+                "budget_peak_bytes": counts["peak_bytes"] if counts else None,
+                "slow_steps": slow, "max_step_s": round(longest, 4),
+                "compiles": self.compiles.take(insts[0].t0 if insts else 0.0)}
 
     def close(self) -> None:
         for e in self.engines:
@@ -333,7 +346,11 @@ def run(cfg: ColoConfig, log=print) -> list[dict]:
     name = torch.cuda.get_device_name() if cfg.device.startswith("cuda") else "cpu"
     head = {"config": asdict(cfg), "device": name, "model_build_s": time.perf_counter() - t,
             "weights_bytes_per_instance": mcfg.num_params * 2}
-    clusters = {m: Cluster(cfg, m, models) for m in cfg.modes}
+    compiles = CompileLog()
+    head["compile_hook"] = compiles.installed if compiles.install() else None
+    clusters = {m: Cluster(cfg, m, models, compiles=compiles) for m in cfg.modes}
+    head["warmup"] = {m: {"steps": c.warmup, "compiles": c.warmup_compiles}
+                      for m, c in clusters.items()}
     head["kv_capacity_tokens"] = {m: c.kv_capacity_tokens() for m, c in clusters.items()}
     head["cuda_graphs"] = all(e.graphs is not None for c in clusters.values() for e in c.engines)
     reps = []
@@ -352,8 +369,13 @@ def run(cfg: ColoConfig, log=print) -> list[dict]:
                     log(f"repeat {r} PEAK {peak:3d} {mode:7s}: {o['finished']}/{o['requests']} "
                         f"done, TTFT mean {o['ttft']['mean'] * 1e3:.1f} ms p99 "
                         f"{o['ttft']['p99'] * 1e3:.1f} ms, preemptions {o['preemptions']}, "
-                        f"wall {res['wall_s']:.1f} s")
+                        f"wall {res['wall_s']:.1f} s, longest step {res['max_step_s']:.3f} s, "
+                        f"{len(res['slow_steps'])} over {SLOW_STEP_S} s, "
+                        f"{len(res['compiles'])} compiles"
+                        + "".join(f"\n  slow step: engine {s[0]} at {s[1]} s, {s[2]} s, {s[3]}"
+                                  for s in res["slow_steps"][:5]))
     finally:
+        compiles.uninstall()
         for c in clusters.values():
             c.close()
     return reps

@@ -127,7 +127,7 @@ def from_repeats(reps: list[dict], backend: str) -> ColocationRun:
         footer = [f"Low load (PEAK {low}): elastic/static mean TTFT "
                   f"{_sp(lo['mean_ttft_elastic_over_static'])}, TPOT "
                   f"{_sp(lo['tpot_elastic_over_static'])} (median [min-max] over repeats).", ""]
-    footer += where_time_went(reps, peaks)
+    footer += where_time_went(reps, peaks) + slow_steps_text(reps)
     scale = c["time_scale"]
     out_len = max(2, round(c["completion_len"] / scale))
     mapper = ("background mapper, reserve 1 page id" if c.get("mapper", False)
@@ -149,6 +149,24 @@ def from_repeats(reps: list[dict], backend: str) -> ColocationRun:
                               "runs": {k: {kk: vv for kk, vv in v.items()
                                            if kk not in ("steps", "requests")}
                                        for k, v in r["runs"].items()}} for r in reps]})
+
+
+def slow_steps_text(reps: list[dict]) -> list[str]:
+    """The steps of every run that took over 0.3 s (one-off costs on the request path: a kernel
+    compiled or a plan built for a new shape), with their kind; sweeps recorded before runs kept
+    them say nothing."""
+    runs = [(r["repeat"], k, v) for r in reps for k, v in r["runs"].items() if "slow_steps" in v]
+    if not runs:
+        return []
+    slow = [(rep, k, s) for rep, k, v in runs for s in v["slow_steps"]]
+    longest = max(runs, key=lambda x: x[2]["max_step_s"])
+    lines = ["## One-off steps", "", f"Steps over 0.3 s: {len(slow)} in {len(runs)} runs "
+             f"(longest step of any run {longest[2]['max_step_s'] * 1e3:,.0f} ms, repeat "
+             f"{longest[0]} {longest[1]}); Triton compiles during runs: "
+             f"{sum(len(v.get('compiles', ())) for _, _, v in runs)}."]
+    lines += [f"* repeat {rep} {k}: engine {s[0]} at {s[1]} s, {s[2] * 1e3:,.0f} ms, {s[3]}"
+              for rep, k, s in slow[:10]]
+    return lines + [""]
 
 
 def _sp(sp: dict) -> str:

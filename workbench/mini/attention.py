@@ -8,7 +8,8 @@ One table format serves both indexing styles. Row ``b`` of ``table`` lists entri
 two styles add up the same numbers in the same order: their outputs are bitwise equal.
 
 Decode rows (one new token whose context is in the cache) go through :func:`paged_decode` (Triton on
-CUDA, a gather-based torch version elsewhere); prefill chunks gather their context and use SDPA.
+CUDA, a gather-based torch version elsewhere); prefill chunks gather their context and use SDPA,
+kept off its cuDNN backend (:data:`PREFILL_BACKENDS` says why).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 try:  # Triton is optional: CPU CI has none
     import triton
@@ -154,6 +156,15 @@ def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     return out
 
 
+# SDPA's backends for prefill chunks: not cuDNN. On the H200 (torch 2.11, CUDA 13) SDPA picks
+# cuDNN attention, which builds and compiles a plan for every new (q_len, ctx_len): 1.0 s the
+# first time in a process, 50-700 ms for each new shape after (`python -m workbench.mini.warmup
+# --profile`: aten::_cudnn_attention_forward), and a serving run meets a new prefill length at
+# every preemption (recompute = prompt + generated tokens). Flash (whole causal prompts) and
+# memory-efficient kernels are precompiled; math accepts anything, so a call never fails.
+PREFILL_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
 @dataclass
 class PrefillSeg:
     """A prefill chunk: packed rows ``[row, row+q_len)``, positions ``ctx_len-q_len..ctx_len-1``."""
@@ -184,11 +195,14 @@ class AttnContext:
         self.prefills = prefills
         self.scale = scale
         self.impl = impl
-        # Prefill masks depend only on the chunk, not the layer: build them once per step.
+        # Prefill masks depend only on the chunk, not the layer: build them once per step. A
+        # chunk that is its whole context (a prompt, a recompute) is plain causal: no mask.
         self._masks = [self._mask(p, k[0].device) for p in prefills]
 
     @staticmethod
-    def _mask(p: PrefillSeg, device: torch.device) -> torch.Tensor:
+    def _mask(p: PrefillSeg, device: torch.device) -> torch.Tensor | None:
+        if p.q_len == p.ctx_len:
+            return None
         qpos = torch.arange(p.ctx_len - p.q_len, p.ctx_len, device=device)
         return torch.arange(p.ctx_len, device=device)[None, :] <= qpos[:, None]
 
@@ -202,13 +216,17 @@ class AttnContext:
         if nd:
             out[:nd] = paged_decode(q[:nd], kc, vc, self.table, self.lens, self.entry_tokens,
                                     self.scale, self.impl, self.rows)
-        for p, mask in zip(self.prefills, self._masks, strict=True):
-            qs = q[p.row:p.row + p.q_len].transpose(0, 1)[None]  # [1, H, q, D]
-            ks = gather_kv(kc, p.slots).transpose(0, 1)[None]  # [1, Hkv, ctx, D]
-            vs = gather_kv(vc, p.slots).transpose(0, 1)[None]
-            o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, scale=self.scale,
-                                               enable_gqa=True)
-            out[p.row:p.row + p.q_len] = o[0].transpose(0, 1)
+        if not self.prefills:
+            return out
+        with sdpa_kernel(PREFILL_BACKENDS):
+            for p, mask in zip(self.prefills, self._masks, strict=True):
+                qs = q[p.row:p.row + p.q_len].transpose(0, 1)[None]  # [1, H, q, D]
+                ks = gather_kv(kc, p.slots).transpose(0, 1)[None]  # [1, Hkv, ctx, D]
+                vs = gather_kv(vc, p.slots).transpose(0, 1)[None]
+                o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask,
+                                                   is_causal=mask is None, scale=self.scale,
+                                                   enable_gqa=True)
+                out[p.row:p.row + p.q_len] = o[0].transpose(0, 1)
         return out
 
 

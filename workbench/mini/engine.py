@@ -73,6 +73,7 @@ class StepStats:
     attn_pairs: float = 0.0
     forward_seconds: float = 0.0  # the forward alone (CUDA events; 0 off CUDA or unsynced)
     graphed: bool = False  # replayed a captured decode graph
+    prefills: tuple[tuple[int, int], ...] = ()  # (q_len, ctx_len) of each prefill chunk
 
     def row(self) -> list:
         return [self.num_seqs, self.new_tokens, self.context_tokens, self.attn_pairs,
@@ -197,11 +198,12 @@ class Engine:
         graphed = self.graphs is not None and self.graphs.fits(items, self._is_decode)
         if graphed:
             logits = self.graphs.run(items, self._slot, rows)
-            num_decode, num_prefill = len(items), 0
+            num_decode, num_prefill, prefills = len(items), 0, ()
         else:
             ids, pos, ctx, sample_rows = self._prepare(items, rows)
             logits = self.model(ids, pos, ctx, sample_rows)
             num_decode, num_prefill = ctx.num_decode, sum(p.q_len for p in ctx.prefills)
+            prefills = tuple((p.q_len, p.ctx_len) for p in ctx.prefills)
         if timed:
             ev[1].record()
         if self.connector is not None:  # before _sample: the scheduler frees finished blocks
@@ -212,7 +214,7 @@ class Engine:
         st = StepStats(num_decode=num_decode, num_prefill_tokens=num_prefill,
                        context_tokens=plan.ctx_tokens, seconds=time.perf_counter() - t0,
                        forward_seconds=ev[0].elapsed_time(ev[1]) / 1e3 if timed else 0.0,
-                       graphed=graphed,
+                       graphed=graphed, prefills=prefills,
                        preempted=self.num_preemptions - before, num_seqs=len(plan.items),
                        new_tokens=plan.new_tokens, attn_pairs=plan.attn_pairs)
         self.stats.add(st)

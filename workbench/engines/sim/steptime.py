@@ -67,6 +67,9 @@ class StepTimeModel:
     bw_eff: float = 0.80
     step_overhead_s: float = 2.5e-3
     seq_overhead_s: float = 15e-6
+    # host cost added to a step that computes a prefill chunk (new tokens > sequences): an engine
+    # that replays decode-only steps as CUDA graphs runs those eagerly (0: one cost for both)
+    prefill_overhead_s: float = 0.0
 
     @classmethod
     def preset(cls, model: str | ModelSpec, gpu: str = "a100", *, fitted: bool = False,
@@ -105,4 +108,7 @@ class StepTimeModel:
         nbytes = m.weight_bytes + (ctx_tokens + new_tokens) * kvb
         t = max(flops / (self.gpu.peak_flops * self.flops_eff),
                 nbytes / (self.gpu.peak_bw * self.bw_eff))
-        return StepCost(t, self.step_overhead_s + self.seq_overhead_s * num_seqs)
+        host = self.step_overhead_s + self.seq_overhead_s * num_seqs
+        if new_tokens > num_seqs:
+            host += self.prefill_overhead_s
+        return StepCost(t, host)
