@@ -214,6 +214,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--steady-rounds", type=int, default=15)
     ap.add_argument("--steady-steps", type=int, default=8, help="steps per subject and round")
     ap.add_argument("--steady-prompt-len", type=int, default=1024)
+    ap.add_argument("--steady-profile", action="store_true",
+                    help="also measure where the step's time goes (bench.stepprof)")
     ap.add_argument("--max-wall-s", type=float, default=330.0,
                     help="start no new round after this many seconds from the start")
     return ap
@@ -286,6 +288,7 @@ def steady_part(res: dict, model, cfg, args, log, start: float) -> None:
             res["steady"].append(steady_mod.steady(
                 model, cfg, batch=b, prompt_len=args.steady_prompt_len,
                 rounds=args.steady_rounds, steps=args.steady_steps, kv_gib=args.kv_gib,
+                profile=args.steady_profile,
                 deadline=now + (start + args.max_wall_s - now) / (len(batches) - i), log=log))
         except Exception:  # noqa: BLE001 - keep the other batches and parts
             import traceback

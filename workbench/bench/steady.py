@@ -19,7 +19,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from workbench.bench import decode_kernel
+from workbench.bench import decode_kernel, stepprof
 from workbench.bench.mini import _engine
 from workbench.bench.stats import deciles as spread
 from workbench.mini.engine import Engine, StepStats
@@ -73,8 +73,9 @@ def _steps(eng: Engine, graphs: bool, k: int) -> list[StepStats]:
 
 def steady(model, cfg: ModelConfig, *, batch: int, prompt_len: int = 1024, rounds: int = 15,
            steps: int = 8, kv_gib: float = 24.0, deadline: float = float("inf"),
-           log=print) -> dict:
-    """One batch size: every subject, ``rounds`` interleaved rounds of ``steps`` steps each."""
+           profile: bool = False, log=print) -> dict:
+    """One batch size: every subject, ``rounds`` interleaved rounds of ``steps`` steps each;
+    with ``profile``, the step's measured parts too (:mod:`workbench.bench.stepprof`)."""
     from workbench.bench.ab import _Paused
 
     on_cuda = next(model.parameters()).device.type == "cuda"
@@ -84,8 +85,13 @@ def steady(model, cfg: ModelConfig, *, batch: int, prompt_len: int = 1024, round
     engines: dict[tuple[str, str], Engine] = {}
     rows: dict[str, list[StepStats]] = {}
     # per round, static median / VMM median of the step (wall) and of the forward (events)
-    ratios: dict[str, list[float]] = {"graphs": [], "eager": [], "graphs-forward": []}
-    device_time = _device_time(model, cfg, batch, prompt_len + rounds * steps) if on_cuda else {}
+    # (graphs-half: the first half of each round's steps, to see what more steps per ratio buy)
+    ratios: dict[str, list[float]] = {"graphs": [], "graphs-half": [], "eager": [],
+                                      "graphs-forward": []}
+    ctx = prompt_len + rounds * steps
+    device_time = _device_time(model, cfg, batch, ctx) if on_cuda else {}
+    prof: dict = {"device": stepprof.device_parts(model, cfg, batch, ctx)
+                  if profile and on_cuda else None}
     try:
         for backend, style, _ in subjects:
             if (backend, style) not in engines:
@@ -101,25 +107,30 @@ def steady(model, cfg: ModelConfig, *, batch: int, prompt_len: int = 1024, round
                 log(f"steady B={batch}: wall budget reached after {rnd} rounds")
                 break
             order = subjects if rnd % 2 == 0 else subjects[::-1]
-            med, fwd = {}, {}
+            med, half, fwd = {}, {}, {}
             for backend, style, graphs in order:
                 name = _name(backend, style, graphs)
                 with _Paused():
                     got = _steps(engines[backend, style], graphs, steps)
                 rows.setdefault(name, []).extend(got)
                 med[name] = statistics.median(s.seconds for s in got)
+                half[name] = statistics.median(s.seconds for s in got[:max(1, steps // 2)])
                 fwd[name] = statistics.median(s.forward_seconds for s in got)
-            for mode, on, m in (("graphs", True, med), ("eager", False, med),
-                                ("graphs-forward", True, fwd)):
+            for mode, on, m in (("graphs", True, med), ("graphs-half", True, half),
+                                ("eager", False, med), ("graphs-forward", True, fwd)):
                 v, s = m.get(_name("vmm", "block", on)), m.get(_name("static", "block", on))
                 if v and s:  # forward times are 0 off CUDA
                     ratios[mode].append(s / v)
             log(f"steady B={batch} round {rnd}: " + ", ".join(
                 f"{k} {1e3 * v:.2f}" for k, v in med.items()) + " ms")
+        if profile:
+            with _Paused():
+                prof["host"] = stepprof.host_split(engines["vmm", "block"], steps)
     finally:
         for eng in engines.values():
             eng.close()
-    return {**_report(cfg, batch, prompt_len, rows, ratios), "device_time": device_time}
+    return {**_report(cfg, batch, prompt_len, rows, ratios), "device_time": device_time,
+            "profile": prof}
 
 
 def _device_time(model, cfg: ModelConfig, batch: int, ctx: int) -> dict:
@@ -179,6 +190,8 @@ def summary(res: dict) -> list[str]:
     if dt:
         lines.append(f"  device time at B={res['batch']}, context {dt['ctx']} (block, then token):")
         lines += decode_kernel.summary(dt["tiling_block"] + dt["tiling_token"], dt["weights"])
+    prof = res.get("profile") or {}
+    lines += stepprof.summary(prof.get("device"), prof.get("host"))
     for mode, r in res["vmm_over_static"].items():
         lines.append(f"  VMM/static decode ({mode}): {_x(r)} (target >= 0.99, p10..p90 within "
                      "+-3%); rounds " + ", ".join(f"{x:.4f}" for x in r["rounds"]))
