@@ -1,10 +1,12 @@
 """Steady decode: step time with and without CUDA graphs, its bandwidth floor, VMM / static.
 
 For each batch size, engines stay alive with ``batch`` sequences decoding (prefilled once, long
-``max_tokens``), and the subjects take turns, a few steps each, in alternating order:
-``vmm``/``static`` block-style KV, each with decode graphs on and off, plus the token style
-(``req_to_token``) on VMM with graphs. All subjects thus see the same contexts (growing by one
-token a step in lockstep) and the same machine state, so a round's ratio compares like for like.
+``max_tokens``). The subjects are ``vmm``/``static`` block-style KV, each with decode graphs on and
+off, plus the token style (``req_to_token``) on VMM with graphs. A round runs each mode in turn
+(the order reversed every other round); within a mode, VMM and static alternate step by step in
+ABBA order, so a transient slowdown of the machine (seen: two rounds of one H200 run where every
+subject slowed by 5-100%) lands on both sides of a ratio instead of on whichever subject held the
+GPU at the time. All subjects see the same contexts (growing by one token a step in lockstep).
 
 Reported per subject: the engine step's wall time (scheduler, input copies, forward, sampling,
 one sync) and the forward alone (CUDA events), as median / p10 / p90 / n over steps; each step's
@@ -62,6 +64,28 @@ def _fill(eng: Engine, cfg: ModelConfig, batch: int, prompt_len: int, gen: int,
             return
 
 
+def _turns(subjects: list[tuple[Engine, bool]], k: int, flip: bool) -> list[list[StepStats]]:
+    """``k`` steps of each subject, taking turns one step at a time in ABBA order."""
+    got: list[list[StepStats]] = [[] for _ in subjects]
+    idx = list(range(len(subjects)))
+    for i in range(k):
+        for j in (idx if (i % 2 == 0) != flip else idx[::-1]):
+            eng, graphs = subjects[j]
+            if eng.graphs is not None:
+                eng.graphs.enabled = graphs
+            eng.step()
+            got[j].append(eng.stats.steps[-1])
+    return got
+
+
+def _modes(subjects: list[tuple[str, str, bool]]) -> list[list[tuple[str, str, bool]]]:
+    """Subjects grouped by (style, graphs): the VMM/static pairs, then the token style alone."""
+    groups: dict[tuple[str, bool], list] = {}
+    for sub in subjects:
+        groups.setdefault((sub[1], sub[2]), []).append(sub)
+    return list(groups.values())
+
+
 def _steps(eng: Engine, graphs: bool, k: int) -> list[StepStats]:
     if eng.graphs is not None:
         eng.graphs.enabled = graphs
@@ -106,16 +130,18 @@ def steady(model, cfg: ModelConfig, *, batch: int, prompt_len: int = 1024, round
             if time.perf_counter() > deadline:
                 log(f"steady B={batch}: wall budget reached after {rnd} rounds")
                 break
-            order = subjects if rnd % 2 == 0 else subjects[::-1]
+            modes = _modes(subjects)
             med, half, fwd = {}, {}, {}
-            for backend, style, graphs in order:
-                name = _name(backend, style, graphs)
+            for group in (modes if rnd % 2 == 0 else modes[::-1]):
                 with _Paused():
-                    got = _steps(engines[backend, style], graphs, steps)
-                rows.setdefault(name, []).extend(got)
-                med[name] = statistics.median(s.seconds for s in got)
-                half[name] = statistics.median(s.seconds for s in got[:max(1, steps // 2)])
-                fwd[name] = statistics.median(s.forward_seconds for s in got)
+                    turns = _turns([(engines[b, st], g) for b, st, g in group], steps,
+                                   flip=rnd % 2 == 1)
+                for (backend, style, graphs), got in zip(group, turns, strict=True):
+                    name = _name(backend, style, graphs)
+                    rows.setdefault(name, []).extend(got)
+                    med[name] = statistics.median(s.seconds for s in got)
+                    half[name] = statistics.median(s.seconds for s in got[:max(1, steps // 2)])
+                    fwd[name] = statistics.median(s.forward_seconds for s in got)
             for mode, on, m in (("graphs", True, med), ("graphs-half", True, half),
                                 ("eager", False, med), ("graphs-forward", True, fwd)):
                 v, s = m.get(_name("vmm", "block", on)), m.get(_name("static", "block", on))
