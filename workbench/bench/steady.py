@@ -130,23 +130,7 @@ def steady(model, cfg: ModelConfig, *, batch: int, prompt_len: int = 1024, round
             if time.perf_counter() > deadline:
                 log(f"steady B={batch}: wall budget reached after {rnd} rounds")
                 break
-            modes = _modes(subjects)
-            med, half, fwd = {}, {}, {}
-            for group in (modes if rnd % 2 == 0 else modes[::-1]):
-                with _Paused():
-                    turns = _turns([(engines[b, st], g) for b, st, g in group], steps,
-                                   flip=rnd % 2 == 1)
-                for (backend, style, graphs), got in zip(group, turns, strict=True):
-                    name = _name(backend, style, graphs)
-                    rows.setdefault(name, []).extend(got)
-                    med[name] = statistics.median(s.seconds for s in got)
-                    half[name] = statistics.median(s.seconds for s in got[:max(1, steps // 2)])
-                    fwd[name] = statistics.median(s.forward_seconds for s in got)
-            for mode, on, m in (("graphs", True, med), ("graphs-half", True, half),
-                                ("eager", False, med), ("graphs-forward", True, fwd)):
-                v, s = m.get(_name("vmm", "block", on)), m.get(_name("static", "block", on))
-                if v and s:  # forward times are 0 off CUDA
-                    ratios[mode].append(s / v)
+            med = _round(engines, subjects, steps, rnd, rows, ratios)
             log(f"steady B={batch} round {rnd}: " + ", ".join(
                 f"{k} {1e3 * v:.2f}" for k, v in med.items()) + " ms")
         if profile:
@@ -157,6 +141,32 @@ def steady(model, cfg: ModelConfig, *, batch: int, prompt_len: int = 1024, round
             eng.close()
     return {**_report(cfg, batch, prompt_len, rows, ratios), "device_time": device_time,
             "profile": prof}
+
+
+def _round(engines: dict, subjects: list, steps: int, rnd: int,
+           rows: dict[str, list[StepStats]], ratios: dict[str, list[float]]) -> dict[str, float]:
+    """One round: every mode in turn, VMM and static alternating within it; appends each
+    subject's steps to ``rows`` and the round's ratios to ``ratios``; the step medians."""
+    from workbench.bench.ab import _Paused
+
+    modes = _modes(subjects)
+    med, half, fwd = {}, {}, {}
+    for group in (modes if rnd % 2 == 0 else modes[::-1]):
+        with _Paused():
+            turns = _turns([(engines[b, st], g) for b, st, g in group], steps,
+                           flip=rnd % 2 == 1)
+        for (backend, style, graphs), got in zip(group, turns, strict=True):
+            name = _name(backend, style, graphs)
+            rows.setdefault(name, []).extend(got)
+            med[name] = statistics.median(s.seconds for s in got)
+            half[name] = statistics.median(s.seconds for s in got[:max(1, steps // 2)])
+            fwd[name] = statistics.median(s.forward_seconds for s in got)
+    for mode, on, m in (("graphs", True, med), ("graphs-half", True, half),
+                        ("eager", False, med), ("graphs-forward", True, fwd)):
+        v, s = m.get(_name("vmm", "block", on)), m.get(_name("static", "block", on))
+        if v and s:  # forward times are 0 off CUDA
+            ratios[mode].append(s / v)
+    return med
 
 
 def _device_time(model, cfg: ModelConfig, batch: int, ctx: int) -> dict:
