@@ -17,7 +17,8 @@ difference, so both figures here come from alternated rounds on one model built 
 
 * **steady decode** (``--parts steady``, :mod:`workbench.bench.steady`): at each of
   ``--steady-batches``, step time with and without decode CUDA graphs, its bandwidth floor and
-  step / floor, and VMM / static decode over interleaved rounds (median, p10, p90, n).
+  step / floor, and VMM / static decode over interleaved rounds (median, p10, p90, n); with
+  ``--steady-profile``, where the step's time goes (:mod:`workbench.bench.stepprof`).
 
 Python's garbage collector is collected before and paused during every measured run.
 ``python -m workbench.bench.ab --out DIR`` writes ``ab.json``; ``max_wall_s`` stops starting new

@@ -19,6 +19,13 @@ lists an eager forward's kernels by total device time as a cross-check.
 Host side (:func:`host_split`): an engine's graphed steps with its host calls timed (the
 scheduler's ``schedule`` and ``update``, the device table's ``update``, the graph's input copy and
 launch), against the step's wall time and the forward's CUDA-event time.
+
+Measured on one H200 (2026-12-01, ``python -m workbench.bench.ab --parts steady --steady-profile``,
+Llama-3.1-8B shape, context 1168), ms per forward at batch 128, torch element-wise -> fused:
+forward 12.70 -> 10.79; norms + adds 0.96 -> 0.17; rotary 0.74 -> 0.07; SiLU x up 0.38 -> 0.09;
+paged kernel 5.35 (3.67 TB/s of KV); K/V writes 0.32; matmuls 4.77 (3.15 TB/s); rest 0.03. At
+batch 64: forward 9.21 -> 7.58, paged kernel 2.59, matmuls 4.34. Host per graphed step at 128:
+schedule 0.16, table update 0.30, inputs + launch 0.34, scheduler update 0.34.
 """
 
 from __future__ import annotations
