@@ -42,3 +42,39 @@ def test_spread_brackets_the_median(xs):
 def test_spread_of_nothing_and_of_one():
     assert spread([]) == {"median": None, "p10": None, "p90": None, "n": 0}
     assert spread([2.5]) == {"median": 2.5, "p10": 2.5, "p90": 2.5, "n": 1}
+
+
+class _FakeEngine:
+    """Records the global order of steps and whether graphs were on for each."""
+
+    def __init__(self, name: str, log: list):
+        self.name, self.log = name, log
+        self.graphs = type("G", (), {"enabled": True})()
+        self.stats = type("S", (), {"steps": []})()
+
+    def step(self):
+        self.log.append((self.name, self.graphs.enabled))
+        self.stats.steps.append(len(self.log))
+
+
+def test_turns_alternate_vmm_and_static_step_by_step_in_abba_order():
+    from workbench.bench.steady import _turns
+
+    log: list = []
+    a, b = _FakeEngine("vmm", log), _FakeEngine("static", log)
+    got = _turns([(a, False), (b, False)], 4, flip=False)
+    assert [n for n, _ in log] == ["vmm", "static", "static", "vmm"] * 2
+    assert all(g is False for _, g in log)
+    assert got == [[1, 4, 5, 8], [2, 3, 6, 7]]  # each subject's own steps, in its order
+    log.clear()
+    _turns([(a, True), (b, True)], 2, flip=True)
+    assert log == [("static", True), ("vmm", True), ("vmm", True), ("static", True)]
+
+
+def test_modes_pair_vmm_with_static_of_the_same_style_and_graphs():
+    from workbench.bench.steady import SUBJECTS, _modes
+
+    assert _modes(list(SUBJECTS)) == [
+        [("vmm", "block", True), ("static", "block", True)],
+        [("vmm", "block", False), ("static", "block", False)],
+        [("vmm", "token", True)]]

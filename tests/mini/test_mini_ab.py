@@ -64,3 +64,41 @@ def test_steady_decode_reports_floor_ratios_and_spreads(tmp_path, capsys):
         assert s["vmm_over_static"]["graphs-forward"]["n"] == 0  # no CUDA events on a CPU
     out = capsys.readouterr().out
     assert "step/floor" in out and "VMM/static decode (eager)" in out
+
+
+def test_steady_profile_times_the_host_calls_and_puts_the_methods_back(tmp_path, capsys):
+    assert main(["--out", str(tmp_path), "--model", "tiny", "--device", "cpu", "--parts",
+                 "steady", "--steady-batches", "2", "--steady-rounds", "1", "--steady-steps",
+                 "3", "--steady-prompt-len", "8", "--kv-gib", "0.01", "--steady-profile"]) == 0
+    s = json.loads((tmp_path / "ab.json").read_text())["steady"][0]
+    prof = s["profile"]
+    assert prof["device"] is None  # the device parts need CUDA graphs
+    host = prof["host"]
+    assert set(host) == {"schedule", "sched update", "table update", "step", "forward",
+                         "outside forward"}
+    assert all(host[k] > 0 for k in ("schedule", "sched update", "table update", "step"))
+    assert host["forward"] == 0 and host["outside forward"] == host["step"]
+    assert host["schedule"] + host["sched update"] < host["step"]
+    # no graphs on a CPU: the half-round ratios are empty as the graphed ones are
+    assert s["vmm_over_static"]["graphs-half"]["n"] == 0
+    assert "host split of a graphed step" in capsys.readouterr().out
+
+
+def test_host_split_leaves_no_instance_wrappers():
+    from workbench.bench.mini import _engine
+    from workbench.bench.steady import _fill
+    from workbench.bench.stepprof import host_split
+    from workbench.mini.model import build_model, get_config
+
+    cfg = get_config("tiny")
+    eng = _engine(build_model(cfg, "cpu"), cfg, "static", "block", 1 << 22, max_num_seqs=2,
+                  max_batched_tokens=64)
+    try:
+        _fill(eng, cfg, 2, 6, 20, salt=0)
+        host_split(eng, 2)
+        assert len(eng.stats.steps) == 2 and all(s.num_decode == 2 for s in eng.stats.steps)
+        for obj, attr in ((eng.scheduler, "schedule"), (eng.scheduler, "update"),
+                          (eng.r2t, "update")):
+            assert attr not in vars(obj)  # the class's method again
+    finally:
+        eng.close()

@@ -17,7 +17,8 @@ difference, so both figures here come from alternated rounds on one model built 
 
 * **steady decode** (``--parts steady``, :mod:`workbench.bench.steady`): at each of
   ``--steady-batches``, step time with and without decode CUDA graphs, its bandwidth floor and
-  step / floor, and VMM / static decode over interleaved rounds (median, p10, p90, n).
+  step / floor, and VMM / static decode over interleaved rounds (median, p10, p90, n); with
+  ``--steady-profile``, where the step's time goes (:mod:`workbench.bench.stepprof`).
 
 Python's garbage collector is collected before and paused during every measured run.
 ``python -m workbench.bench.ab --out DIR`` writes ``ab.json``; ``max_wall_s`` stops starting new
@@ -214,6 +215,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--steady-rounds", type=int, default=15)
     ap.add_argument("--steady-steps", type=int, default=8, help="steps per subject and round")
     ap.add_argument("--steady-prompt-len", type=int, default=1024)
+    ap.add_argument("--steady-profile", action="store_true",
+                    help="also measure where the step's time goes (bench.stepprof)")
     ap.add_argument("--max-wall-s", type=float, default=330.0,
                     help="start no new round after this many seconds from the start")
     return ap
@@ -286,6 +289,7 @@ def steady_part(res: dict, model, cfg, args, log, start: float) -> None:
             res["steady"].append(steady_mod.steady(
                 model, cfg, batch=b, prompt_len=args.steady_prompt_len,
                 rounds=args.steady_rounds, steps=args.steady_steps, kv_gib=args.kv_gib,
+                profile=args.steady_profile,
                 deadline=now + (start + args.max_wall_s - now) / (len(batches) - i), log=log))
         except Exception:  # noqa: BLE001 - keep the other batches and parts
             import traceback

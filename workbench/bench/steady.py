@@ -1,10 +1,12 @@
 """Steady decode: step time with and without CUDA graphs, its bandwidth floor, VMM / static.
 
 For each batch size, engines stay alive with ``batch`` sequences decoding (prefilled once, long
-``max_tokens``), and the subjects take turns, a few steps each, in alternating order:
-``vmm``/``static`` block-style KV, each with decode graphs on and off, plus the token style
-(``req_to_token``) on VMM with graphs. All subjects thus see the same contexts (growing by one
-token a step in lockstep) and the same machine state, so a round's ratio compares like for like.
+``max_tokens``). The subjects are ``vmm``/``static`` block-style KV, each with decode graphs on and
+off, plus the token style (``req_to_token``) on VMM with graphs. A round runs each mode in turn
+(the order reversed every other round); within a mode, VMM and static alternate step by step in
+ABBA order, so a transient slowdown of the machine (seen: two rounds of one H200 run where every
+subject slowed by 5-100%) lands on both sides of a ratio instead of on whichever subject held the
+GPU at the time. All subjects see the same contexts (growing by one token a step in lockstep).
 
 Reported per subject: the engine step's wall time (scheduler, input copies, forward, sampling,
 one sync) and the forward alone (CUDA events), as median / p10 / p90 / n over steps; each step's
@@ -19,7 +21,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from workbench.bench import decode_kernel
+from workbench.bench import decode_kernel, stepprof
 from workbench.bench.mini import _engine
 from workbench.bench.stats import deciles as spread
 from workbench.mini.engine import Engine, StepStats
@@ -62,6 +64,28 @@ def _fill(eng: Engine, cfg: ModelConfig, batch: int, prompt_len: int, gen: int,
             return
 
 
+def _turns(subjects: list[tuple[Engine, bool]], k: int, flip: bool) -> list[list[StepStats]]:
+    """``k`` steps of each subject, taking turns one step at a time in ABBA order."""
+    got: list[list[StepStats]] = [[] for _ in subjects]
+    idx = list(range(len(subjects)))
+    for i in range(k):
+        for j in (idx if (i % 2 == 0) != flip else idx[::-1]):
+            eng, graphs = subjects[j]
+            if eng.graphs is not None:
+                eng.graphs.enabled = graphs
+            eng.step()
+            got[j].append(eng.stats.steps[-1])
+    return got
+
+
+def _modes(subjects: list[tuple[str, str, bool]]) -> list[list[tuple[str, str, bool]]]:
+    """Subjects grouped by (style, graphs): the VMM/static pairs, then the token style alone."""
+    groups: dict[tuple[str, bool], list] = {}
+    for sub in subjects:
+        groups.setdefault((sub[1], sub[2]), []).append(sub)
+    return list(groups.values())
+
+
 def _steps(eng: Engine, graphs: bool, k: int) -> list[StepStats]:
     if eng.graphs is not None:
         eng.graphs.enabled = graphs
@@ -73,8 +97,9 @@ def _steps(eng: Engine, graphs: bool, k: int) -> list[StepStats]:
 
 def steady(model, cfg: ModelConfig, *, batch: int, prompt_len: int = 1024, rounds: int = 15,
            steps: int = 8, kv_gib: float = 24.0, deadline: float = float("inf"),
-           log=print) -> dict:
-    """One batch size: every subject, ``rounds`` interleaved rounds of ``steps`` steps each."""
+           profile: bool = False, log=print) -> dict:
+    """One batch size: every subject, ``rounds`` interleaved rounds of ``steps`` steps each;
+    with ``profile``, the step's measured parts too (:mod:`workbench.bench.stepprof`)."""
     from workbench.bench.ab import _Paused
 
     on_cuda = next(model.parameters()).device.type == "cuda"
@@ -84,8 +109,13 @@ def steady(model, cfg: ModelConfig, *, batch: int, prompt_len: int = 1024, round
     engines: dict[tuple[str, str], Engine] = {}
     rows: dict[str, list[StepStats]] = {}
     # per round, static median / VMM median of the step (wall) and of the forward (events)
-    ratios: dict[str, list[float]] = {"graphs": [], "eager": [], "graphs-forward": []}
-    device_time = _device_time(model, cfg, batch, prompt_len + rounds * steps) if on_cuda else {}
+    # (graphs-half: the first half of each round's steps, to see what more steps per ratio buy)
+    ratios: dict[str, list[float]] = {"graphs": [], "graphs-half": [], "eager": [],
+                                      "graphs-forward": []}
+    ctx = prompt_len + rounds * steps
+    device_time = _device_time(model, cfg, batch, ctx) if on_cuda else {}
+    prof: dict = {"device": stepprof.device_parts(model, cfg, batch, ctx)
+                  if profile and on_cuda else None}
     try:
         for backend, style, _ in subjects:
             if (backend, style) not in engines:
@@ -100,26 +130,43 @@ def steady(model, cfg: ModelConfig, *, batch: int, prompt_len: int = 1024, round
             if time.perf_counter() > deadline:
                 log(f"steady B={batch}: wall budget reached after {rnd} rounds")
                 break
-            order = subjects if rnd % 2 == 0 else subjects[::-1]
-            med, fwd = {}, {}
-            for backend, style, graphs in order:
-                name = _name(backend, style, graphs)
-                with _Paused():
-                    got = _steps(engines[backend, style], graphs, steps)
-                rows.setdefault(name, []).extend(got)
-                med[name] = statistics.median(s.seconds for s in got)
-                fwd[name] = statistics.median(s.forward_seconds for s in got)
-            for mode, on, m in (("graphs", True, med), ("eager", False, med),
-                                ("graphs-forward", True, fwd)):
-                v, s = m.get(_name("vmm", "block", on)), m.get(_name("static", "block", on))
-                if v and s:  # forward times are 0 off CUDA
-                    ratios[mode].append(s / v)
+            med = _round(engines, subjects, steps, rnd, rows, ratios)
             log(f"steady B={batch} round {rnd}: " + ", ".join(
                 f"{k} {1e3 * v:.2f}" for k, v in med.items()) + " ms")
+        if profile:
+            with _Paused():
+                prof["host"] = stepprof.host_split(engines["vmm", "block"], steps)
     finally:
         for eng in engines.values():
             eng.close()
-    return {**_report(cfg, batch, prompt_len, rows, ratios), "device_time": device_time}
+    return {**_report(cfg, batch, prompt_len, rows, ratios), "device_time": device_time,
+            "profile": prof}
+
+
+def _round(engines: dict, subjects: list, steps: int, rnd: int,
+           rows: dict[str, list[StepStats]], ratios: dict[str, list[float]]) -> dict[str, float]:
+    """One round: every mode in turn, VMM and static alternating within it; appends each
+    subject's steps to ``rows`` and the round's ratios to ``ratios``; the step medians."""
+    from workbench.bench.ab import _Paused
+
+    modes = _modes(subjects)
+    med, half, fwd = {}, {}, {}
+    for group in (modes if rnd % 2 == 0 else modes[::-1]):
+        with _Paused():
+            turns = _turns([(engines[b, st], g) for b, st, g in group], steps,
+                           flip=rnd % 2 == 1)
+        for (backend, style, graphs), got in zip(group, turns, strict=True):
+            name = _name(backend, style, graphs)
+            rows.setdefault(name, []).extend(got)
+            med[name] = statistics.median(s.seconds for s in got)
+            half[name] = statistics.median(s.seconds for s in got[:max(1, steps // 2)])
+            fwd[name] = statistics.median(s.forward_seconds for s in got)
+    for mode, on, m in (("graphs", True, med), ("graphs-half", True, half),
+                        ("eager", False, med), ("graphs-forward", True, fwd)):
+        v, s = m.get(_name("vmm", "block", on)), m.get(_name("static", "block", on))
+        if v and s:  # forward times are 0 off CUDA
+            ratios[mode].append(s / v)
+    return med
 
 
 def _device_time(model, cfg: ModelConfig, batch: int, ctx: int) -> dict:
@@ -179,6 +226,8 @@ def summary(res: dict) -> list[str]:
     if dt:
         lines.append(f"  device time at B={res['batch']}, context {dt['ctx']} (block, then token):")
         lines += decode_kernel.summary(dt["tiling_block"] + dt["tiling_token"], dt["weights"])
+    prof = res.get("profile") or {}
+    lines += stepprof.summary(prof.get("device"), prof.get("host"))
     for mode, r in res["vmm_over_static"].items():
         lines.append(f"  VMM/static decode ({mode}): {_x(r)} (target >= 0.99, p10..p90 within "
                      "+-3%); rounds " + ", ".join(f"{x:.4f}" for x in r["rounds"]))

@@ -18,6 +18,7 @@ from torch import nn
 
 from workbench.engines.models import MODELS, get_model
 from workbench.errors import ConfigError
+from workbench.mini import fused
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,15 +75,18 @@ def get_config(name: str, **overrides) -> ModelConfig:
 
 
 class RMSNorm(nn.Module):
+    """Residual add + RMSNorm in one step (:func:`workbench.mini.fused.add_rms_norm`)."""
+
     def __init__(self, dim: int, eps: float):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
+        self.kernels = "auto"
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Normalise in fp32 (as Llama does) so bf16 rounding does not compound over layers.
-        w = self.weight.float()
-        return nn.functional.rms_norm(x.float(), w.shape, w, self.eps).to(x.dtype)
+    def forward(self, h: torch.Tensor, residual: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(norm(residual + h), residual + h)``; the sum is kept in ``residual``'s storage."""
+        return fused.add_rms_norm(h, residual, self.weight, self.eps, self.kernels)
 
 
 class Rotary(nn.Module):
@@ -95,16 +99,23 @@ class Rotary(nn.Module):
         self.register_buffer("cos", ang.cos().float(), persistent=False)
         self.register_buffer("sin", ang.sin().float(), persistent=False)
 
-    def tables(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos/sin rows of ``positions``, ``[T, 1, head_dim/2]``: gathered once per forward."""
-        return self.cos[positions][:, None, :], self.sin[positions][:, None, :]
+    def at(self, positions: torch.Tensor, kernels: str) -> Rope:
+        """What every layer rotates with: the tables and ``positions`` (the fused kernel reads
+        the rows itself), or the rows gathered once for the whole forward (torch)."""
+        if fused.use_triton(positions, kernels):
+            return Rope(positions, self.cos, self.sin, kernels)
+        return Rope(None, self.cos[positions], self.sin[positions], "torch")
 
-    @staticmethod
-    def apply(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        # x: [T, heads, head_dim]; rotate in fp32, round once
-        x1, x2 = x.float().chunk(2, dim=-1)
-        out = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
-        return out.to(x.dtype)
+
+@dataclass(slots=True)
+class Rope:
+    positions: torch.Tensor | None  # None: cos/sin are already one row per token
+    cos: torch.Tensor
+    sin: torch.Tensor
+    kernels: str
+
+    def rotate_(self, x: torch.Tensor) -> torch.Tensor:
+        return fused.rotate_(x, self.positions, self.cos, self.sin, self.kernels)
 
 
 class Attention(nn.Module):
@@ -115,12 +126,11 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(cfg.hidden_size, (self.nh + 2 * self.nkv) * self.hd, bias=False)
         self.o = nn.Linear(self.nh * self.hd, cfg.hidden_size, bias=False)
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], ctx
-                ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: Rope, ctx) -> torch.Tensor:
         t = x.shape[0]
         qkv = self.qkv(x).view(t, self.nh + 2 * self.nkv, self.hd)
-        qk = Rotary.apply(qkv[:, :self.nh + self.nkv], *rope)  # q and k heads in one pass
-        q, k = qk[:, :self.nh], qk[:, self.nh:]
+        rope.rotate_(qkv[:, :self.nh + self.nkv])  # q and k heads in place, one pass
+        q, k = qkv[:, :self.nh], qkv[:, self.nh:self.nh + self.nkv]
         v = qkv[:, self.nh + self.nkv:]
         out = ctx.attend(self.layer, q, k, v)  # writes k/v into the paged cache, then attends
         return self.o(out.reshape(t, self.nh * self.hd))
@@ -131,10 +141,10 @@ class MLP(nn.Module):
         super().__init__()
         self.gate_up = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
         self.down = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.kernels = "auto"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up(x).chunk(2, dim=-1)
-        return self.down(nn.functional.silu(gate) * up)
+        return self.down(fused.silu_mul(self.gate_up(x), self.kernels))
 
 
 class Block(nn.Module):
@@ -145,9 +155,13 @@ class Block(nn.Module):
         self.mlp_norm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, rope, ctx):
-        x = x + self.attn(self.attn_norm(x), rope, ctx)
-        return x + self.mlp(self.mlp_norm(x))
+    def forward(self, h: torch.Tensor, residual: torch.Tensor | None, rope: Rope, ctx
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``h``: the previous block's output (the embeddings for the first), not yet added to
+        ``residual``: each add rides in the next norm's kernel."""
+        x, residual = self.attn_norm(h, residual)
+        x, residual = self.mlp_norm(self.attn(x, rope, ctx), residual)
+        return self.mlp(x), residual
 
 
 class LlamaModel(nn.Module):
@@ -159,18 +173,32 @@ class LlamaModel(nn.Module):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         self.rope = Rotary(cfg.head_dim, cfg.rope_theta, cfg.max_position)
+        self.kernels = "auto"
+
+    def use_kernels(self, kernels: str) -> None:
+        """``"auto"`` (fused Triton on CUDA, torch elsewhere), ``"triton"`` or ``"torch"``: for
+        every norm, activation and rotation; graphs capture whichever is set when captured."""
+        if kernels not in fused.KERNELS:
+            raise ConfigError(f"kernels={kernels!r}", f"is not one of {fused.KERNELS}",
+                              "pass 'auto', 'triton' or 'torch'")
+        for m in self.modules():
+            if hasattr(m, "kernels"):
+                m.kernels = kernels
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, ctx,
                 logits_index: torch.Tensor | None = None) -> torch.Tensor:
         """Packed tokens -> logits (fp32) of the rows in ``logits_index`` (all rows if None)."""
-        x = self.embed(input_ids)
-        rope = self.rope.tables(positions)
+        h = self.embed(input_ids)
+        residual = None
+        rope = self.rope.at(positions, self.kernels)
         for block in self.layers:
-            x = block(x, rope, ctx)
-        if logits_index is not None:
-            x = x[logits_index]
-        return self.lm_head(self.norm(x)).float()
+            h, residual = block(h, residual, rope, ctx)
+        if logits_index is not None:  # the add and the norm are per row: pick rows first
+            h = h[logits_index]
+            residual = None if residual is None else residual[logits_index]
+        x, _ = self.norm(h, residual)
+        return self.lm_head(x).float()
 
 
 @torch.inference_mode()
