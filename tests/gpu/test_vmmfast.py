@@ -235,3 +235,45 @@ def test_make_skips_in_one_line_without_a_compiler():
                        capture_output=True, text=True, check=True)
     assert r.stdout == ("vmmfast: no C compiler (no-such-compiler): skipped, the Python batch "
                         "is used\n")
+
+
+@pytest.mark.parametrize("layout", list(Layout))
+@pytest.mark.parametrize("zero", [False, True])
+def test_bench_raw_c_makes_the_bare_calls_of_raw(libs, layout, zero, monkeypatch):
+    """``bench vmm``'s raw_c subject issues _Raw's calls (from C, in one call each way), and
+    the workbench on the C path the same ones again."""
+    from workbench.bench import vmm
+
+    monkeypatch.setattr(fastcalls, "LIBRARY", libs.fast)
+    calls = {}
+    fake = CFakeDriver(libs.fake)
+    with drv.use_driver(fake):
+        dev = CudaDevice(0, zero_page=zero, mem_info_ttl_s=60.0)
+        geo = vmm.model_geometry(layout, 6, num_layers=2)
+        subjects = vmm.raw_subjects(dev, dev, geo, 6)
+        subjects["workbench"] = vmm._Workbench(dev, geo)
+        assert set(subjects) == {"raw", "raw_zero", "raw_c", "raw_zero_c", "workbench"}
+        for name in ("raw_zero", "raw_zero_c") if zero else ("raw", "raw_c"):
+            s = subjects[name]
+            for p in (1, 2):  # warm: zero pieces settle at the target size
+                s.grow(p)
+                s.shrink(p)
+            n0 = len(fake.log())
+            s.grow(1)
+            s.shrink(1)
+            calls[name] = sorted((op, size) for op, _, size, *_ in fake.log()[n0:])
+        w = subjects["workbench"]
+        for p in (1, 2):
+            w.grow(p)
+            w.shrink(p)
+        n0 = len(fake.log())
+        w.grow(1)
+        w.shrink(1)
+        calls["workbench"] = sorted((op, size) for op, _, size, *_ in fake.log()[n0:])
+        for s in subjects.values():
+            s.close()
+        dev.close()
+    n = geo.maps_per_page
+    assert len(set(map(tuple, calls.values()))) == 1
+    assert len(calls["workbench"]) == n * (8 if zero else 5)
+    assert fake.lib.fake_used() == 0

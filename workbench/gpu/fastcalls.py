@@ -51,8 +51,10 @@ def driver_library(cu: Any) -> str | None:
     return DRIVER_SONAME if name in ("cuda.bindings.driver", "cuda.cuda") else None
 
 
-def for_driver(cu: Any, library: Path = LIBRARY) -> tuple[FastCalls | None, str]:
-    """The fast path for driver module ``cu`` and why (a FastCalls, or None and the reason)."""
+def for_driver(cu: Any, library: Path | None = None) -> tuple[FastCalls | None, str]:
+    """The fast path for driver module ``cu`` and why (a FastCalls, or None and the reason);
+    ``library``: the C library (default :data:`LIBRARY`, where ``make`` builds it)."""
+    library = LIBRARY if library is None else library
     drv = driver_library(cu)
     if drv is None:
         return None, "off: the driver module is not backed by a C library"
