@@ -23,6 +23,7 @@ from workbench.gpu.fastcalls import (
     J_N,
     J_RELEASED,
     J_STAGE,
+    J_ZDESC,
     OUT0,
     S_ACCESS,
     S_CREATE,
@@ -119,7 +120,9 @@ class FastBatch:
 
     def _fast_unmap_release(self, targets: list, handles: list[int]) -> Any:
         """``unmap_release`` in one C call (the DeviceError of a failed release, or None), or
-        PYTHON. See the module docstring."""
+        PYTHON. See the module docstring. The C call also puts the zero pieces back where
+        ``ZeroPage.put`` would take its steady state on every target (a zero handle of each
+        target's size, access known); else ``put`` runs here after it."""
         fast = self._fast
         _, _, _, _, _, zero, alloc, mappings, starts, counts, _ = self._hot
         n = len(targets)
@@ -128,20 +131,33 @@ class FastBatch:
         if n > fast.capacity:
             fast.ensure(n)
         _, call, arg, words, raw = fast.hot
-        zput = self._fast_zero_handles(targets) if zero is not None else None
+        zget = zero.handles.get if zero is not None and zero.access is not None else None
+        zmax = zero.max_exact if zget is not None else 0
+        cz = zget is not None  # the zeros go back from C
         get = mappings.get
-        prev = -1
-        pack = TARGET.pack_into
-        base = HEAD + T_WORDS * n  # the handles follow the targets
-        for i, (va, size) in enumerate(targets):
+        prev, off, i = -1, 8 * HEAD, HEAD + T_WORDS * n  # the handles follow the targets
+        for (va, size), hid in zip(targets, handles, strict=True):
             m = get(va)
-            hid = handles[i]
             if (m is None or m[0] != size or va <= prev or m[1] != hid or counts[hid] != 1
                     or hid not in alloc):
                 return PYTHON
             prev = va
-            pack(raw, 8 * HEAD + 32 * i, va, size, zput[i] if zput else 0)
-            words[base + i] = hid
+            zh = 0
+            if cz:
+                h = zget(size) if size <= zmax else None
+                if h is None:
+                    cz = False
+                else:
+                    zh = int(h)
+            TARGET.pack_into(raw, off, va, size, zh)
+            off += 32
+            words[i] = hid
+            i += 1
+        if cz:
+            words[J_ZDESC] = fast.descs[id(zero._desc)]
+        elif zget is not None:  # some target has no zero handle yet: every put in Python
+            for k in range(n):
+                words[HEAD + T_WORDS * k + 2] = 0
         words[J_N] = words[J_M] = n
         stage = words[J_STAGE] if call(arg) else 0
         unmapped = words[J_DONE] if stage == S_UNMAP else n
@@ -150,7 +166,8 @@ class FastBatch:
             del starts[bisect_left(starts, va)]
             del counts[hid]  # it mapped this target alone
         if stage == S_UNMAP:
-            self._fast_zeros_back(targets[:unmapped], zput)
+            if zero is not None:
+                self._fast_zeros_back(targets[:unmapped], cz)
             err = fast.error(stage)
             err.partial = unmapped
             raise err
@@ -162,36 +179,19 @@ class FastBatch:
             failed = fast.error(stage)
             failed.partial = released
         if zero is not None:
-            self._fast_zeros_back(targets, zput)
+            self._fast_zeros_back(targets, cz)
         return failed
 
-    def _fast_zero_handles(self, targets: list) -> list[int] | None:
-        """Each target's zero handle when ``ZeroPage.put`` would take its steady state on every
-        target (the C call puts them back), else None (``put`` runs in Python after it)."""
-        zero = self.zero
-        if zero.access is None:
-            return None
-        get, most = zero.handles.get, zero.max_exact
-        out = []
-        for _, size in targets:
-            h = get(size) if size <= most else None
-            if h is None:
-                return None
-            out.append(int(h))
-        self._fast.zero_desc(zero._desc)
-        return out
-
-    def _fast_zeros_back(self, targets: list, zput: list[int] | None) -> None:
+    def _fast_zeros_back(self, targets: list, from_c: bool) -> None:
         """The zero pieces' table after the C call put them back, or ``put`` in Python."""
         zero = self.zero
-        if zero is None:
-            return
-        if zput is None:
+        if not from_c:
             for va, size in targets:
                 zero.put(va, size)
             return
         zsize = zero._size
-        for (va, size), ok in zip(targets, self._fast.out(len(targets)), strict=True):
+        out = self._fast.words[OUT0:OUT0 + T_WORDS * len(targets):T_WORDS]
+        for (va, size), ok in zip(targets, out, strict=True):
             if ok:
                 zsize[va] = size
                 zero._sorted = None
