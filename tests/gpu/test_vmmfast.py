@@ -277,3 +277,19 @@ def test_bench_raw_c_makes_the_bare_calls_of_raw(libs, layout, zero, monkeypatch
     assert len(set(map(tuple, calls.values()))) == 1
     assert len(calls["workbench"]) == n * (8 if zero else 5)
     assert fake.lib.fake_used() == 0
+
+
+def test_bench_grow_shrink_reports_every_pair_on_the_c_path(libs, monkeypatch):
+    """With the fast path on, ``bench vmm`` times the C path, the Python batch beside it, and
+    the bare calls from Python and from C, all interleaved."""
+    from workbench.bench import vmm
+
+    monkeypatch.setattr(fastcalls, "LIBRARY", libs.fast)
+    with drv.use_driver(CFakeDriver(libs.fake)) as fake:
+        r = vmm.grow_shrink(Layout.PER_LAYER, pages=3, rounds=2, num_layers=2)
+    assert {p for p in vmm.PAIRS if f"ratio_grow_{p}" in r} == set(vmm.PAIRS)
+    for pair, (a, b) in vmm.PAIRS.items():
+        q = r[f"ratio_shrink_{pair}"]
+        assert q["n"] == 2 and q["of_medians"] == pytest.approx(
+            r[a]["shrink_us"] / r[b]["shrink_us"])
+    assert fake.lib.fake_used() == 0 and fake.lib.fake_mappings() == 0

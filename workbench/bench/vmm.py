@@ -116,7 +116,9 @@ def _abab(subjects: dict[str, Any], pages: int, rounds: int) -> dict[str, dict]:
 # the fast path's library loads), what the workbench's own Python costs beyond the driver
 PAIRS = {"nozero": ("workbench_nozero", "raw"), "zero": ("workbench_zero", "raw_zero"),
          "zero_vs_raw": ("workbench_zero", "raw"), "nozero_c": ("workbench_nozero", "raw_c"),
-         "zero_c": ("workbench_zero", "raw_zero_c")}
+         "zero_c": ("workbench_zero", "raw_zero_c"),
+         # the workbench on its Python batch (fast_path=False), in the same interleaved run
+         "nozero_py": ("workbench_nozero_py", "raw"), "zero_py": ("workbench_zero_py", "raw_zero")}
 
 
 def _summarize(raw: dict[str, dict], rounds: int) -> dict:
@@ -126,7 +128,7 @@ def _summarize(raw: dict[str, dict], rounds: int) -> dict:
                   for kind in ("grow", "shrink")}
         out[k]["n"] = sum(len(rnd) for rnd in v["grow"])
     for pair, (a, b) in PAIRS.items():
-        if b not in raw:
+        if a not in raw or b not in raw:
             continue
         for kind in ("grow", "shrink"):
             per_round = [statistics.median(raw[a][kind][r]) / statistics.median(raw[b][kind][r])
@@ -142,12 +144,16 @@ def grow_shrink(layout: Layout, pages: int = 40, rounds: int = 10,
     """Per-page-id grow and shrink of every subject, interleaved, ``rounds`` times: medians,
     and each workbench/raw ratio as the median, p10 and p90 of its per-round ratios."""
     geo = model_geometry(layout, pages + 2, num_layers)
-    dev_z = CudaDevice(0, zero_page=True)
-    dev_n = CudaDevice(0, zero_page=False)
+    devs = [CudaDevice(0, zero_page=True), CudaDevice(0, zero_page=False)]
+    dev_z, dev_n = devs
     subjects: dict[str, Any] = {}
     try:
         subjects["workbench_zero"] = _Workbench(dev_z, geo)
         subjects["workbench_nozero"] = _Workbench(dev_n, geo)
+        if dev_n._fast is not None:  # the C fast path is on: the Python batch beside it
+            devs += [CudaDevice(0, zero_page=z, fast_path=False) for z in (True, False)]
+            subjects["workbench_zero_py"] = _Workbench(devs[2], geo)
+            subjects["workbench_nozero_py"] = _Workbench(devs[3], geo)
         subjects.update(raw_subjects(dev_n, dev_z, geo, pages + 2))
         # the core's own Python cost on this host: the same ledger over the simulated device
         subjects["core_on_sim"] = _Workbench(SimDevice("h200"), geo)
@@ -160,8 +166,8 @@ def grow_shrink(layout: Layout, pages: int = 40, rounds: int = 10,
     finally:
         for s in subjects.values():
             s.close()
-        dev_z.close()
-        dev_n.close()
+        for d in devs:
+            d.close()
     return {"layout": layout.value, "num_layers": num_layers, "page_id_bytes": geo.page_id_bytes,
             "maps_per_page_id": geo.maps_per_page, "rounds": rounds,
             "pages_timed": res["raw"]["n"], **res}
