@@ -115,7 +115,8 @@ class BatchCalls(FastBatch):
         t0 = perf_counter()
         if threading.get_ident() not in self._bound:
             self._bind()
-        targets = list(targets)
+        if type(targets) is not tuple:
+            targets = tuple(targets)
         zero = self.zero
         failed: DeviceError | None = None
         try:

@@ -78,19 +78,29 @@ class FastBatch:
         words[J_N] = n
         if call(arg):
             return self._fast_map_failed(targets, words[J_STAGE], words[J_DONE])
-        created = words[OUT0:OUT0 + T_WORDS * n:T_WORDS].tolist()
-        for (va, size), hid in zip(targets, created, strict=True):
+        if n == 1:  # one compound target (the CONTIGUOUS layout): no loop
+            hid = words[OUT0]
             alloc[hid] = (hid, size)
             self._delta += size
             if zsize is not None:
                 del zsize[va]  # ZeroPage.clear's steady state
                 zero._sorted = None
-            if n == 1:
-                starts.insert(k, va)  # MapTable.add, inlined (k: its place, found above)
-            else:
-                starts.insert(bisect_left(starts, va), va)
+            starts.insert(k, va)  # MapTable.add, inlined (k: its place, found above)
             dict.__setitem__(mappings, va, (size, hid))
             counts[hid] = 1  # a new handle maps nothing else
+            return [hid]
+        created = words[OUT0:OUT0 + T_WORDS * n:T_WORDS].tolist()
+        total = 0
+        for (va, size), hid in zip(targets, created, strict=True):
+            alloc[hid] = (hid, size)
+            total += size
+            if zsize is not None:
+                del zsize[va]
+                zero._sorted = None
+            starts.insert(bisect_left(starts, va), va)
+            dict.__setitem__(mappings, va, (size, hid))
+            counts[hid] = 1
+        self._delta += total
         return created
 
     def _fast_map_failed(self, targets: tuple, stage: int, done: int) -> Any:
@@ -118,7 +128,7 @@ class FastBatch:
         err.partial = (created, done)
         raise err
 
-    def _fast_unmap_release(self, targets: list, handles: list[int]) -> Any:
+    def _fast_unmap_release(self, targets: tuple, handles: list[int]) -> Any:
         """``unmap_release`` in one C call (the DeviceError of a failed release, or None), or
         PYTHON. See the module docstring. The C call also puts the zero pieces back where
         ``ZeroPage.put`` would take its steady state on every target (a zero handle of each
@@ -160,6 +170,18 @@ class FastBatch:
                 words[HEAD + T_WORDS * k + 2] = 0
         words[J_N] = words[J_M] = n
         stage = words[J_STAGE] if call(arg) else 0
+        if not stage and n == 1:  # one compound target, all done: no loop
+            dict.__delitem__(mappings, va)  # MapTable's del, inlined
+            del starts[bisect_left(starts, va)]
+            del counts[hid]
+            self._delta -= alloc.pop(hid)[1]
+            if cz:
+                if words[OUT0]:
+                    zero._size[va] = size
+                    zero._sorted = None
+            elif zero is not None:
+                zero.put(va, size)
+            return None
         unmapped = words[J_DONE] if stage == S_UNMAP else n
         for va, _ in targets[:unmapped] if unmapped < n else targets:
             hid = dict.pop(mappings, va)[1]  # MapTable's del, inlined
@@ -182,7 +204,7 @@ class FastBatch:
             self._fast_zeros_back(targets, cz)
         return failed
 
-    def _fast_zeros_back(self, targets: list, from_c: bool) -> None:
+    def _fast_zeros_back(self, targets: tuple, from_c: bool) -> None:
         """The zero pieces' table after the C call put them back, or ``put`` in Python."""
         zero = self.zero
         if not from_c:
