@@ -8,7 +8,10 @@
    median, p10 and p90 of its per-round ratios. With the zero page on, the workbench also swaps
    the zero pieces (an unmap on grow, a map and a set_access on shrink, per target), so it is
    also compared with bare calls that do the same swap. Both layouts: CONTIGUOUS (one compound
-   map per page id) and PER_LAYER (``2 * layers`` maps).
+   map per page id) and PER_LAYER (``2 * layers`` maps). Where the C fast path loads
+   (:mod:`workbench.gpu.fastcalls`), the bare calls are also issued from C in one call each way
+   (``raw_c``: what is left is the workbench's own Python), and the workbench on its Python
+   batch is timed beside the C one (``_py``), all in the same interleaved run.
 2. **Alloc latency with a warm reserve** (:func:`warm_alloc`): the request path of ``alloc`` when
    the reserve refills inline, when it is refilled off the request path, and with no reserve.
 3. **Bandwidth**, like for like (:mod:`workbench.bench.vmm_bw`).
