@@ -76,9 +76,12 @@ class PageAllocator:
             self._tail_mapped += (dst in _MAPPED) - (src in _MAPPED)
         if dst is FREE:
             heapq.heappush(self._free_heap, page)
-        elif src is FREE:  # the id leaves the free heap now if it is on top (it usually is:
-            heap = self._free_heap  # the lowest goes first), else lazily (_peek_free); a page
-            if heap and heap[0] == page:  # freed and taken again adds no duplicate
+        elif src is FREE:
+            # the id leaves the free heap at once when it is on top (it usually is: the lowest
+            # goes first), else lazily in _peek_free; so a page freed and taken again, over
+            # and over, adds no duplicate entry each time
+            heap = self._free_heap
+            if heap and heap[0] == page:
                 heapq.heappop(heap)
         ev = event_from_tuple((self.clock(), self.pool, page, _NAME[src], _NAME[dst], cause))
         log = self.events  # EventLog.emit, inlined for the log without subscribers
