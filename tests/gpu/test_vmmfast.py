@@ -293,3 +293,36 @@ def test_bench_grow_shrink_reports_every_pair_on_the_c_path(libs, monkeypatch):
         assert q["n"] == 2 and q["of_medians"] == pytest.approx(
             r[a]["shrink_us"] / r[b]["shrink_us"])
     assert fake.lib.fake_used() == 0 and fake.lib.fake_mappings() == 0
+
+
+def test_pools_of_one_device_on_several_threads_take_turns(libs):
+    """The C call releases the GIL and the job buffer is the device's: pools sharing a device
+    on their own threads must not mix their batches."""
+    import threading
+
+    fake, dev = _device(libs, zero=False, fast=True)
+    pools = [_pool(dev, Layout.CONTIGUOUS) for _ in range(3)]
+    bpp = pools[0].geometry.page_size // pools[0].geometry.block_bytes
+    errors: list[BaseException] = []
+
+    def work(kv: KVCacheManager) -> None:
+        try:
+            for _ in range(300):
+                ids = [kv.alloc(bpp) for _ in range(3)]
+                for got in ids:
+                    kv.free(got)
+        except BaseException as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=work, args=(kv,)) for kv in pools]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    mapped = {va for kv in pools for page in kv.space.handles for va, _ in kv.space.targets(page)}
+    assert set(dev.mappings) == mapped and len(dev._alloc) == len(mapped)
+    assert min(dev._fast.calls) > 3 * 300  # (a freed page may wait in the reserve)
+    for kv in pools:
+        assert kv.close() == []
+    assert fake.lib.fake_used() == 0 and not dev.mappings

@@ -42,7 +42,8 @@ class BatchCalls(FastBatch):
             if self._fast is not None:
                 if type(targets) is not tuple:
                     targets = tuple(targets)
-                created = self._fast_map(targets)
+                with self._fast.lock:
+                    created = self._fast_map(targets)
                 if created is not PYTHON:
                     return created
             return self._map_each(targets)
@@ -121,7 +122,8 @@ class BatchCalls(FastBatch):
         failed: DeviceError | None = None
         try:
             if self._fast is not None:
-                out = self._fast_unmap_release(targets, handles)
+                with self._fast.lock:
+                    out = self._fast_unmap_release(targets, handles)
                 if out is not PYTHON:
                     return out
             try:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import os
 import struct
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,7 @@ class FastCalls:
     """The C library opened against one driver library, with one job buffer (one device's)."""
 
     __slots__ = ("_lib", "_drv", "_map", "_unmap_release", "_buf", "_arg", "words", "raw",
-                 "capacity", "driver_path", "_result", "descs", "hot")
+                 "capacity", "driver_path", "_result", "descs", "hot", "lock")
 
     def __init__(self, library: Path | str, driver_path: str, cu: Any = None):
         try:
@@ -93,6 +94,9 @@ class FastCalls:
         self._result = getattr(cu, "CUresult", None)
         self.capacity = 0
         self.descs: dict[int, int] = {}
+        # one job buffer, and the C call releases the GIL: pools of one device on several
+        # threads take turns from packing a batch to reading its outcome
+        self.lock = threading.Lock()
         self._grow(64)
 
     def _grow(self, n: int) -> None:
