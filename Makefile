@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.ready
 PYTEST_ARGS ?=
 
-.PHONY: lab test test-gpu setup browser-deps lint clean
+.PHONY: lab test test-gpu setup browser-deps lint clean vmmfast
 
 # --system-site-packages: on a GPU host the venv sees the host's CUDA torch and cuda-python.
 $(STAMP): pyproject.toml
@@ -13,9 +13,21 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
 	$(PY) -m ipykernel install --sys-prefix --name workbench --display-name "Python (workbench)" >/dev/null
+	@$(MAKE) --no-print-directory vmmfast
 	touch $(STAMP)
 
-setup: $(STAMP)
+setup: $(STAMP) vmmfast
+
+# The C fast path to the driver (workbench/gpu/vmmfast.c) and the C stand-in driver its CPU
+# tests and the overhead bench use. No CUDA toolkit needed (the driver is opened at run time);
+# without a C compiler this says so in one line and the Python path is used.
+FAST_LIBS := workbench/gpu/_vmmfast.so workbench/gpu/_fakecuda.so
+vmmfast:
+	@if command -v $(CC) >/dev/null 2>&1; then $(MAKE) --no-print-directory $(FAST_LIBS); \
+	else echo "vmmfast: no C compiler ($(CC)): skipped, the Python batch is used"; fi
+
+workbench/gpu/_%.so: workbench/gpu/%.c
+	$(CC) -O2 -Wall -Wextra -shared -fPIC -o $@ $< -ldl
 
 # CPU torch for the tests of the mini engine and the host device's tensor views. 2.13.0 is the
 # CPU build that lies on this project's machines; elsewhere set TORCH_SPEC to what suits you.
@@ -38,7 +50,7 @@ test: $(STAMP) $(TORCH_STAMP) browser-deps
 	$(PY) -m pytest -m "not gpu and not engine" $(PYTEST_ARGS)
 
 # Uses the venv when there is one, else the host's python (a bare GPU box without network).
-test-gpu:
+test-gpu: vmmfast
 	@py=$(PY); [ -x "$$py" ] || py=$(PYTHON); \
 	$$py -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else \
 	  'make test-gpu: no CUDA GPU is visible to this python')" && \
@@ -48,7 +60,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check workbench tests
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis artifacts
+	rm -rf $(VENV) .pytest_cache .hypothesis artifacts $(FAST_LIBS)
 
 # Optional targets kept in their own files (engine environments, GPU runs).
 -include mk/*.mk

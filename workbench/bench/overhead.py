@@ -63,6 +63,9 @@ def run_overhead(pages: int = 40, rounds: int = 8, repeats: int = 5,
         out[layout.value] = measure(layout, pages, rounds, repeats)
     say("overhead, layer by layer")
     out["split_contiguous_cpu_us"] = split()
+    c_split = split(c_path=True)
+    if c_split:  # the C fast path and its stand-in driver are built
+        out["split_contiguous_c_cpu_us"] = c_split
     return out
 
 
@@ -70,6 +73,9 @@ def summary_lines(res: dict) -> list[str]:
     lines = []
     for name, us in res.get("split_contiguous_cpu_us", {}).items():
         lines.append(f"overhead split contiguous grow+shrink {name:<24} {us:6.2f} us (CPU)")
+    for name, us in res.get("split_contiguous_c_cpu_us", {}).items():
+        lines.append(f"overhead split contiguous grow+shrink {name:<24} {us:6.2f} us "
+                     "(CPU, C fast path over the C stand-in driver)")
     for lay, r in res.items():
         if lay not in ("contiguous", "per_layer"):
             continue
@@ -96,13 +102,20 @@ def _cpu_us(fn: Callable[[], None], n: int, reps: int = 7) -> float:
     return sorted(best)[1]
 
 
-def split(n: int = 4000) -> dict[str, float]:
+def split(n: int = 4000, c_path: bool = False) -> dict[str, float]:
     """Where a contiguous grow + shrink's Python goes, layer by layer (CPU µs, cumulative):
-    the raw driver calls, CudaDevice's batch, KVSpace, the page allocator, the ledger."""
+    the raw driver calls, CudaDevice's batch, KVSpace, the page allocator, the ledger.
+
+    ``c_path``: over the C stand-in driver (:mod:`workbench.gpu.cfakedriver`) with the C fast
+    path, the raw calls issued from C in one call each way (None when either library is not
+    built: ``make vmmfast``)."""
     from workbench.bench.vmm import _Workbench, model_geometry
+    from workbench.gpu import cfakedriver, fastcalls
     from workbench.gpu.device import CudaDevice
 
-    with use_driver(FakeDriver()):
+    if c_path and not (fastcalls.LIBRARY.exists() and cfakedriver.LIBRARY.exists()):
+        return {}
+    with use_driver(cfakedriver.CFakeDriver() if c_path else FakeDriver()):
         geo = model_geometry(Layout.CONTIGUOUS, 8)
         dev = CudaDevice(0, zero_page=False, mem_info_ttl_s=60.0)
         w = _Workbench(dev, geo)
@@ -118,14 +131,16 @@ def split(n: int = 4000) -> dict[str, float]:
             cu.cuMemUnmap(va, s)
             cu.cuMemRelease(h)
 
+        if c_path:
+            raw = _raw_c(dev, va, s)
+
         def device() -> None:
-            hs = dev.map_targets(tgt)
-            dev.unmap_targets(tgt)
-            dev.release_handles(hs)
+            dev.unmap_release(tgt, dev.map_targets(tgt))
 
         def space() -> None:
             sp.map_page(5)
-            sp.unmap_page(5)
+            sp.prepare_unmap(5, release_next=True)
+            sp.commit_unmap(5)
 
         def pages() -> None:
             kv.pages.free_page(kv.pages.alloc_page())
@@ -139,6 +154,24 @@ def split(n: int = 4000) -> dict[str, float]:
         w.close()
         dev.close()
     return out
+
+
+def _raw_c(dev, va: int, size: int) -> Callable[[], None]:
+    """The bare grow + shrink from C, one call each way (``bench vmm``'s raw_c)."""
+    from workbench.gpu.fastcalls import HEAD, J_M, J_N, T_WORDS, TARGET, for_driver
+
+    fast, _ = for_driver(dev._cu)
+    fast.bind(dev._prop, dev._rw, dev._ro)
+    call_map, call_unmap, arg, words, raw = fast.hot
+    words[J_N] = words[J_M] = 1
+
+    def raw_c() -> None:
+        TARGET.pack_into(raw, 8 * HEAD, va, size, 0)
+        call_map(arg)
+        words[HEAD + T_WORDS] = words[HEAD + 3]  # the handle made, to release
+        call_unmap(arg)
+
+    return raw_c
 
 
 def profile(layout: Layout = Layout.CONTIGUOUS, top: int = 20) -> str:

@@ -8,7 +8,10 @@
    median, p10 and p90 of its per-round ratios. With the zero page on, the workbench also swaps
    the zero pieces (an unmap on grow, a map and a set_access on shrink, per target), so it is
    also compared with bare calls that do the same swap. Both layouts: CONTIGUOUS (one compound
-   map per page id) and PER_LAYER (``2 * layers`` maps).
+   map per page id) and PER_LAYER (``2 * layers`` maps). Where the C fast path loads
+   (:mod:`workbench.gpu.fastcalls`), the bare calls are also issued from C in one call each way
+   (``raw_c``: what is left is the workbench's own Python), and the workbench on its Python
+   batch is timed beside the C one (``_py``), all in the same interleaved run.
 2. **Alloc latency with a warm reserve** (:func:`warm_alloc`): the request path of ``alloc`` when
    the reserve refills inline, when it is refilled off the request path, and with no reserve.
 3. **Bandwidth**, like for like (:mod:`workbench.bench.vmm_bw`).
@@ -21,11 +24,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from workbench.bench.vmm_raw import _Raw, raw_subjects  # noqa: F401 - _Raw: vmm_probe, tests
 from workbench.config import PoolConfig
 from workbench.core.geometry import KVGeometry, Layout
 from workbench.core.ledger import KVCacheManager
 from workbench.gpu.device import CudaDevice
-from workbench.gpu.driver import call, driver
+from workbench.gpu.driver import driver
 from workbench.mini.mapper import BackgroundMapper, LockedKVCacheManager
 from workbench.sim.device import SimDevice
 
@@ -46,65 +50,6 @@ def _median_us(xs: list[float]) -> float:
 
 
 # -- 1 & 2: grow / shrink ----------------------------------------------------------------------
-class _Raw:
-    """Bare driver calls over one page id's targets (no Python layer above ``cuda.bindings``)."""
-
-    def __init__(self, dev: CudaDevice, geo: KVGeometry, pages: int, zero: bool):
-        self.cu, self.dev, self.geo, self.zero = driver(), dev, geo, zero
-        self.g = dev.granularity
-        self.size = geo.page_id_bytes * pages
-        self.base = int(call("reserve", self.cu.cuMemAddressReserve, self.size, self.g, 0, 0))
-        self.n = geo.maps_per_page
-        self.tsize = geo.page_id_bytes // self.n
-        self.zh = None
-        if zero:  # the ideal zero page: one piece per target, laid out in advance
-            self.zh = call("create", self.cu.cuMemCreate, self.tsize, dev._prop, 0)
-            for page in range(pages):
-                for va in self._targets(page):
-                    call("map", self.cu.cuMemMap, va, self.tsize, 0, self.zh, 0)
-            call("set_access", self.cu.cuMemSetAccess, self.base, self.size, self._zdesc(), 1)
-        self.handles: dict[int, list[Any]] = {}
-
-    def _zdesc(self) -> list[Any]:
-        return self.dev._ro if self.dev.zero_access == "read" else self.dev._rw
-
-    def _targets(self, page: int) -> list[int]:
-        g = self.geo
-        if g.layout is Layout.CONTIGUOUS:
-            return [self.base + page * g.page_id_bytes]
-        region = g.num_pages * g.page_size
-        return [self.base + i * region + page * g.page_size for i in range(self.n)]
-
-    def grow(self, page: int) -> None:
-        cu, s, prop, rw = self.cu, self.tsize, self.dev._prop, self.dev._rw
-        hs = []
-        for va in self._targets(page):
-            if self.zero:
-                cu.cuMemUnmap(va, s)
-            err, h = cu.cuMemCreate(s, prop, 0)
-            cu.cuMemMap(va, s, 0, h, 0)
-            cu.cuMemSetAccess(va, s, rw, 1)
-            hs.append(h)
-        self.handles[page] = hs
-
-    def shrink(self, page: int) -> None:
-        cu, s = self.cu, self.tsize
-        for va, h in zip(self._targets(page), self.handles.pop(page), strict=True):
-            cu.cuMemUnmap(va, s)
-            cu.cuMemRelease(h)
-            if self.zero:
-                cu.cuMemMap(va, s, 0, self.zh, 0)
-                cu.cuMemSetAccess(va, s, self._zdesc(), 1)
-
-    def close(self) -> None:
-        for page in list(self.handles):
-            self.shrink(page)
-        if self.zero:
-            self.cu.cuMemUnmap(self.base, self.size)
-            self.cu.cuMemRelease(self.zh)
-        self.cu.cuMemAddressFree(self.base, self.size)
-
-
 class _Workbench:
     """One page id per alloc through the ledger: page 0's spare blocks are taken first."""
 
@@ -169,9 +114,14 @@ def _abab(subjects: dict[str, Any], pages: int, rounds: int) -> dict[str, dict]:
     return {k: {"grow": tg[k], "shrink": ts[k]} for k in names}
 
 
-# (numerator, denominator) subjects of each reported ratio
+# (numerator, denominator) subjects of each reported ratio. "raw" is the issue's baseline, the
+# bare calls from Python; the "_c" pairs compare with the same calls from C in one call (where
+# the fast path's library loads), what the workbench's own Python costs beyond the driver
 PAIRS = {"nozero": ("workbench_nozero", "raw"), "zero": ("workbench_zero", "raw_zero"),
-         "zero_vs_raw": ("workbench_zero", "raw")}
+         "zero_vs_raw": ("workbench_zero", "raw"), "nozero_c": ("workbench_nozero", "raw_c"),
+         "zero_c": ("workbench_zero", "raw_zero_c"),
+         # the workbench on its Python batch (fast_path=False), in the same interleaved run
+         "nozero_py": ("workbench_nozero_py", "raw"), "zero_py": ("workbench_zero_py", "raw_zero")}
 
 
 def _summarize(raw: dict[str, dict], rounds: int) -> dict:
@@ -181,6 +131,8 @@ def _summarize(raw: dict[str, dict], rounds: int) -> dict:
                   for kind in ("grow", "shrink")}
         out[k]["n"] = sum(len(rnd) for rnd in v["grow"])
     for pair, (a, b) in PAIRS.items():
+        if a not in raw or b not in raw:
+            continue
         for kind in ("grow", "shrink"):
             per_round = [statistics.median(raw[a][kind][r]) / statistics.median(raw[b][kind][r])
                          for r in range(rounds)]
@@ -195,14 +147,17 @@ def grow_shrink(layout: Layout, pages: int = 40, rounds: int = 10,
     """Per-page-id grow and shrink of every subject, interleaved, ``rounds`` times: medians,
     and each workbench/raw ratio as the median, p10 and p90 of its per-round ratios."""
     geo = model_geometry(layout, pages + 2, num_layers)
-    dev_z = CudaDevice(0, zero_page=True)
-    dev_n = CudaDevice(0, zero_page=False)
+    devs = [CudaDevice(0, zero_page=True), CudaDevice(0, zero_page=False)]
+    dev_z, dev_n = devs
     subjects: dict[str, Any] = {}
     try:
         subjects["workbench_zero"] = _Workbench(dev_z, geo)
         subjects["workbench_nozero"] = _Workbench(dev_n, geo)
-        subjects["raw"] = _Raw(dev_n, geo, pages + 2, zero=False)
-        subjects["raw_zero"] = _Raw(dev_z, geo, pages + 2, zero=True)
+        if dev_n._fast is not None:  # the C fast path is on: the Python batch beside it
+            devs += [CudaDevice(0, zero_page=z, fast_path=False) for z in (True, False)]
+            subjects["workbench_zero_py"] = _Workbench(devs[2], geo)
+            subjects["workbench_nozero_py"] = _Workbench(devs[3], geo)
+        subjects.update(raw_subjects(dev_n, dev_z, geo, pages + 2))
         # the core's own Python cost on this host: the same ledger over the simulated device
         subjects["core_on_sim"] = _Workbench(SimDevice("h200"), geo)
         for s in subjects.values():  # warm-up: one-off driver costs, and zero pieces settle
@@ -214,8 +169,8 @@ def grow_shrink(layout: Layout, pages: int = 40, rounds: int = 10,
     finally:
         for s in subjects.values():
             s.close()
-        dev_z.close()
-        dev_n.close()
+        for d in devs:
+            d.close()
     return {"layout": layout.value, "num_layers": num_layers, "page_id_bytes": geo.page_id_bytes,
             "maps_per_page_id": geo.maps_per_page, "rounds": rounds,
             "pages_timed": res["raw"]["n"], **res}
@@ -304,7 +259,8 @@ def run_vmm(pages: int = 40, rounds: int = 10, bw_gib: int = 4, with_bandwidth: 
     """Every figure of ``workbench bench vmm`` in one dict."""
     say = progress or (lambda _msg: None)
     dev = CudaDevice(0)
-    out: dict[str, Any] = {"device": dev.name, "granularity": dev.granularity}
+    out: dict[str, Any] = {"device": dev.name, "granularity": dev.granularity,
+                           "fast_path": dev.fast_path_note}
     dev.reserve(dev.granularity)
     out["zero_access"] = dev.zero_access
     dev.close()
@@ -343,6 +299,8 @@ def summary_lines(res: dict) -> list[str]:
     for lay in ("contiguous", "per_layer"):
         r = res[lay]
         for pair in PAIRS:
+            if f"ratio_grow_{pair}" not in r:
+                continue
             for kind in ("grow", "shrink"):
                 q = r[f"ratio_{kind}_{pair}"]
                 a, b = PAIRS[pair]
@@ -358,4 +316,5 @@ def summary_lines(res: dict) -> list[str]:
         from workbench.bench.vmm_bw import summary_lines as bw_lines
 
         lines += bw_lines(res["bandwidth"])
+    lines.append(f"vmm C fast path: {res.get('fast_path', 'unknown')}")
     return lines

@@ -76,6 +76,13 @@ class PageAllocator:
             self._tail_mapped += (dst in _MAPPED) - (src in _MAPPED)
         if dst is FREE:
             heapq.heappush(self._free_heap, page)
+        elif src is FREE:
+            # the id leaves the free heap at once when it is on top (it usually is: the lowest
+            # goes first), else lazily in _peek_free; so a page freed and taken again, over
+            # and over, adds no duplicate entry each time
+            heap = self._free_heap
+            if heap and heap[0] == page:
+                heapq.heappop(heap)
         ev = event_from_tuple((self.clock(), self.pool, page, _NAME[src], _NAME[dst], cause))
         log = self.events  # EventLog.emit, inlined for the log without subscribers
         if type(log) is EventLog and log.keep and not log._subscribers and not log._routes:

@@ -15,9 +15,10 @@ from time import perf_counter
 
 from workbench.errors import DeviceError
 from workbench.gpu.driver import fail
+from workbench.gpu.fastbatch import PYTHON, FastBatch
 
 
-class BatchCalls:
+class BatchCalls(FastBatch):
     # (cuMemCreate, cuMemMap, cuMemSetAccess, prop, rw access, zero page, handle table,
     # mappings, mapping starts, mapped-handle counts, granularity): read in one unpacking
     _hot: tuple
@@ -32,10 +33,25 @@ class BatchCalls:
         """create + map + set_access for each ``(va, size)`` in order: the same refusals, driver
         calls and errors as the separate calls, without their per-call Python. On a failure
         the DeviceError carries ``partial = (handles created, targets mapped)``: the state the
-        separate calls would have left, for the caller's undo."""
+        separate calls would have left, for the caller's undo. Through the C fast path where
+        the device has one (:mod:`workbench.gpu.fastbatch`)."""
         t0 = perf_counter()
         if threading.get_ident() not in self._bound:
             self._bind()
+        try:
+            if self._fast is not None:
+                if type(targets) is not tuple:
+                    targets = tuple(targets)
+                with self._fast.lock:
+                    created = self._fast_map(targets)
+                if created is not PYTHON:
+                    return created
+            return self._map_each(targets)
+        finally:
+            self._busy += perf_counter() - t0
+
+    def _map_each(self, targets: Iterable[tuple[int, int]]) -> list[int]:
+        """``map_targets`` in Python, call by call."""
         create, cumap, access, prop, rw, zero, alloc, mappings, starts, counts, g = self._hot
         lo, hi = self._last_reservation  # the one the last target was in (a pool maps there)
         created: list[int] = []
@@ -78,8 +94,6 @@ class BatchCalls:
         except DeviceError as err:
             err.partial = (created, n)
             raise
-        finally:
-            self._busy += perf_counter() - t0
         return created
 
     def unmap_targets(self, targets: Iterable[tuple[int, int]]) -> None:
@@ -102,10 +116,16 @@ class BatchCalls:
         t0 = perf_counter()
         if threading.get_ident() not in self._bound:
             self._bind()
-        targets = list(targets)
+        if type(targets) is not tuple:
+            targets = tuple(targets)
         zero = self.zero
         failed: DeviceError | None = None
         try:
+            if self._fast is not None:
+                with self._fast.lock:
+                    out = self._fast_unmap_release(targets, handles)
+                if out is not PYTHON:
+                    return out
             try:
                 self._unmap_each(targets, rezero=False)
             except DeviceError as err:

@@ -29,6 +29,7 @@ from workbench.core.device import DriverRefusals, MemInfo
 from workbench.errors import DeviceError
 from workbench.gpu.batch import BatchCalls
 from workbench.gpu.driver import call, driver, fail
+from workbench.gpu.fastcalls import FastCalls, for_driver
 from workbench.gpu.zeropage import ZeroPage
 from workbench.units import MiB, ceil_div
 
@@ -41,12 +42,16 @@ class CudaDevice(BatchCalls, DriverRefusals):
     ``mem_info_ttl_s``: cuMemGetInfo costs ~7 µs and the core asks before every map, so a reading
     is reused this long, corrected at once for what this object creates and releases (other
     processes' changes show within the TTL). ``zero_max_exact``: the largest zero piece (and
-    zero handle) the zero page makes; see :mod:`workbench.gpu.zeropage`.
+    zero handle) the zero page makes; see :mod:`workbench.gpu.zeropage`. ``fast_path``: issue a
+    page id's batch from C where :func:`~workbench.gpu.fastcalls.for_driver` finds the library
+    (True), never (False, the Python batch), or through the given ``FastCalls`` (tests);
+    ``fast_path_note`` says which and why.
     """
 
     def __init__(self, device_index: int = 0, *, zero_page: bool = True,
                  zero_max_exact: int = 256 * MiB, mem_info_ttl_s: float = 0.005,
-                 name: str | None = None, zero_writable: bool = False):
+                 name: str | None = None, zero_writable: bool = False,
+                 fast_path: bool | FastCalls = True):
         cu = self._cu = driver()
         call("cuInit", cu.cuInit, 0)
         self.index = device_index
@@ -85,6 +90,13 @@ class CudaDevice(BatchCalls, DriverRefusals):
         self._delta = 0  # bytes created minus released since that reading
         self._zero_seen = 0  # zero-page bytes at that reading
         self._prepare_hot()
+        if fast_path is True:
+            self._fast, self.fast_path_note = for_driver(cu)
+        else:
+            self._fast = fast_path or None
+            self.fast_path_note = "on (given)" if self._fast else "off: fast_path=False"
+        if self._fast is not None:
+            self._fast.bind(self._prop, self._rw, self._ro)
 
     def _access(self, flags: Any) -> Any:
         cu = self._cu
@@ -304,6 +316,9 @@ class CudaDevice(BatchCalls, DriverRefusals):
             self.unreserve(va, size)
         if self.zero is not None:
             self.zero.close()
+        if self._fast is not None:
+            self._fast.close()
+            self._fast = None
 
     def __repr__(self) -> str:
         return (f"CudaDevice({self.name!r}, granularity={self.granularity}, "
