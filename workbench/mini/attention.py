@@ -160,8 +160,9 @@ def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
 # cuDNN attention, which builds and compiles a plan for every new (q_len, ctx_len): 1.0 s the
 # first time in a process, 50-700 ms for each new shape after (`python -m workbench.mini.warmup
 # --profile`: aten::_cudnn_attention_forward), and a serving run meets a new prefill length at
-# every preemption (recompute = prompt + generated tokens). Flash (whole causal prompts) and
-# memory-efficient kernels are precompiled; math accepts anything, so a call never fails.
+# every preemption (recompute = prompt + generated tokens). The others are precompiled (on CUDA
+# a masked chunk runs memory-efficient attention, on a CPU flash), and math accepts anything, so
+# a call never fails.
 PREFILL_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
@@ -198,13 +199,12 @@ class AttnContext:
         self.scale = scale
         self.impl = impl
         # Prefill masks depend only on the chunk, not the layer: build them once per step. A
-        # chunk that is its whole context (a prompt, a recompute) is plain causal: no mask.
+        # whole prompt takes a mask too (not is_causal): that keeps it on the same SDPA kernel as
+        # a chunk over cached context, so a prefix-cache hit gives the recompute's tokens.
         self._masks = [self._mask(p, k[0].device) for p in prefills]
 
     @staticmethod
-    def _mask(p: PrefillSeg, device: torch.device) -> torch.Tensor | None:
-        if p.q_len == p.ctx_len:
-            return None
+    def _mask(p: PrefillSeg, device: torch.device) -> torch.Tensor:
         qpos = torch.arange(p.ctx_len - p.q_len, p.ctx_len, device=device)
         return torch.arange(p.ctx_len, device=device)[None, :] <= qpos[:, None]
 
@@ -229,8 +229,7 @@ class AttnContext:
                 ks = gather_kv(kc, p.slots).transpose(0, 1)[None]  # [1, Hkv, ctx, D]
                 vs = gather_kv(vc, p.slots).transpose(0, 1)[None]
                 o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask,
-                                                   is_causal=mask is None, scale=self.scale,
-                                                   enable_gqa=True)
+                                                   scale=self.scale, enable_gqa=True)
                 out[p.row:p.row + p.q_len] = o[0].transpose(0, 1)
         return out
 
