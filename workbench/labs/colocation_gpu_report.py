@@ -124,7 +124,9 @@ def from_repeats(reps: list[dict], backend: str) -> ColocationRun:
                   [e[i]["ttft"]["mean"] / s[i]["ttft"]["mean"] for i in range(n)]),
               "tpot_elastic_over_static": spread(
                   [e[i]["tpot"]["mean"] / s[i]["tpot"]["mean"] for i in range(n)])}
-        footer = [f"Low load (PEAK {low}): elastic/static mean TTFT "
+        # the lowest PEAK is the low-load reading only when it has a higher one beside it
+        where = "Low load" if len(peaks) > 1 else "The one PEAK run"
+        footer = [f"{where} (PEAK {low}): elastic/static mean TTFT "
                   f"{_sp(lo['mean_ttft_elastic_over_static'])}, TPOT "
                   f"{_sp(lo['tpot_elastic_over_static'])} (median [min-max] over repeats).", ""]
     footer += where_time_went(reps, peaks) + slow_steps_text(reps)
