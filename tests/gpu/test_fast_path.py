@@ -21,6 +21,8 @@ from workbench.gpu.device import CudaDevice
 from workbench.gpu.fakedriver import OUT_OF_MEMORY, FakeDriver
 from workbench.sim.device import SimDevice
 
+from .scenario import run_sizes
+
 CALLS = ("cuMemCreate", "cuMemMap", "cuMemSetAccess", "cuMemUnmap", "cuMemRelease")
 
 
@@ -61,16 +63,7 @@ def _run(dev, layout: Layout, sizes: list[int]) -> tuple[list, list, int, int]:
     cu = getattr(getattr(dev, "inner", dev), "_cu", None)
     if isinstance(cu, FailingDriver):  # the pool's null block is backed: now fail
         cu.arm()
-    live, outcome = [], []
-    for n in sizes:
-        if n < 0 and live:
-            kv.free(live.pop(0))
-            outcome.append("free")
-        elif n > 0:
-            ids = kv.alloc(n)
-            outcome.append(None if ids is None else len(ids))
-            if ids is not None:
-                live.append(ids)
+    outcome, _ = run_sizes(kv, sizes)
     return outcome, kv.events.keys(), len(dev.mappings), len(dev._alloc) if hasattr(
         dev, "_alloc") else len(dev.allocations)
 

@@ -28,6 +28,8 @@ from workbench.gpu.device import CudaDevice
 from workbench.gpu.fakedriver import FakeDriver
 from workbench.gpu.fastcalls import FastCalls, for_driver
 
+from .scenario import run_sizes
+
 SRC = Path(fastcalls.__file__).parent
 CC = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
 SCENARIO = [64, 64, -1, 128, -1, -1, 100, 30, -1, -1, 64, -1] * 2  # (pages come back)
@@ -90,20 +92,8 @@ def _outcome(libs, layout: Layout, zero: bool, fast: bool, sizes: list[int],
     kv = _pool(dev, layout)
     armed = fake.vmm_calls
     fake.fail(fail_at)
-    live, outcome = [], []
     with drv.use_driver(fake):  # (the driver names the error codes)
-        for n in sizes:
-            try:
-                if n < 0 and live:
-                    kv.free(live.pop(0))
-                    outcome.append("free")
-                elif n > 0:
-                    ids = kv.alloc(n)
-                    outcome.append(None if ids is None else len(ids))
-                    if ids is not None:
-                        live.append(ids)
-            except Exception as err:  # noqa: BLE001 - the error itself is compared
-                outcome.append(f"{type(err).__name__}: {err}")
+        outcome, _ = run_sizes(kv, sizes, catch=True)
     zero_pieces = dict(dev.zero._size) if dev.zero is not None else None
     return {"outcome": outcome, "events": kv.events.keys(), "log": fake.log(),
             "mappings": dict(dev.mappings), "counts": dict(dev.mappings.handles),

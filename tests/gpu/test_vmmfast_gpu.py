@@ -11,6 +11,7 @@ from workbench.errors import DeviceError
 from workbench.gpu import fastcalls
 
 from .conftest import require_cuda
+from .scenario import run_sizes
 
 pytestmark = pytest.mark.gpu
 SCENARIO = [64, 64, -1, 128, -1, -1, 100, 30, -1, -1, 64, -1] * 2
@@ -32,16 +33,8 @@ def _outcome(dev, layout: Layout) -> dict:
     kv = KVCacheManager(geo, dev, name="p", config=PoolConfig(
         contiguous_layout=layout is Layout.CONTIGUOUS, min_reserved_pages=0,
         max_reserved_pages=1))
-    base, live, outcome = kv.space.base, [], []
-    for n in SCENARIO:
-        if n < 0 and live:
-            kv.free(live.pop(0))
-            outcome.append("free")
-        elif n > 0:
-            ids = kv.alloc(n)
-            outcome.append(None if ids is None else len(ids))
-            if ids is not None:
-                live.append(ids)
+    base = kv.space.base
+    outcome, live = run_sizes(kv, SCENARIO)
     res = {"outcome": outcome, "events": kv.events.keys(),
            "mappings": sorted((va - base, s) for va, (s, _) in dev.mappings.items()),
            "alloc": sorted(s for _, s in dev._alloc.values()),

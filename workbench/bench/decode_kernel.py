@@ -27,6 +27,22 @@ def _median_ms(fn) -> float:
     return float(triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median"))
 
 
+def graph_ms(fn) -> float:
+    """``fn``'s device work captured once as a CUDA graph; the median time of its replays."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # compile, pick algorithms: off the graph
+        fn()
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    ms = _median_ms(graph.replay)
+    del graph
+    return ms
+
+
 def tune(cfg: ModelConfig, batch: int, ctx: int, block: int = 16, entry: int = 16,
          candidates=CANDIDATES, seed: int = 0) -> list[dict]:
     """Sweep the kernel's tiling at this shape; keep the fastest one that is also accurate."""
@@ -74,15 +90,7 @@ def weight_stream(model: torch.nn.Module, batch: int) -> dict:
         for w in mats:
             torch.nn.functional.linear(xs[w.shape[1]], w)
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    ms = _median_ms(graph.replay)
+    ms = graph_ms(step)
     nbytes = sum(w.numel() * w.element_size() for w in mats)
     return {"batch": batch, "ms": ms, "bytes": nbytes, "TBps": nbytes / ms / 1e9,
             "matrices": len(mats)}

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
 
 import torch
 
@@ -44,26 +43,7 @@ from workbench.mini.model import ModelConfig
 BLOCK = 16
 
 
-def _median_ms(fn: Callable[[], object]) -> float:
-    import triton.testing
-
-    return float(triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median"))
-
-
-def graph_ms(fn: Callable[[], object]) -> float:
-    """``fn``'s device work captured once as a CUDA graph; the median time of its replays."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # compile, pick algorithms: off the graph
-        fn()
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    ms = _median_ms(graph.replay)
-    del graph
-    return ms
+graph_ms = decode_kernel.graph_ms  # replaced by a fake in the CPU test
 
 
 def decode_inputs(cfg: ModelConfig, batch: int, ctx: int, seed: int = 0,
