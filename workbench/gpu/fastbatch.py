@@ -135,40 +135,12 @@ class FastBatch:
         target's size, access known); else ``put`` runs here after it."""
         fast = self._fast
         _, _, _, _, _, zero, alloc, mappings, starts, counts, _ = self._hot
-        n = len(targets)
-        if n != len(handles):
+        cz = self._pack_unmap_release(targets, handles)
+        if cz is PYTHON:
             return PYTHON
-        if n > fast.capacity:
-            fast.ensure(n)
-        _, call, arg, words, raw = fast.hot
-        zget = zero.handles.get if zero is not None and zero.access is not None else None
-        zmax = zero.max_exact if zget is not None else 0
-        cz = zget is not None  # the zeros go back from C
-        get = mappings.get
-        prev, off, i = -1, 8 * HEAD, HEAD + T_WORDS * n  # the handles follow the targets
-        for (va, size), hid in zip(targets, handles, strict=True):
-            m = get(va)
-            if (m is None or m[0] != size or va <= prev or m[1] != hid or counts[hid] != 1
-                    or hid not in alloc):
-                return PYTHON
-            prev = va
-            zh = 0
-            if cz:
-                h = zget(size) if size <= zmax else None
-                if h is None:
-                    cz = False
-                else:
-                    zh = int(h)
-            TARGET.pack_into(raw, off, va, size, zh)
-            off += 32
-            words[i] = hid
-            i += 1
-        if cz:
-            words[J_ZDESC] = fast.descs[id(zero._desc)]
-        elif zget is not None:  # some target has no zero handle yet: every put in Python
-            for k in range(n):
-                words[HEAD + T_WORDS * k + 2] = 0
-        words[J_N] = words[J_M] = n
+        n = len(targets)
+        _, call, arg, words, _ = fast.hot
+        (va, size), hid = targets[-1], handles[-1]  # the one target of a compound page
         stage = words[J_STAGE] if call(arg) else 0
         if not stage and n == 1:  # one compound target, all done: no loop
             dict.__delitem__(mappings, va)  # MapTable's del, inlined
@@ -203,6 +175,47 @@ class FastBatch:
         if zero is not None:
             self._fast_zeros_back(targets, cz)
         return failed
+
+    def _pack_unmap_release(self, targets: tuple, handles: list[int]) -> Any:
+        """Write an unmap_release job into the C buffer: whether the zero pieces go back from C,
+        or PYTHON when a target is not the simple case the C call takes."""
+        fast = self._fast
+        _, _, _, _, _, zero, alloc, mappings, _, counts, _ = self._hot
+        n = len(targets)
+        if n != len(handles):
+            return PYTHON
+        if n > fast.capacity:
+            fast.ensure(n)
+        _, _, _, words, raw = fast.hot
+        zget = zero.handles.get if zero is not None and zero.access is not None else None
+        zmax = zero.max_exact if zget is not None else 0
+        cz = zget is not None  # the zeros go back from C
+        get = mappings.get
+        prev, off, i = -1, 8 * HEAD, HEAD + T_WORDS * n  # the handles follow the targets
+        for (va, size), hid in zip(targets, handles, strict=True):
+            m = get(va)
+            if (m is None or m[0] != size or va <= prev or m[1] != hid or counts[hid] != 1
+                    or hid not in alloc):
+                return PYTHON
+            prev = va
+            zh = 0
+            if cz:
+                h = zget(size) if size <= zmax else None
+                if h is None:
+                    cz = False
+                else:
+                    zh = int(h)
+            TARGET.pack_into(raw, off, va, size, zh)
+            off += 32
+            words[i] = hid
+            i += 1
+        if cz:
+            words[J_ZDESC] = fast.descs[id(zero._desc)]
+        elif zget is not None:  # some target has no zero handle yet: every put in Python
+            for k in range(n):
+                words[HEAD + T_WORDS * k + 2] = 0
+        words[J_N] = words[J_M] = n
+        return cz
 
     def _fast_zeros_back(self, targets: tuple, from_c: bool) -> None:
         """The zero pieces' table after the C call put them back, or ``put`` in Python."""
