@@ -45,6 +45,29 @@ def test_one_host_device_per_process_and_a_host_ledger_has_no_fence():
         runtime.ledgers.remove(kv)
 
 
+def test_a_device_with_queued_work_gets_a_fenced_ledger():
+    """The fence follows what the device says (``queued_work``), not its name: a CUDA device
+    (over the instant driver here) defers releases behind one, the host device does not."""
+    from workbench.gpu.device import CudaDevice
+    from workbench.gpu.driver import use_driver
+    from workbench.gpu.fakedriver import FakeDriver
+
+    assert not runtime.device_for("cpu").queued_work
+    cfg = PoolConfig(prealloc=False, min_reserved_pages=0, max_reserved_pages=0)
+    geo = KVGeometry(num_layers=2, kv_heads=8, head_dim=128, block_size=16, num_blocks=640,
+                     layout=Layout.CONTIGUOUS)
+    with use_driver(FakeDriver()):
+        dev = CudaDevice(0, zero_page=False, fast_path=False)
+        assert dev.queued_work
+        kv = runtime.make_ledger(geo, dev, "q", cfg)
+        try:
+            assert isinstance(kv.fence, runtime.ReleaseFence) and kv.pages.defer_release
+        finally:
+            kv.close()
+            runtime.ledgers.remove(kv)
+            dev.close()
+
+
 class FakeEvent:
     """A CUDA event stand-in: completes when the test says the GPU got there."""
 

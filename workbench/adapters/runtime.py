@@ -37,22 +37,19 @@ def device_for(engine_device: Any) -> Device:
     return shared_device(engine_device, zero_writable=True)
 
 
-def is_cuda(device: Device) -> bool:
-    return hasattr(device, "synchronize") and hasattr(device, "index")
-
-
 def pool_config(**overrides) -> PoolConfig:
     return PoolConfig.from_env(**overrides)
 
 
 def make_ledger(geometry: KVGeometry, device: Device, prefix: str,
                 config: PoolConfig) -> KVCacheManager:
-    """A ledger named ``<prefix>-<n>``; on CUDA it defers releases behind a fence
-    (``ledger.fence``), on the host it releases at once (``ledger.fence`` is None)."""
-    cuda = is_cuda(device)
+    """A ledger named ``<prefix>-<n>``; on a device with queued work (CUDA) it defers releases
+    behind a fence (``ledger.fence``), on the host it releases at once (``ledger.fence`` is
+    None)."""
+    queued = device.queued_work
     kv = KVCacheManager(geometry, device, name=f"{prefix}-{next(_ids)}", config=config,
-                        defer_release=cuda)
-    kv.fence = ReleaseFence(kv) if cuda else None
+                        defer_release=queued)
+    kv.fence = ReleaseFence(kv) if queued else None
     ledgers.append(kv)
     return kv
 

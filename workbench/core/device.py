@@ -165,6 +165,9 @@ class DriverRefusals:
     granularity: int
     reservations: SpanTable
     mappings: MapTable
+    # True where work queued earlier (kernels on streams) may still read a page after the host
+    # frees it, so an engine's pool releases behind a fence (CUDA); sim and host act at once
+    queued_work: bool = False
 
     def _init_tables(self) -> None:
         self.reservations = SpanTable()

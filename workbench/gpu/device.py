@@ -48,6 +48,8 @@ class CudaDevice(BatchCalls, DriverRefusals):
     ``fast_path_note`` says which and why.
     """
 
+    queued_work = True  # kernels queued on CUDA streams may still read a page being freed
+
     def __init__(self, device_index: int = 0, *, zero_page: bool = True,
                  zero_max_exact: int = 256 * MiB, mem_info_ttl_s: float = 0.005,
                  name: str | None = None, zero_writable: bool = False,
