@@ -348,13 +348,16 @@ def run(cfg: ColoConfig, log=print) -> list[dict]:
             "weights_bytes_per_instance": mcfg.num_params * 2}
     compiles = CompileLog()
     head["compile_hook"] = compiles.installed if compiles.install() else None
-    clusters = {m: Cluster(cfg, m, models, compiles=compiles) for m in cfg.modes}
-    head["warmup"] = {m: {"steps": c.warmup, "compiles": c.warmup_compiles}
-                      for m, c in clusters.items()}
-    head["kv_capacity_tokens"] = {m: c.kv_capacity_tokens() for m, c in clusters.items()}
-    head["cuda_graphs"] = all(e.graphs is not None for c in clusters.values() for e in c.engines)
+    clusters: dict[str, Cluster] = {}
     reps = []
-    try:
+    try:  # the compile hook comes off and the engines close even if a cluster fails to build
+        for m in cfg.modes:
+            clusters[m] = Cluster(cfg, m, models, compiles=compiles)
+        head["warmup"] = {m: {"steps": c.warmup, "compiles": c.warmup_compiles}
+                          for m, c in clusters.items()}
+        head["kv_capacity_tokens"] = {m: c.kv_capacity_tokens() for m, c in clusters.items()}
+        head["cuda_graphs"] = all(e.graphs is not None for c in clusters.values()
+                                  for e in c.engines)
         for r in range(cfg.first_repeat, cfg.first_repeat + cfg.repeats):
             order = cfg.mode_order(r)
             rep = {**head, "repeat": r, "order": list(order), "runs": {}}
