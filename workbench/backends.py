@@ -129,8 +129,8 @@ def _gpu_problem(name: str, index: int) -> BackendUnavailable | None:
     for ok, what in ((has_cuda_python, "cuda-python"), (_has_module("torch"), "torch")):
         if not ok:
             return _unavailable(name, f"{what} is not installed",
-                                "pip install 'workbench[gpu]' (and a CUDA build of torch), "
-                                "or use backend='sim'")
+                                "pip install 'kv-cache-workbench[gpu]' (and a CUDA build of "
+                                "torch), or use backend='sim'")
     return None
 
 

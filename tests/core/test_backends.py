@@ -75,8 +75,8 @@ def test_gpu_index_and_missing_libraries(fake_gpus):
                                       "to cuda:1. Fix: pick one of those, or use backend='sim'")
     fake_gpus(2, modules=False)
     assert probe("cuda:1") == (False, "backend 'cuda:1': cuda-python is not installed. Fix: pip "
-                                      "install 'workbench[gpu]' (and a CUDA build of torch), or "
-                                      "use backend='sim'")
+                                      "install 'kv-cache-workbench[gpu]' (and a CUDA build of "
+                                      "torch), or use backend='sim'")
 
 
 def test_cuda_n_passes_its_index_and_drops_sim_knobs(fake_gpus, monkeypatch):

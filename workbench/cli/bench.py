@@ -77,7 +77,7 @@ def vmm(pages: int = typer.Option(40, help="Page ids grown and shrunk per subjec
         from workbench.bench.vmm import run_vmm, summary_lines
     except ImportError as err:
         typer.echo(f"error: the gpu backend cannot be loaded ({err}); install torch and "
-                   "cuda-python (pip install 'workbench[gpu]') on a CUDA host", err=True)
+                   "cuda-python (pip install 'kv-cache-workbench[gpu]') on a CUDA host", err=True)
         raise typer.Exit(2) from None
     from workbench.errors import DeviceError
 
