@@ -66,11 +66,12 @@ def _ensure_kernel(exe: str) -> None:
                        stdout=subprocess.DEVNULL)
 
 
-@app.command()
+@app.command(short_help='JupyterLab on the repository, at chapter 00.')
 def lab(root: Path | None = typer.Option(
             None, help="Repository folder (holding chapters/). Default: found from here."),
         port: int = typer.Option(8888, help="Port for JupyterLab on 127.0.0.1."),
-        browser: bool = typer.Option(True, help="Open a web browser on chapter 00.")) -> None:
+        no_browser: bool = typer.Option(False, "--no-browser",
+                                        help="Do not open a web browser.")) -> None:
     """Open JupyterLab on the repository at chapter 00 (sim backend by default)."""
     # the venv's own jupyter first: `make lab` runs us from there
     here = Path(sys.executable).with_name("jupyter")
@@ -88,4 +89,4 @@ def lab(root: Path | None = typer.Option(
     _ensure_kernel(exe)
     token = secrets.token_hex(16)
     typer.echo(f"chapter 00: {lab_url(port, token)}", err=True)
-    raise typer.Exit(subprocess.call(lab_args(exe, top, port, token, browser), cwd=top))
+    raise typer.Exit(subprocess.call(lab_args(exe, top, port, token, not no_browser), cwd=top))
