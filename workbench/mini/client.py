@@ -56,9 +56,11 @@ def complete(base_url: str, prompt: str | Sequence[int], max_tokens: int, *,
              model: str | None = None, temperature: float = 0.0, stream: bool = True,
              timeout: float = 600.0, extra: dict | None = None) -> Result:
     """One completion; ``extra`` adds server-specific fields (``ignore_eos`` for vLLM/SGLang)."""
-    body = {"model": model or "default", "prompt": prompt if isinstance(prompt, str)
+    body = {"model": model, "prompt": prompt if isinstance(prompt, str)
             else list(prompt), "max_tokens": max_tokens, "temperature": temperature,
             "stream": stream}
+    if model is None:
+        del body["model"]  # the server's own model (the mini server checks a name it is given)
     if stream:
         body["stream_options"] = {"include_usage": True}
     body.update(extra or {})
