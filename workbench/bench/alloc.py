@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 
 from workbench.config import PoolConfig
 from workbench.core.geometry import KVGeometry
@@ -16,13 +17,17 @@ from workbench.core.ledger import KVCacheManager
 from workbench.sim.device import SimDevice
 
 
-def alloc_throughput(sizes=(1, 16, 256, 1024), seconds: float = 0.5, repeats: int = 5) -> dict:
-    """Median allocs/s (an alloc + its free = one op) per request size, over ``repeats`` runs."""
+def alloc_throughput(sizes=(1, 16, 256, 1024), seconds: float = 0.5, repeats: int = 5,
+                     progress: Callable[[str], None] | None = None) -> dict:
+    """Median allocs/s (an alloc + its free = one op) per request size, over ``repeats`` runs;
+    ``progress(message)`` hears each measurement start."""
     geo = KVGeometry(num_layers=32, kv_heads=8, head_dim=128, block_size=16, num_blocks=65536)
     out = {}
     for n in sizes:
         rates = []
-        for _ in range(repeats):
+        for r in range(repeats):
+            if progress:
+                progress(f"{n} blocks, run {r + 1}/{repeats}")
             kv = KVCacheManager(geo, SimDevice("h200"), name=f"bench{n}",
                                 config=PoolConfig(min_reserved_pages=0, max_reserved_pages=64))
             ids = kv.alloc(n)  # warm: map the pages once

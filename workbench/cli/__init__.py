@@ -14,6 +14,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: full option names and values when piped, as click
+    context_settings={"max_content_width": 100},
 )
 
 # Each import adds its command(s) to ``app``; keep one line per command module. A bad
@@ -41,5 +43,14 @@ def main() -> None:
             raise _startup_error
         app()
     except WorkbenchError as err:
-        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
+        from workbench.cli.common import cli_syntax
+
+        print(f"error: {cli_syntax(' '.join(str(err).split()))}", file=sys.stderr)
         raise SystemExit(2) from None
+    except ImportError as err:  # an optional module (torch, cuda-python) a command needs
+        from workbench.cli.common import missing
+
+        found = missing(err, " ".join(sys.argv[1:3]))
+        if isinstance(found, ImportError):
+            raise
+        raise SystemExit(found.exit_code) from None

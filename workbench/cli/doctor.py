@@ -22,10 +22,12 @@ import sys
 import warnings
 from dataclasses import asdict
 from importlib import metadata
+from pathlib import Path
 
 import typer
 
 from workbench.cli import app
+from workbench.cli.common import write_json
 from workbench.manifest import host_hardware, torch_info, workbench_info
 
 
@@ -224,13 +226,16 @@ def _print(m: dict) -> None:
                                                           else ""))
 
 
-@app.command()
+@app.command(short_help="Version manifest and each engine's patch status.")
 def doctor(as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
+           out: Path | None = typer.Option(None, "--out",
+                                           help="Write the manifest as JSON to this file."),
            check: bool = typer.Option(False, "--check",
                                       help="Import each engine's patch targets and apply the "
                                            "plan here (slow: imports the engines).")) -> None:
     """Version manifest (hardware, Python, torch/CUDA, engines, config) and patch status."""
     m = manifest(check=check)
+    write_json(m, out)
     if as_json:
         typer.echo(json.dumps(m, indent=2, default=str))
     else:

@@ -11,19 +11,19 @@ import time
 from collections import Counter
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from workbench.cli import app
+from workbench.cli.common import console as out_console
+from workbench.cli.common import fail
 from workbench.config import format_size, parse_size
 from workbench.core import control, limit_requests
 from workbench.core.segment import SHM_DIR
 from workbench.errors import ConfigError, ControlError
 
 kvctl = typer.Typer(help="Control elastic KV pools through their shared-memory segments.",
-                    no_args_is_help=True)
+                    no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(kvctl, name="kvctl")
-console = Console()
 EXIT_CODES = {limit_requests.ACKNOWLEDGED: 0, limit_requests.PENDING: 0,
               limit_requests.SUPERSEDED: 3, limit_requests.REFUSED: 4}
 
@@ -31,8 +31,7 @@ EXIT_CODES = {limit_requests.ACKNOWLEDGED: 0, limit_requests.PENDING: 0,
 def _fail(err: Exception) -> None:
     if isinstance(err, control.SegmentRefused):  # named on purpose: not "skipped", refused
         err = ControlError(f"{err.path} is not a usable segment: {err.detail}")
-    typer.echo(f"error: {err}", err=True)
-    raise typer.Exit(2)
+    raise fail(err)
 
 
 def _info(name: str) -> control.SegmentInfo:
@@ -64,7 +63,7 @@ def report_skipped(skipped: list[control.SegmentRefused], verbose: bool) -> None
                    err=True)
 
 
-@kvctl.command("list")
+@kvctl.command("list", short_help="List every pool's segment.")
 def list_(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
           verbose: bool = typer.Option(False, "--verbose", "-v",
                                        help="Name every skipped entry and why.")) -> None:
@@ -79,7 +78,7 @@ def list_(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
             t.add_row(i.name, str(i.owner_pid), "yes" if i.alive else "NO", format_size(i.limit),
                       format_size(i.used), format_size(i.reserved), format_size(i.capacity),
                       str(i.revision), i.outcome)
-        console.print(t if infos else "no pools")
+        out_console().print(t if infos else "no pools")
     report_skipped(found.skipped, verbose)
 
 
@@ -109,7 +108,7 @@ def _say(a: limit_requests.LimitAnswer) -> str:
     return f"{head} written; the owner applies it on its next allocation or free"
 
 
-@kvctl.command()
+@kvctl.command(short_help="Set a pool's memory limit in bytes.")
 def limit(name: str = typer.Argument(..., help="IPC name of the pool."),
           size: str = typer.Argument(..., help="New limit, e.g. 8G, 512MiB, 1073741824."),
           as_json: bool = typer.Option(False, "--json", help="Print JSON."),
@@ -125,7 +124,7 @@ def limit(name: str = typer.Argument(..., help="IPC name of the pool."),
     _apply(name, nbytes, as_json, wait)
 
 
-@kvctl.command("limit-percent")
+@kvctl.command("limit-percent", short_help="Set a pool's limit as a percentage.")
 def limit_percent(name: str = typer.Argument(..., help="IPC name of the pool."),
                   percent: float = typer.Argument(..., help="Percent of the pool's capacity."),
                   as_json: bool = typer.Option(False, "--json", help="Print JSON."),
@@ -150,7 +149,7 @@ def _sample(name: str | None, seen: set[str]) -> list[control.SegmentInfo]:
     return found.infos
 
 
-@kvctl.command()
+@kvctl.command(short_help="Print a pool's bytes as they change.")
 def watch(name: str = typer.Argument(None, help="One pool, or every pool."),
           interval: float = typer.Option(1.0, help="Seconds between samples."),
           count: int = typer.Option(0, min=0, help="Samples to print; 0 = until Ctrl-C."),
@@ -176,9 +175,10 @@ def watch(name: str = typer.Argument(None, help="One pool, or every pool."),
         pass
 
 
-@kvctl.command()
+@kvctl.command(short_help="Remove a pool's segment.")
 def delete(name: str = typer.Argument(..., help="IPC name of the pool."),
-           force: bool = typer.Option(False, help="Remove even if its owner is alive.")) -> None:
+           force: bool = typer.Option(False, "--force",
+                                      help="Remove even if its owner is alive.")) -> None:
     """Remove a pool's segment (refuses while its owner is alive unless --force)."""
     try:
         control.delete_segment(name, force=force)
@@ -187,7 +187,7 @@ def delete(name: str = typer.Argument(..., help="IPC name of the pool."),
     typer.echo(f"deleted {name}")
 
 
-@kvctl.command()
+@kvctl.command(short_help='Remove what dead owners left behind.')
 def gc(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
        verbose: bool = typer.Option(False, "--verbose", "-v",
                                     help="Name every entry left alone and why.")) -> None:

@@ -29,7 +29,7 @@ def serving_engine(kind: str, backend: str, *, budget: int = 64):
         if kind != "vllm":
             raise ConfigError(f"kind {kind!r} on backend {backend!r}",
                               "the engine with a real model (mini) schedules like vLLM only",
-                              "use kind='vllm' there, or backend='sim' for the SGLang-like engine")
+                              'use kind="vllm" there, or backend="sim" for the SGLang-like engine')
         from workbench.mini.instance import MiniInstance
         from workbench.viz.lifecycle import build_engine
 
