@@ -112,8 +112,3 @@ def _reserve_what(raw: Mapping[str, str]) -> str:
     pair.sort(key=lambda nd: nd[0] not in raw)
     return " with ".join(f"{n}={shown(raw[n])}" if n in raw else f"{n} at its default {d}"
                          for n, d in pair)
-
-
-def clear_cache() -> None:
-    """Forget the settings built so far (a test that changes a directory the knobs check)."""
-    _build.cache_clear()

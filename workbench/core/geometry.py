@@ -144,9 +144,6 @@ class KVGeometry:
         """The block (SGLang page) that holds token slot ``slot``."""
         return slot // self.block_size
 
-    def block_slots(self, block: int) -> range:
-        return range(block * self.block_size, (block + 1) * self.block_size)
-
     def _check_page(self, page: int) -> None:
         if not 0 <= page < self.num_pages:
             raise ConfigError(f"page {page}", f"outside 0..{self.num_pages - 1}",
