@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from enum import Enum
 
 from workbench.errors import ConfigError
+from workbench.units import MiB
 
-MiB = 1 << 20
 DEFAULT_PAGE_SIZE = 2 * MiB
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1, "int8": 1}
 
