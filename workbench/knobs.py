@@ -25,8 +25,8 @@ MAX_RESERVE = 4096
 MAX_TOKENS = 1 << 40
 MAX_PATH = 4096
 SIZE, COUNT, FRACTION, FLAG, NAME, PATH = "size", "count", "fraction", "flag", "name", "path"
-_INT = re.compile(r"-?[0-9]{1,20}", re.ASCII)
-_FLOAT = re.compile(r"(?:[0-9]{1,20}(?:\.[0-9]{0,20})?|\.[0-9]{1,20})(?:[eE][-+]?[0-9]{1,4})?"
+_INT = re.compile(r"-?[0-9]{1,4000}", re.ASCII)  # under int()'s 4300-digit limit
+_FLOAT = re.compile(r"-?(?:[0-9]{1,400}(?:\.[0-9]{0,400})?|\.[0-9]{1,400})(?:[eE][-+]?[0-9]{1,4})?"
                     r"|nan|[-+]?inf(?:inity)?", re.ASCII | re.IGNORECASE)
 _BLANKS = " \t"  # the only blanks a value may carry around it (str.strip takes any Unicode one)
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")

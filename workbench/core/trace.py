@@ -28,6 +28,11 @@ MAX_BLOCKS = 1 << 20  # a pool's page table is a Python list: keep one trace lin
 MAX_VIRTUAL = 1 << 44  # 16 TiB of address space per pool, well inside a 47-bit user space
 PRESETS = ("h200", "h100", "a100")
 TRACE_DEFAULTS = {"min_reserved": 2, "max_reserved": 4, "gpu_utilization": 1.0}
+# a pool line's field -> the configuration knob it sets (workbench.knobs)
+KNOB_FIELDS = {"page_size": "page_size", "min_reserved": "min_reserved_pages",
+               "max_reserved": "max_reserved_pages", "prealloc": "prealloc",
+               "memory_limit": "memory_limit", "gpu_utilization": "gpu_utilization",
+               "ipc_name": "ipc_name"}
 _INTERNAL = ("_line", "_geometry", "_config")  # what checking adds; a second check redoes it
 Check = Callable[[Any], Any]
 
@@ -113,11 +118,8 @@ SCHEMA: dict[str, tuple[dict[str, Check], tuple[str, ...]]] = {  # op -> (fields
     "pool": ({**_POOL, "num_layers": _count(1, 512), "kv_heads": _count(1, 1024),
               "head_dim": _count(1, 4096), "block_size": _count(1, 4096),
               "num_blocks": _count(2, MAX_BLOCKS), "layout": _choice("contiguous", "per_layer"),
-              "mla": _flag, "page_size": _knob("page_size"),
-              "min_reserved": _knob("min_reserved_pages"),
-              "max_reserved": _knob("max_reserved_pages"), "prealloc": _knob("prealloc"),
-              "memory_limit": _knob("memory_limit"), "gpu_utilization": _knob("gpu_utilization"),
-              "ipc_name": _knob("ipc_name"), "dtype_bytes": _choice(1, 2, 4)},
+              "mla": _flag, **{f: _knob(k) for f, k in KNOB_FIELDS.items()},
+              "dtype_bytes": _choice(1, 2, 4)},
              ("pool",)),
     "alloc": ({**_POOL, "n": _count(0, MAX_BLOCKS), "tag": _name}, ("pool", "n")),
     "free": ({**_POOL, "tag": _name, "ids": _ids}, ("pool",)),
