@@ -136,3 +136,14 @@ def test_a_shm_folder_that_is_gone_is_one_line(monkeypatch, tmp_path):
                                          "segment (")
         assert str(err.value).endswith("Fix: set WORKBENCH_KV_SHM_DIR to an existing directory "
                                        "you can write, or unset it for /dev/shm")
+
+
+def test_gc_with_a_socket_folder_it_cannot_trust_fails_instead_of_leaving_it_alone(tmp_path):
+    base = tmp_path / "shared"
+    base.mkdir(mode=0o777)
+    base.chmod(0o777)  # others could plant sockets here: not the workbench's to collect
+    r = _run(["kvctl", "gc"], {P + "SOCKET_DIR": str(base)})
+    assert r.returncode == 2
+    assert r.stderr.splitlines() == [
+        f"error: socket directory {base}: is not a private directory owned by you (mode 0700). "
+        "Fix: remove it, or set WORKBENCH_KV_SOCKET_DIR to a fresh path"]

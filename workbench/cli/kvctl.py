@@ -199,12 +199,13 @@ def gc(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     removed = control.gc_segments(report=skipped)
     sockets: list[str] = []
     left: list[str] = []
+    problem: Exception | None = None
     try:
         from workbench.transport.paths import gc_sockets  # the transport loads only for gc
 
         sockets = gc_sockets(report=left)
-    except (ConfigError, OSError) as err:
-        left.append(f"socket directories not collected: {err}")
+    except (ConfigError, OSError) as err:  # the socket base itself: an error, not "left alone"
+        problem = err
     if as_json:
         typer.echo(json.dumps({"segments": removed, "socket_dirs": sockets,
                                "skipped": [str(e) for e in skipped] + left}))
@@ -218,3 +219,5 @@ def gc(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     elif left:
         typer.echo(f"left {len(left)} socket director{'y' if len(left) == 1 else 'ies'} alone "
                    f"(not provably yours and dead); --verbose names them", err=True)
+    if problem is not None:
+        _fail(problem)
