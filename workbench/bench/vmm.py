@@ -33,8 +33,8 @@ from workbench.gpu.driver import driver
 from workbench.mini.mapper import BackgroundMapper, LockedKVCacheManager
 from workbench.percentiles import NEAREST, spread
 from workbench.sim.device import SimDevice
+from workbench.units import GiB
 
-MiB, GiB = 1 << 20, 1 << 30
 GOAL_RATIO = 1.10  # workbench / raw driver, per page id (issue: a fast path to the driver)
 GOAL_BANDWIDTH = 0.99  # VMM / plain, like for like
 WARM_MODES = ("inline", "deferred", "mapper", "cold")

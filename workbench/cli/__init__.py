@@ -5,11 +5,35 @@ from __future__ import annotations
 import sys
 
 import typer
+from typer.core import TyperGroup
 
 from workbench.errors import WorkbenchError
 
+# commands that read the settings themselves: doctor reports a bad or unknown name, not refuses
+SETTINGS_OWN = ("doctor",)
+
+
+class _SettingsFirst(TyperGroup):
+    """The one reading of ``WORKBENCH_KV_*`` for every command, before it runs: a bad value or an
+    unknown name is one ``error:`` line and exit 2, for ``serve`` and ``replay`` as for
+    ``kvctl``. ``--help`` still shows help."""
+
+    def resolve_command(self, ctx, args):  # noqa: ANN001 - click's signature
+        name, cmd, rest = super().resolve_command(ctx, args)
+        if name not in SETTINGS_OWN and not {"--help", "-h"} & set(rest):
+            from workbench.settings import settings
+
+            try:
+                settings()
+            except WorkbenchError as err:
+                typer.echo(f"error: {' '.join(str(err).split())}", err=True)
+                raise typer.Exit(2) from None
+        return name, cmd, rest
+
+
 app = typer.Typer(
     name="workbench",
+    cls=_SettingsFirst,
     help="KV Cache Workbench: elastic KV-cache memory for LLM serving, simulated and on GPUs.",
     no_args_is_help=True,
     add_completion=False,

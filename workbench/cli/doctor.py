@@ -19,7 +19,6 @@ import json
 import os
 import platform
 import sys
-import warnings
 from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
@@ -49,14 +48,14 @@ def _config() -> dict:
     from workbench.settings import unknown_names
 
     env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIX)}
+    unknown = unknown_names()  # listed below, so the pool config is read without them
     try:
-        with warnings.catch_warnings():  # unknown names are listed below, not warned about
-            warnings.simplefilter("ignore")
-            cfg, enabled = asdict(PoolConfig.from_env()), boot.enabled()
+        known = {k: v for k, v in env.items() if k not in unknown}
+        cfg, enabled = asdict(PoolConfig.from_env(known)), boot.enabled()
         err = None
     except Exception as e:  # noqa: BLE001 - shown, not raised: doctor reports bad config
         cfg, err, enabled = None, str(e), False
-    return {"env": env, "pool_config": cfg, "config_error": err, "unknown_env": unknown_names(),
+    return {"env": env, "pool_config": cfg, "config_error": err, "unknown_env": unknown,
             "autopatch_enabled": enabled, "pth": str(pth.path()),
             "pth_installed": pth.installed()}
 

@@ -20,6 +20,7 @@ from workbench.config import format_size, parse_size
 from workbench.core import control, limit_requests
 from workbench.core.segment import SHM_DIR
 from workbench.errors import ConfigError, ControlError
+from workbench.units import align_down
 
 kvctl = typer.Typer(help="Control elastic KV pools through their shared-memory segments.",
                     no_args_is_help=True, rich_markup_mode=None)
@@ -129,12 +130,13 @@ def limit_percent(name: str = typer.Argument(..., help="IPC name of the pool."),
                   percent: float = typer.Argument(..., help="Percent of the pool's capacity."),
                   as_json: bool = typer.Option(False, "--json", help="Print JSON."),
                   wait: float = typer.Option(2.0, help="Seconds to wait for the answer.")) -> None:
-    """Set a pool's limit as a percentage of its capacity (exit status as for `limit`)."""
+    """Set a pool's limit as a percentage of its capacity, rounded down to whole page ids (exit
+    status as for `limit`)."""
     if not 0 <= percent <= 100:
         _fail(ConfigError(f"percent {percent}", "must be between 0 and 100",
                           "pass e.g. 25 for a quarter of the capacity"))
-    info = _info(name)
-    _apply(name, int(info.capacity * percent / 100), as_json, wait)
+    info = _info(name)  # whole page ids, rounded down: the answer names the bytes asked for
+    _apply(name, align_down(int(info.capacity * percent / 100), info.page_id_bytes), as_json, wait)
 
 
 def _sample(name: str | None, seen: set[str]) -> list[control.SegmentInfo]:
@@ -197,12 +199,13 @@ def gc(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     removed = control.gc_segments(report=skipped)
     sockets: list[str] = []
     left: list[str] = []
+    problem: Exception | None = None
     try:
         from workbench.transport.paths import gc_sockets  # the transport loads only for gc
 
         sockets = gc_sockets(report=left)
-    except (ConfigError, OSError) as err:
-        left.append(f"socket directories not collected: {err}")
+    except (ConfigError, OSError) as err:  # the socket base itself: an error, not "left alone"
+        problem = err
     if as_json:
         typer.echo(json.dumps({"segments": removed, "socket_dirs": sockets,
                                "skipped": [str(e) for e in skipped] + left}))
@@ -216,3 +219,5 @@ def gc(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     elif left:
         typer.echo(f"left {len(left)} socket director{'y' if len(left) == 1 else 'ies'} alone "
                    f"(not provably yours and dead); --verbose names them", err=True)
+    if problem is not None:
+        _fail(problem)

@@ -15,9 +15,9 @@ import plotly.graph_objects as go
 
 from workbench.engines.metrics import MemorySample
 from workbench.errors import ConfigError
+from workbench.units import MiB
 from workbench.viz.style import FONT, pool_color
 
-MiB = 1 << 20
 SAMPLE_S = 0.002  # memory samples every 2 ms of the engine's clock
 
 
