@@ -16,9 +16,7 @@ import pytest
 
 pytest.importorskip("nbformat", reason="the notebook stack is not installed (make setup)")
 
-from workbench.quiz.labbank import load_lab_quiz  # noqa: E402
-
-from ..chapters.test_browser import (  # noqa: E402
+from tests.chapters.test_browser import (  # noqa: E402
     ARTIFACTS,
     CHROMIUM,
     _free_port,
@@ -27,6 +25,8 @@ from ..chapters.test_browser import (  # noqa: E402
     _settings,
     _shut_down_kernels,
 )
+from workbench.quiz.labbank import load_lab_quiz  # noqa: E402
+
 from .test_lab_notebooks import ROOT  # noqa: E402
 
 LAB = ("12_tp_pp", "TP=2: a map fails on")  # a sim lab that runs in under a second
@@ -102,7 +102,8 @@ def test_lab_notebook_in_chromium(lab_server, browser):
         _open_and_run(page, f"{lab_server}/lab/workspaces/lab{stem[:2]}/tree/{stem}.ipynb?reset")
         _see_main_figure(page, title)
         page.screenshot(path=str(ARTIFACTS / f"lab_{stem}.png"))
-        assert page.locator(".wb-lab-rerun button").count() == 1  # the re-run panel is live
+        page.wait_for_selector(".wb-lab-rerun", timeout=120_000)  # the re-run panel is live
+        assert page.locator(".wb-lab-rerun", has_text="Run the lab").count() == 1
         page.wait_for_selector(".wb-quiz .wb-quiz-question", timeout=120_000)
         card = page.locator(".wb-quiz .wb-quiz-question", has_text=q.prompt[:50]).first
         card.scroll_into_view_if_needed()
