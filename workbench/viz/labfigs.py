@@ -19,8 +19,11 @@ from workbench.viz.style import FONT
 def styled(fig, title: str | None = None):
     """``fig`` with a title (``title``, else its own) and the chapters' font and background."""
     own = fig.layout.title.text if fig.layout.title else None
-    fig.update_layout(title=title or own, font=FONT, plot_bgcolor="white",
-                      margin=dict(t=60, l=60, r=20, b=50))
+    fig.update_layout(title=title or own, font=FONT)
+    if fig.layout.plot_bgcolor is None:  # a lab figure's own layout (margins, colours) stays
+        fig.update_layout(plot_bgcolor="white")
+    if fig.layout.margin.t is None:
+        fig.update_layout(margin=dict(t=60))
     return fig
 
 
