@@ -73,3 +73,28 @@ def test_lab_notebook_runs_on_sim(path, record_property, monkeypatch):
     stream = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert "record: " in stream, f"{path.name} printed no record line"
     assert seconds < LIMIT_S
+    titles = figure_titles(nb)
+    assert titles and all(titles), f"{path.name} shows an untitled figure: {titles}"
+    assert "wb-quiz" in widget_classes(nb), f"{path.name} shows no quiz"
+
+
+def _widget_states(nb) -> list[dict]:
+    state = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
+    return [m.get("state", {}) for m in state.get("state", {}).values()]
+
+
+def figure_titles(nb) -> list[str]:
+    """The title of every plotly figure the run displayed: live (a FigureWidget's saved state)
+    or static (the plotly mime bundle)."""
+    out = [(s["_widget_layout"].get("title") or {}).get("text", "")
+           for s in _widget_states(nb) if "_widget_layout" in s]
+    for cell in nb.cells:
+        for o in cell.get("outputs", []):
+            fig = o.get("data", {}).get("application/vnd.plotly.v1+json")
+            if fig:
+                out.append((fig.get("layout", {}).get("title") or {}).get("text", ""))
+    return out
+
+
+def widget_classes(nb) -> set[str]:
+    return {c for s in _widget_states(nb) for c in s.get("_dom_classes", [])}
