@@ -9,7 +9,7 @@ import pytest
 from tests.labs.cli import run_lab_cli
 from workbench.errors import ConfigError
 from workbench.labs import get_lab, run_lab
-from workbench.labs.chunked_prefill import mix, sweep
+from workbench.labs.chunked_prefill.sim import mix, sweep
 
 
 @pytest.fixture(scope="module")

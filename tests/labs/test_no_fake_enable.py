@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from workbench.core.control import read_segment
 from workbench.labs import run_lab
-from workbench.labs.no_fake_enable import (
+from workbench.labs.no_fake_enable.sim import (
     ARMS,
     AUTOPATCH,
     IDLE_S,
@@ -21,7 +21,7 @@ from workbench.labs.no_fake_enable import (
     judge,
     run_all,
 )
-from workbench.labs.no_fake_enable_report import EXPECTED_FAIL, matches, tables
+from workbench.labs.no_fake_enable.report import EXPECTED_FAIL, matches, tables
 from workbench.units import GiB
 
 P = NoFakeEnableParams(quick=True)

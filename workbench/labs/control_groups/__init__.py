@@ -1,0 +1,1 @@
+"""The control-groups lab."""

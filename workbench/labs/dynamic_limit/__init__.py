@@ -1,0 +1,1 @@
+"""The dynamic-limit lab."""

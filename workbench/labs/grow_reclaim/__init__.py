@@ -1,0 +1,1 @@
+"""The grow-reclaim lab."""

@@ -1,0 +1,1 @@
+"""The idle-footprint lab."""

@@ -1,0 +1,1 @@
+"""The kv-capacity lab."""

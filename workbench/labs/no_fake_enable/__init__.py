@@ -1,0 +1,1 @@
+"""The no-fake-enable lab."""

@@ -1,0 +1,1 @@
+"""The non-prefix-reuse lab."""

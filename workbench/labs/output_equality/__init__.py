@@ -1,0 +1,1 @@
+"""The output-equality lab."""

@@ -1,0 +1,1 @@
+"""The pd-split lab."""

@@ -1,0 +1,1 @@
+"""The prefix-bound lab."""

@@ -1,0 +1,1 @@
+"""The same-engine-pair lab."""

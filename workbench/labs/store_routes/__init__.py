@@ -1,0 +1,1 @@
+"""The store-routes lab."""

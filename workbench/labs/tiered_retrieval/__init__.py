@@ -1,0 +1,1 @@
+"""The tiered-retrieval lab."""

@@ -1,0 +1,1 @@
+"""The tp-pp lab."""
