@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 from workbench.backends import cuda_device_count, probe  # noqa: E402
 from workbench.errors import ConfigError  # noqa: E402
 from workbench.labs import run_lab  # noqa: E402
-from workbench.labs.pd_split.sim import PDSplitParams  # noqa: E402
+from workbench.labs.pd_split.lab import PDSplitParams  # noqa: E402
 
 pytestmark = [pytest.mark.gpu]
 

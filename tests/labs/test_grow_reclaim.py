@@ -12,7 +12,8 @@ import pytest
 from tests.labs.cli import run_lab_cli
 from workbench.core.events import Event
 from workbench.labs import run_lab
-from workbench.labs.grow_reclaim.sim import GrowReclaimParams, run_order, spec_for
+from workbench.labs.grow_reclaim.lab import GrowReclaimParams
+from workbench.labs.grow_reclaim.sim import run_order, spec_for
 from workbench.labs.kit.phased_sim import UnmapWatch, run_phased
 
 P = GrowReclaimParams(quick=True)

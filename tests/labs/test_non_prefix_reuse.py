@@ -11,7 +11,8 @@ import pytest
 
 from workbench.engines.models import get_model
 from workbench.labs import run_lab
-from workbench.labs.non_prefix_reuse.sim import CASES, NonPrefixReuseParams, sweep
+from workbench.labs.non_prefix_reuse.lab import NonPrefixReuseParams
+from workbench.labs.non_prefix_reuse.sim import CASES, sweep
 
 P = NonPrefixReuseParams(quick=True, repeats=1, seed=4)
 KVB = get_model(P.model).kv_bytes_per_token

@@ -17,7 +17,8 @@ from workbench.errors import ConfigError
 from workbench.labs import run_lab
 from workbench.labs.kit.ipc_names import ipc_names_demo, summary
 from workbench.labs.kit.phased_sim import run_phased
-from workbench.labs.same_engine_pair.sim import PairParams, pair_spec
+from workbench.labs.same_engine_pair.lab import PairParams
+from workbench.labs.same_engine_pair.sim import pair_spec
 from workbench.sim.device import SimDevice
 from workbench.units import GiB
 

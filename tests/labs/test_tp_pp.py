@@ -14,8 +14,8 @@ from tests.labs.cli import run_lab_cli
 from workbench.errors import ConfigError
 from workbench.labs import run_lab
 from workbench.labs.kit import tp_pp_workers
+from workbench.labs.kit.tp_pp_workers import GEO
 from workbench.labs.tp_pp.lab import TpPpParams
-from workbench.labs.tp_pp.report import checks
 from workbench.labs.tp_pp.real import (
     async_release,
     local_pools_contrast,
@@ -23,7 +23,7 @@ from workbench.labs.tp_pp.real import (
     round_trips,
     tp_all_or_nothing,
 )
-from workbench.labs.kit.tp_pp_workers import GEO
+from workbench.labs.tp_pp.report import checks
 
 pytestmark = pytest.mark.usefixtures("socket_base")
 

@@ -1,8 +1,8 @@
 """``workbench labs list|run NAME``: a thin shell over the lab protocol (:mod:`workbench.labs`).
 
 Shared options (``--quick``, ``--seed``, ``--peaks``, ``--steptime``) and ``--param key=value``
-fill the lab's parameter dataclass; the backend is checked before anything runs, so a refused
-run writes no record.
+fill the lab's parameter dataclass; :func:`workbench.labs.run_lab` checks the backend before
+anything runs, so a refused run writes no record.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from workbench import labs as registry
 from workbench.cli import app
 from workbench.errors import ConfigError
 from workbench.labs import LABS, get_lab
@@ -74,7 +75,6 @@ def run_lab(
         lab = get_lab(name)
         shared = {"quick": str(quick), "seed": str(seed), "peaks": peaks, "steptime": steptime}
         params = lab.parse_params(_param_text(lab, param or [], shared))
-        lab.check_backend(backend, params)
     except ConfigError as err:
         raise _fail(err) from None
     t0 = time.perf_counter()
@@ -86,7 +86,7 @@ def run_lab(
             bar.update(task, completed=done, total=total, description=f"{name}: {what}")
 
         try:
-            result = lab.run(params, backend, progress)
+            result = registry.run_lab(name, params, backend, progress)
         except ConfigError as err:
             raise _fail(err) from None
     typer.echo(result.markdown)

@@ -8,7 +8,8 @@ Setup (one process, ``instances`` engines, each with its own weights):
 * ``static``: each engine owns a plain ``torch`` allocation of ``budget / instances`` bytes (what
   vLLM does with ``gpu_memory_utilization``);
 * ``elastic``: each engine's pool reserves virtual room for the whole budget and maps page ids on
-  demand from the backend's device (``workbench.backends.make_device``); a :class:`BudgetDevice`
+  demand from the backend's device (``workbench.backends.make_device``); a
+  :class:`~workbench.core.device.BudgetDevice`
   caps what all of them map together at ``budget`` (kvcached's shared GPU memory, made explicit so
   the comparison holds the same bytes as the static split).
 
@@ -25,7 +26,6 @@ The points, record and Markdown are the colocation lab's.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -33,97 +33,18 @@ from pathlib import Path
 
 import torch
 
-from workbench.core.device import MemInfo
+from workbench.core.device import BudgetDevice
 from workbench.engines.metrics import summarize
 from workbench.engines.sched.request import Request
 from workbench.engines.sim.workloads import ramp_trace
-from workbench.errors import DeviceError
 from workbench.mini.engine import Engine, EngineConfig
 from workbench.mini.instance import MiniInstance
 from workbench.mini.kv import KVSpec
 from workbench.mini.model import build_model, get_config
 from workbench.mini.warmup import SLOW_STEP_S, CompileLog, step_shape, warm_up
+from workbench.units import GiB
 
-GiB = 1 << 30
 MODES = ("static", "elastic")  # the colocation lab's two ways to hold the KV budget
-
-
-class BudgetDevice:
-    """A device shared by several pools whose physical bytes together may not pass ``budget``.
-
-    ``create``/``release``/``mem_info`` keep the budget; every VMM call (create, map, set_access,
-    unmap, release) is counted and timed in ``calls`` under the thread that made it: ``engine``
-    (the request path) or ``mapper`` (a background mapper thread, named ``*-mapper``). ``refused``
-    counts creates past the budget. ``mem_info`` reports the budget left, so each pool's headroom
-    check sees what the others hold.
-    """
-
-    def __init__(self, inner, budget: int):
-        self.inner = inner
-        self.budget = budget
-        self.used = 0
-        self.peak = 0
-        self.refused = 0
-        self._sizes: dict[int, int] = {}
-        # thread -> op -> [calls, seconds in the call, seconds waiting for another thread's call]
-        self.calls: dict[str, dict[str, list[float]]] = {}
-        # one call at a time: the pools' mappers and the engine thread share this device
-        self._lock = threading.RLock()
-
-    def _timed(self, op: str, fn, *args):
-        t = time.perf_counter()
-        with self._lock:
-            t1 = time.perf_counter()
-            try:
-                return fn(*args)
-            finally:
-                who = "mapper" if threading.current_thread().name.endswith("-mapper") \
-                    else "engine"
-                c = self.calls.setdefault(who, {}).setdefault(op, [0, 0.0, 0.0])
-                c[0] += 1
-                c[1] += time.perf_counter() - t1
-                c[2] += t1 - t
-
-    def create(self, size: int) -> int:
-        return self._timed("create", self._create, size)
-
-    def _create(self, size: int) -> int:  # under the lock
-        if self.used + size > self.budget:
-            self.refused += 1
-            raise DeviceError("create", "out of memory", "CUDA_ERROR_OUT_OF_MEMORY")
-        h = self.inner.create(size)
-        self._sizes[h] = size
-        self.used += size
-        self.peak = max(self.peak, self.used)
-        return h
-
-    def map(self, va: int, size: int, handle: int) -> None:
-        self._timed("map", self.inner.map, va, size, handle)
-
-    def set_access(self, va: int, size: int) -> None:
-        self._timed("set_access", self.inner.set_access, va, size)
-
-    def unmap(self, va: int, size: int) -> None:
-        self._timed("unmap", self.inner.unmap, va, size)
-
-    def release(self, handle: int) -> None:
-        self._timed("release", self._release, handle)
-
-    def _release(self, handle: int) -> None:  # under the lock
-        self.inner.release(handle)
-        self.used -= self._sizes.pop(handle)
-
-    def mem_info(self) -> MemInfo:
-        return MemInfo(self.budget - self.used, self.budget)
-
-    def take_counts(self) -> dict:
-        """The call counts since the last take (then cleared), and the refusals."""
-        out = {"calls": self.calls, "refused_creates": self.refused, "peak_bytes": self.peak}
-        self.calls, self.refused, self.peak = {}, 0, self.used
-        return out
-
-    def __getattr__(self, item: str):
-        return getattr(self.inner, item)
 
 
 @dataclass

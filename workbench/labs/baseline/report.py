@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from workbench.engines.sim.workloads import MIX_CLASSES
-from workbench.labs.kit.report import lat_cell, without_repeats
 from workbench.labs.kit.record import LabRecord, Manifest
+from workbench.labs.kit.report import lat_cell, without_repeats
 
 SEED_EXPECTED = (
     "Seed 003 E1 expects a load-latency-throughput curve with a clearly stated stable operating "

@@ -17,16 +17,16 @@ Rules, stated before the run:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.engines.metrics import SLO
 from workbench.engines.sched.request import Request
 from workbench.errors import ConfigError
-from workbench.labs.kit.base import Lab, LabResult, Progress
-from workbench.labs.baseline.report import figures, markdown, record
-from workbench.labs.kit.report import without_repeats
+from workbench.labs.kit.base import Progress
 from workbench.labs.kit.serving import WORKLOADS, InstanceSetup, latency_row, run, workload
+
+if TYPE_CHECKING:
+    from workbench.labs.baseline.lab import BaselineParams
 
 DEFAULT_RATES: dict[str, tuple[float, ...]] = {
     "mix": (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0),
@@ -34,23 +34,6 @@ DEFAULT_RATES: dict[str, tuple[float, ...]] = {
     "long_in": (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0),
     "long_out": (1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 12.0),
 }
-
-
-@dataclass(slots=True)
-class BaselineParams:
-    workload: str = "mix"  # short | long_in | long_out | mix (seed 003 E1's loads)
-    rates: tuple[float, ...] | None = None  # req/s; None: the workload's default sweep
-    num_requests: int = 600  # per rate and repeat (p99 needs hundreds, seed 003 §2.8)
-    repeats: int = 2  # workload seeds seed, seed+1, ...; rate order alternates
-    seed: int = 0
-    engine: str = "vllm"  # vllm | sglang
-    model: str = "llama-3.1-8b"
-    gpu: str = "a100"
-    slo_ttft_s: float = 1.0
-    slo_tpot_s: float = 0.1
-    stable_attainment: float = 0.9
-    saturation_ratio: float = 0.9
-    quick: bool = False  # 400 requests, one repeat, every other rate
 
 
 def plan(p: BaselineParams) -> tuple[list[float], int, int]:
@@ -112,19 +95,4 @@ def knee(rows: list[dict]) -> dict[str, float | None]:
             "saturation_rate": min(sat) if sat else None,
             "max_output_tok_per_s": max(r["output_tok_per_s"] for r in rows)}
 
-
-class BaselineLab(Lab):
-    name = "baseline"
-    description = ("latency-throughput curve of one instance as the Poisson request rate "
-                   "rises (TTFT/TPOT/ITL/E2E p50/p95/p99); the knee and saturation by rule")
-    params_type = BaselineParams
-    backends = ("sim",)
-
-    def run(self, params: BaselineParams, backend: str = "sim",
-            progress: Progress | None = None) -> LabResult:
-        rows = sweep(params, progress)
-        k = knee(rows)
-        table = without_repeats(rows)
-        return LabResult(record(params, rows, k, backend), markdown(params, table, k),
-                         tables={"rates": table}, figures=figures(table, k))
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from workbench.labs.kit.report import lat_cell, without_repeats
 from workbench.labs.kit.record import LabRecord, Manifest
+from workbench.labs.kit.report import lat_cell, without_repeats
 
 SEED_EXPECTED = (
     "Seed 003 E3 expects long prompts injected among running decodes to disturb them: the "

@@ -17,35 +17,21 @@ alternates between repeats (seed 003 §2). Distributions pool the repeats' reque
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from workbench.engines.metrics import SLO, Dist
 from workbench.engines.sched.request import ReqState, Request
 from workbench.engines.sim.vllm_like import VLLMOptions
-from workbench.engines.sim.workloads import long_short_mix
 from workbench.errors import ConfigError
-from workbench.labs.kit.base import Lab, LabResult, Progress
-from workbench.labs.chunked_prefill.report import figures, markdown, record
-from workbench.labs.kit.report import without_repeats
-from workbench.labs.kit.serving import InstanceSetup, latency_row, run
+from workbench.labs.kit.base import Progress
+from workbench.labs.kit.serving import LONG, InstanceSetup, latency_row, mix, run
 
-LONG = "long_in"  # the long prompts; every other class is a decoding request
+if TYPE_CHECKING:
+    from workbench.labs.chunked_prefill.lab import ChunkedPrefillParams
+
 OFF_BUDGET = 8192  # chunking off: the budget must hold a whole 4096-token prompt and more
-
-
-@dataclass(slots=True)
-class ChunkedPrefillParams:
-    budgets: tuple[int, ...] = (512, 1024, 2048, 4096, 8192)  # chunked-on token budgets
-    rates: tuple[float, ...] = (2.0, 4.0)  # req/s of the whole mix
-    long_share: float = 0.2  # share of long prompts (4096/128) in the mix
-    num_requests: int = 600  # per configuration, rate and repeat
-    repeats: int = 2
-    seed: int = 0
-    itl_slo_ms: float = 150.0  # a decoding request streams smoothly if no gap exceeds this
-    quick: bool = False  # rate 4 only, budgets 512 and 2048 against off, one repeat
 
 
 def configs(p: ChunkedPrefillParams) -> list[tuple[str, bool, int]]:
@@ -54,15 +40,6 @@ def configs(p: ChunkedPrefillParams) -> list[tuple[str, bool, int]]:
         raise ConfigError(f"budgets {p.budgets!r}", "need token budgets of at least 16",
                           "pass e.g. budgets=512,2048")
     return [("off", False, OFF_BUDGET)] + [(f"on/{b}", True, b) for b in sorted(budgets)]
-
-
-def mix(rate: float, n: int, long_share: float, seed: int) -> list[Request]:
-    if not 0.0 < long_share < 1.0:
-        raise ConfigError(f"long_share={long_share}", "must be between 0 and 1",
-                          "use e.g. 0.2 (one long prompt in five requests)")
-    rest = (1.0 - long_share) / 2
-    return long_short_mix(rate, n, weights={LONG: long_share, "short": rest, "long_out": rest},
-                          seed=seed)
 
 
 def class_metrics(reqs: list[Request], slo: SLO, itl_slo_s: float) -> dict[str, Any]:
@@ -126,16 +103,3 @@ def sweep(p: ChunkedPrefillParams, progress: Progress | None = None) -> list[dic
     return rows
 
 
-class ChunkedPrefillLab(Lab):
-    name = "chunked-prefill"
-    description = ("long/short mix with chunked prefill off vs on at several token budgets: "
-                   "long prompts' TTFT against decoding requests' ITL, and goodput")
-    params_type = ChunkedPrefillParams
-    backends = ("sim",)
-
-    def run(self, params: ChunkedPrefillParams, backend: str = "sim",
-            progress: Progress | None = None) -> LabResult:
-        rows = sweep(params, progress)
-        table = without_repeats(rows)
-        return LabResult(record(params, rows, backend), markdown(params, table),
-                         tables={"configs": table}, figures=figures(table))

@@ -8,12 +8,17 @@ from __future__ import annotations
 import json
 import stat
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from workbench.errors import ConfigError
+from workbench.labs.colocation.rows import ColocationRun, reading_sweep, spread
 from workbench.labs.kit.base import Progress
-from workbench.labs.colocation.report import ColocationParams, ColocationRun, reading_sweep, spread
-from workbench.mini.colocation import ColoConfig, GiB, run
 from workbench.labs.kit.record import Manifest
+from workbench.mini.colocation import ColoConfig, run
+from workbench.units import GiB
+
+if TYPE_CHECKING:
+    from workbench.labs.colocation.lab import ColocationParams
 
 
 def _decode(reps: list[dict]) -> str:

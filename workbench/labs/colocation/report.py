@@ -13,78 +13,15 @@ Markdown below are built from them the same way.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.engines.metrics import SLO
-from workbench.errors import ConfigError, WorkbenchError
-from workbench.labs.kit.base import Lab, LabResult, Progress
+from workbench.labs.colocation.rows import MODES, ColocationRun, spread
+from workbench.labs.kit.kvcached import KVCACHED
 from workbench.labs.kit.record import LabRecord
-
-MODES = ("static", "elastic")
-PEAKS = (12, 13, 14, 15, 16, 17, 18, 19, 20)
-
-# research/kvcached.md §6.1: read from the published SVG (bar heights approximate), ms.
-KVCACHED = {
-    "mean_elastic": dict(zip(PEAKS, (98, 106, 118, 129, 135, 211, 518, 1222, 2027), strict=True)),
-    "mean_static": dict(zip(PEAKS, (94, 100, 111, 328, 839, 1599, 2379, 3165, 4026), strict=True)),
-    "mean_speedup": dict(zip(PEAKS, (1.0, 0.9, 0.9, 2.5, 6.2, 7.6, 4.6, 2.6, 2.0), strict=True)),
-    "p99_elastic": dict(zip(PEAKS, (211, 221, 260, 297, 322, 1555, 4548, 8877, 12310),
-                            strict=True)),
-    "p99_static": dict(zip(PEAKS, (194, 193, 243, 5184, 9086, 12159, 13489, 14610, 15267),
-                           strict=True)),
-    "p99_speedup": dict(zip(PEAKS, (0.9, 0.9, 0.9, 17.4, 28.2, 7.8, 3.0, 1.6, 1.2), strict=True)),
-}
-
-
-@dataclass(slots=True)
-class ColocationParams:
-    peaks: tuple[int, ...] | None = None  # None: sim 12..20, gpu/host 2,6,12 (before scaling)
-    quick: bool = False  # sim: PEAK 12, 16, 20; gpu/host: the first two peaks
-    seed: int = 0
-    steptime: str | None = None  # sim: a calibration name or key=value,... overrides
-    workers: int | None = None  # sim: processes for the sweep
-    model: str | None = None  # gpu/host: registry name (default llama-3.1-8b; host: tiny)
-    budget_gib: float = 2.0  # gpu/host: GiB of KV all instances hold together
-    time_scale: float = 4.0  # gpu/host: arrival times / scale, completions / scale
-    prompt_len: int = 256
-    completion_len: int = 256  # before scaling
-    repeats: int = 1  # gpu/host: runs of every (PEAK, mode); sim: seeds seed..seed+repeats-1
-    first_repeat: int = 0  # gpu/host: index of the first repeat (even: static first, odd: elastic)
-    out_dir: str | None = None  # gpu/host: each repeat's raw JSON lands here as the sweep goes
-    from_dir: str | None = None  # gpu/host: build the report from the repeat JSONs in this folder
-    mapper: bool = True  # gpu/host elastic: background mapper (reserve 1) vs inline maps (0..1)
-    cuda_graphs: bool | None = None  # gpu: decode CUDA graphs (None: on; False: eager)
-
-
-@dataclass(slots=True)
-class ColocationRun:
-    """What a backend hands back: the (PEAK, mode) summaries plus its own record fields."""
-
-    backend: str
-    peaks: list[int]
-    overall: dict[tuple[int, str], list[dict]]  # (peak, mode) -> Summary.as_dict() per repeat
-    title: str
-    setup: list[str]  # Markdown paragraphs under the title
-    footer: list[str]  # Markdown after the tables
-    record: dict[str, Any]  # LabRecord fields only this backend knows
-    results: dict[str, Any] = field(default_factory=dict)
-    time_scale: float | None = None  # None: unscaled PEAKs, comparable to kvcached's table
-    slo: str = SLO().describe()  # the bounds goodput counts (both backends summarise with it)
 
 
 def _ms(x: float) -> float:
     return round(x * 1e3, 1)
-
-
-def spread(values: list[float]) -> dict[str, float]:
-    """Median and range of one quantity over repeats."""
-    v = sorted(values)
-    n = len(v)
-    med = v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
-    return {"median": med, "min": v[0], "max": v[-1]}
 
 
 def _ttft(runs: list[dict], stat: str) -> dict[str, float]:
@@ -239,45 +176,3 @@ def figures(points: list[dict]) -> dict[str, Any]:
     return {"ttft": fig}
 
 
-
-@contextmanager
-def reading_sweep(what: str) -> Iterator[None]:
-    """Reading repeat records from files: a field missing or of the wrong type anywhere in them
-    becomes one ConfigError line naming ``what``, not a traceback."""
-    try:
-        yield
-    except WorkbenchError:  # already one line (a refused file, a bad option)
-        raise
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError,
-            RecursionError) as err:
-        detail = ascii(f"{type(err).__name__}: {err}")[1:-1][:120]
-        raise ConfigError(what, f"holds a record this version cannot read ({detail})",
-                          "rerun the sweep with this version, or point at another out_dir"
-                          ) from None
-
-class ColocationLab(Lab):
-    name = "colocation"
-    description = ("3 x Llama-3.1-8B on one GPU under staggered ramp peaks: static KV split vs "
-                   "elastic KV; mean/p99 TTFT and speedups (sim: next to kvcached's table)")
-    params_type = ColocationParams
-    backends = ("sim", "gpu", "host")
-
-    def run(self, params: ColocationParams, backend: str = "sim",
-            progress: Progress | None = None) -> LabResult:
-        if not 1 <= params.repeats <= 100 or params.first_repeat < 0:
-            raise ConfigError(f"repeats={params.repeats}, first_repeat={params.first_repeat}",
-                              "a sweep runs 1 to 100 repeats, numbered from 0 or more",
-                              "use e.g. repeats=3, first_repeat=0")
-        if backend == "sim":
-            from workbench.labs.colocation.sim import run_sim
-
-            run = run_sim(params, progress)
-        else:
-            from workbench.labs.colocation.mini import run_mini
-
-            run = run_mini(params, backend, progress)
-        # records read back from files (from_dir) are outside input: a bad field is one line
-        with reading_sweep(f"from_dir={params.from_dir!r}") if params.from_dir else nullcontext():
-            points = make_points(run)
-            return LabResult(build_record(run, points), markdown(run, points),
-                             tables={"points": points}, figures=figures(points))

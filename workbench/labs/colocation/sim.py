@@ -12,29 +12,23 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import TYPE_CHECKING
 
 from workbench.engines.metrics import memory_by_instance
 from workbench.engines.models import get_model
 from workbench.engines.sim.cluster import ClusterConfig, run_cluster
-from workbench.engines.sim.steptime import GPUS, H200_MINI_FIT, StepTimeModel
+from workbench.engines.sim.steptime import GPUS, StepTimeModel
 from workbench.engines.sim.workloads import ramp_arrivals, ramp_delay, ramp_trace
-from workbench.errors import ConfigError
+from workbench.labs.colocation.rows import MODES, ColocationRun
 from workbench.labs.kit.base import Progress
-from workbench.labs.colocation.report import KVCACHED, MODES, PEAKS, ColocationParams, ColocationRun
+from workbench.labs.kit.kvcached import KVCACHED, PEAKS
 from workbench.labs.kit.record import Manifest
+from workbench.labs.kit.steptime import parse_steptime
+
+if TYPE_CHECKING:
+    from workbench.labs.colocation.lab import ColocationParams
 
 QUICK_PEAKS = (12, 16, 20)
-
-
-# Step-time what-ifs. "kvcached-fit": slower steps (HBM at 55% of peak, 5 ms host overhead per
-# step) chosen by hand so the static knee lands at PEAK 15 as in the published table; a fit to
-# that table, not a measurement of vLLM.
-CALIBRATIONS: dict[str, dict[str, float]] = {
-    "roofline": {},
-    "kvcached-fit": {"bw_eff": 0.55, "step_overhead_s": 0.005},
-    # measured: the mini engine on an H200 (engines/steptime.py H200_MINI_FIT), a what-if here
-    "mini-h200": dict(H200_MINI_FIT),
-}
 
 
 def run_point(peak: int, mode: str, seed: int = 0, timeline_every_s: float = 1.0,
@@ -57,26 +51,6 @@ def run_point(peak: int, mode: str, seed: int = 0, timeline_every_s: float = 1.0
                      "peak_mapped_bytes": peak_mapped, "steps": r.steps, "vmm_s": r.vmm_s})
     return {"peak": peak, "mode": mode, "overall": o.as_dict(), "instances": inst,
             "timeline": mem, "sim_s": res.sim_s, "wall_s": res.wall_s, "cpu_s": res.cpu_s}
-
-
-def parse_steptime(text: str | None) -> dict[str, float]:
-    """A name from :data:`CALIBRATIONS`, or ``key=value,...`` :class:`StepTimeModel` overrides."""
-    if not text:
-        return {}
-    if "=" not in text:
-        if text not in CALIBRATIONS:
-            raise ConfigError(f"steptime {text!r}", "is not a known calibration",
-                              f"use one of {', '.join(CALIBRATIONS)} or key=value pairs")
-        return dict(CALIBRATIONS[text])
-    out: dict[str, float] = {}
-    for part in text.split(","):
-        key, _, value = part.partition("=")
-        try:
-            out[key.strip()] = float(value)
-        except ValueError:
-            raise ConfigError(f"steptime {part!r}", "is not key=number",
-                              "write e.g. bw_eff=0.55,step_overhead_s=0.005") from None
-    return out
 
 
 def sweep(peaks: list[int], seed: int, steptime: dict, workers: int | None,

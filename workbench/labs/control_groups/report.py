@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from workbench.labs.colocation.report import KVCACHED
-from workbench.labs.kit.report import grouped_bars, lat_cell, without_repeats
+from workbench.labs.kit.kvcached import KVCACHED
 from workbench.labs.kit.record import LabRecord, Manifest
+from workbench.labs.kit.report import grouped_bars, lat_cell, without_repeats
 
 SEED_EXPECTED = (
     "Seed 000 §14 asks for five control groups (A native static split; B KVCacheD without "

@@ -24,8 +24,7 @@ puts the static knee where kvcached measured it); ``steptime="roofline"`` for th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,10 +34,11 @@ from workbench.engines.sim.cluster import ClusterConfig, run_cluster
 from workbench.engines.sim.vllm_like import VLLMOptions
 from workbench.engines.sim.workloads import VOCAB, ramp_arrivals, ramp_trace
 from workbench.errors import ConfigError
-from workbench.labs.kit.base import Lab, LabResult, Progress
-from workbench.labs.colocation.sim import parse_steptime
-from workbench.labs.kit.report import without_repeats
-from workbench.labs.control_groups.report import figures, markdown, record
+from workbench.labs.kit.base import Progress
+from workbench.labs.kit.steptime import parse_steptime
+
+if TYPE_CHECKING:
+    from workbench.labs.control_groups.lab import ControlGroupsParams
 
 GROUPS = ("A", "B", "C", "D", "E")
 WORKLOADS = ("readme", "shared_prefix", "simultaneous")
@@ -46,17 +46,6 @@ GROUP_TEXT = {
     "A": "native static split", "B": "KVCacheD, prealloc off, prefix off",
     "C": "KVCacheD, prealloc on, prefix off", "D": "KVCacheD, bounded prefix cache",
     "E": "KVCacheD, unlimited prefix cache"}
-
-
-@dataclass(slots=True)
-class ControlGroupsParams:
-    peak: int = 16  # kvcached ramp PEAK (req/s per instance at its top)
-    workloads: tuple[str, ...] = WORKLOADS
-    cached_tokens: int = 16000  # group D's bound per instance (kvcached's bench value)
-    steptime: str | None = "kvcached-fit"  # a calibration name or key=value overrides
-    repeats: int = 1  # seeds seed, seed+1...; the ramp's arrival times are fixed, only tokens vary
-    seed: int = 0
-    quick: bool = False  # the readme and simultaneous workloads only
 
 
 def group_config(group: str, p: ControlGroupsParams, steptime: dict, seed: int) -> ClusterConfig:
@@ -140,17 +129,3 @@ def sweep(p: ControlGroupsParams, progress: Progress | None = None) -> list[dict
     return rows
 
 
-class ControlGroupsLab(Lab):
-    name = "control-groups"
-    description = ("seed 000 §14.2's five control groups (static; KVCacheD without/with "
-                   "prealloc; bounded/unlimited prefix cache) on the README's workload and two "
-                   "others: TTFT/ITL percentiles, goodput")
-    params_type = ControlGroupsParams
-    backends = ("sim",)
-
-    def run(self, params: ControlGroupsParams, backend: str = "sim",
-            progress: Progress | None = None) -> LabResult:
-        rows = sweep(params, progress)
-        table = without_repeats(rows)
-        return LabResult(record(params, rows, backend), markdown(params, table),
-                         tables={"cells": table}, figures=figures(table))

@@ -7,8 +7,9 @@ from typing import Any
 from workbench.engines.models import get_model
 from workbench.labs.kit.base import LabResult
 from workbench.labs.kit.phase_figs import latency_lines, phase_rows, timeline_figure
-from workbench.labs.kit.phased_sim import GiB, window_slice
+from workbench.labs.kit.phased_sim import window_slice
 from workbench.labs.kit.record import LabRecord, Manifest
+from workbench.units import GiB
 
 FIGURE_RUNS = ("alternate-vllm-first", "together", "vllm-cache-only", "bounds-vllm-big")
 

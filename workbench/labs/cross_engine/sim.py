@@ -17,31 +17,17 @@ factor they name. Each seed runs every configuration, the order reversed on odd 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.engines.sim.workloads import Phase
-from workbench.labs.kit.base import Lab, LabResult, Progress
+from workbench.labs.kit.base import Progress
 from workbench.labs.kit.phased_sim import InstanceSpec, RunSpec, run_phased, with_cache
+
+if TYPE_CHECKING:
+    from workbench.labs.cross_engine.lab import CrossEngineParams
 
 KINDS = ("vllm", "sglang")
 PEAK, WARM = 7, 3  # prompt keys: every peak phase the same traffic; warm-ups their own
-
-
-@dataclass(slots=True)
-class CrossEngineParams:
-    quick: bool = False  # 2 seeds instead of 3
-    seed: int = 0
-    repeats: int | None = None
-    model: str = "llama-3.1-8b"
-    gpu: str = "a100"
-    kv_budget_gib: float = 6.0
-    phase_s: float = 15.0
-    peak_rate: float = 3.0
-    warm_rate: float = 1.0  # stage 6 warm-up: fills the caches without contention
-    prompt_len: int = 1024
-    output_len: int = 256
-    big_bound: int = 32768  # stage 6: cached-token bounds, the big one and the small one
-    small_bound: int = 2048
 
 
 @dataclass(slots=True)
@@ -109,16 +95,3 @@ def sweep(p: CrossEngineParams, progress: Progress | None = None) -> dict[str, A
             "order": [f"{c.name}/{s}" for c, s in order]}
 
 
-class CrossEngineLab(Lab):
-    name = "cross-engine"
-    description = ("a vLLM-like and an SGLang-like instance on one device, six stages: physical "
-                   "reuse without shared metadata, and no fairness (seed 000 §8)")
-    params_type = CrossEngineParams
-    backends = ("sim",)
-
-    def run(self, params: CrossEngineParams, backend: str = "sim",
-            progress: Progress | None = None) -> LabResult:
-        from workbench.labs.cross_engine.report import build
-
-        self.check_backend(backend)
-        return build(params, sweep(params, progress), backend)

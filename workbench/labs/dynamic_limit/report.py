@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from workbench.labs.dynamic_limit.sim import DEVICE_GIB, MODEL, DynamicLimitParams
+from workbench.labs.dynamic_limit.sim import DEVICE_GIB, MODEL
 from workbench.labs.kit.record import LabRecord, Manifest
 from workbench.units import GiB
+
+if TYPE_CHECKING:
+    from workbench.labs.dynamic_limit.lab import DynamicLimitParams
 
 # what each request of the schedule must be answered (the CLI's answer, then the final one)
 EXPECTED = {"tighten": ("acknowledged", "acknowledged"),

@@ -23,8 +23,7 @@ import secrets
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import simpy
 
@@ -41,23 +40,15 @@ from workbench.engines.sim.steptime import StepTimeModel
 from workbench.engines.sim.vllm_like import VLLMLikeEngine, VLLMOptions
 from workbench.engines.sim.workloads import poisson
 from workbench.errors import ControlError
-from workbench.labs.kit.base import Lab, LabResult, Progress
 from workbench.labs.kit.phased_sim import UnmapWatch
 from workbench.units import GiB
+
+if TYPE_CHECKING:
+    from workbench.labs.dynamic_limit.lab import DynamicLimitParams
 
 MODEL, DEVICE_GIB = "llama-3.1-8b", 24.0
 ANSWER_EXITS = (0, 3, 4)  # kvctl limit: acknowledged or pending, superseded, refused
 WRITE_WAIT_S = 60.0  # wall seconds a kvctl subprocess may take to write its request
-
-
-@dataclass(slots=True)
-class DynamicLimitParams:
-    quick: bool = False  # 24 s of traffic and one seed instead of 48 s and two
-    seed: int = 0
-    rate: float = 8.0  # req/s
-    prompt_len: int = 1024
-    output_len: int = 256
-    chunk_s: float = 0.5  # simulated seconds stepped between looks at the control plane
 
 
 def kvctl_limit(name: str, nbytes: int, wait_s: float) -> subprocess.Popen:
@@ -204,23 +195,3 @@ def run_seed(p: DynamicLimitParams, seed: int) -> dict[str, Any]:
             "segment_left": read_segment(r.name) is not None}
 
 
-class DynamicLimitLab(Lab):
-    name = "dynamic-limit"
-    description = ("`workbench kvctl limit` from another process while traffic runs: revision, "
-                   "shrink, convergence; misses and preemptions, no request killed (seed 000 §10)")
-    params_type = DynamicLimitParams
-    backends = ("sim",)
-
-    def run(self, params: DynamicLimitParams, backend: str = "sim",
-            progress: Progress | None = None) -> LabResult:
-        from workbench.labs.dynamic_limit.report import figures, markdown, record, tables
-
-        seeds = [params.seed] if params.quick else [params.seed, params.seed + 1]
-        runs = []
-        for i, s in enumerate(seeds):
-            runs.append(run_seed(params, s))
-            if progress:
-                progress(i + 1, len(seeds), f"seed {s}")
-        tabs = tables(runs)
-        return LabResult(record(runs, tabs, params, backend), markdown(runs, tabs, params),
-                         tables=tabs, figures=figures(runs))

@@ -16,10 +16,10 @@ from typing import Any
 
 from workbench.backends import kind
 from workbench.errors import ConfigError
-from workbench.labs.kit.base import Lab, LabResult, Progress
 from workbench.labs.faults.real import CASES, coordinator_killed, run_case
 from workbench.labs.faults.report import case_checks, case_row, markdown
-from workbench.labs.tp_pp.report import messages_json, protocol_record, sequence_figures
+from workbench.labs.kit.base import Lab, LabResult, Progress
+from workbench.labs.kit.protocol_report import messages_json, protocol_record, sequence_figures
 from workbench.labs.kit.tp_pp_workers import need_gpus
 
 

@@ -7,8 +7,9 @@ from typing import Any
 
 from workbench.engines.models import get_model
 from workbench.labs.kit.phase_figs import latency_lines
-from workbench.labs.kit.phased_sim import GiB, window_slice
+from workbench.labs.kit.phased_sim import window_slice
 from workbench.labs.kit.record import LabRecord, Manifest
+from workbench.units import GiB
 
 LOAD = ("short", "long", "short-again", "long-again")
 IDLE_AFTER_LOAD = ("idle-1", "idle-2")

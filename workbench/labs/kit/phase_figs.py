@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from workbench.labs.kit.phased_sim import window_slice
 from workbench.labs.kit.report import ms_or_none as _ms
-from workbench.labs.kit.phased_sim import GiB, window_slice
+from workbench.units import GiB
 
 SHADES = ("rgba(31,119,180,0.10)", "rgba(255,127,14,0.10)", "rgba(44,160,44,0.10)",
           "rgba(214,39,40,0.10)", "rgba(148,103,189,0.10)", "rgba(140,86,75,0.10)")

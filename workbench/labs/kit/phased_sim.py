@@ -26,8 +26,8 @@ from workbench.engines.sim.engine import SimEngine
 from workbench.engines.sim.sglang_like import SGLangOptions
 from workbench.engines.sim.vllm_like import VLLMOptions
 from workbench.engines.sim.workloads import Phase, PhaseWindow, phased
+from workbench.units import GiB
 
-GiB = 1 << 30
 UNMAPPED = (PageState.FREE.value, PageState.RECLAIMED.value)
 MAPPED = (PageState.IN_USE.value, PageState.RESERVED.value, PageState.RETIRED.value)
 

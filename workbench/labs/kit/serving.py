@@ -29,8 +29,8 @@ from workbench.engines.sim.steptime import GPUS, StepTimeModel
 from workbench.engines.sim.vllm_like import VLLMLikeEngine, VLLMOptions
 from workbench.engines.sim.workloads import MIX_CLASSES, long_short_mix
 from workbench.errors import ConfigError
+from workbench.units import GiB
 
-GiB = 1 << 30
 WORKLOADS = ("short", "long_in", "long_out", "mix")  # seed 003 E1's four loads
 
 
@@ -140,3 +140,15 @@ def steady_ratio(reqs: list[Request]) -> float:
     arrived = int(np.sum((t >= lo) & (t < hi)))
     left = sum(1 for r in reqs if r.finish is not None and lo <= r.finish < hi)
     return round(left / arrived, 3) if arrived else float("nan")
+
+
+LONG = "long_in"  # the long prompts; every other class is a decoding request
+
+
+def mix(rate: float, n: int, long_share: float, seed: int) -> list[Request]:
+    if not 0.0 < long_share < 1.0:
+        raise ConfigError(f"long_share={long_share}", "must be between 0 and 1",
+                          "use e.g. 0.2 (one long prompt in five requests)")
+    rest = (1.0 - long_share) / 2
+    return long_short_mix(rate, n, weights={LONG: long_share, "short": rest, "long_out": rest},
+                          seed=seed)

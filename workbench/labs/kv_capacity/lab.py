@@ -18,15 +18,15 @@ from typing import Any
 
 from workbench.engines.models import get_model
 from workbench.labs.kit.base import Lab, LabResult, Progress
+from workbench.labs.kv_capacity.report import figures, markdown, record
 from workbench.labs.kv_capacity.sim import (
     CapacityCase,
-    GiB,
     concurrency,
     measure,
     preemption_sweep,
     shared_prefix,
 )
-from workbench.labs.kv_capacity.report import figures, markdown, record
+from workbench.units import GiB
 
 
 @dataclass(slots=True)

@@ -30,8 +30,7 @@ from workbench.core.ledger import KVCacheManager
 from workbench.engines.models import ModelSpec, get_model
 from workbench.engines.sim.kvsetup import elastic_pool, static_pool
 from workbench.errors import ConfigError
-
-GiB = 1 << 30
+from workbench.units import GiB
 
 
 @dataclass(frozen=True, slots=True)

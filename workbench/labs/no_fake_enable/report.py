@@ -3,19 +3,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from workbench.labs.no_fake_enable.sim import (
-    ARMS,
-    CHECKS,
-    DEVICE_GIB,
-    IDLE_S,
-    MODEL,
-    SPLIT_GIB,
-    NoFakeEnableParams,
-)
 from workbench.labs.kit.record import LabRecord, Manifest
+from workbench.labs.no_fake_enable.sim import ARMS, CHECKS, DEVICE_GIB, IDLE_S, MODEL, SPLIT_GIB
 from workbench.units import GiB
+
+if TYPE_CHECKING:
+    from workbench.labs.no_fake_enable.lab import NoFakeEnableParams
 
 # what the seed predicts for each arm: the checks that must fail (the rest pass)
 EXPECTED_FAIL = {

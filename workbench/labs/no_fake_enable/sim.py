@@ -26,7 +26,7 @@ import secrets
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import simpy
 
@@ -40,8 +40,11 @@ from workbench.engines.sim.steptime import StepTimeModel
 from workbench.engines.sim.vllm_like import VLLMLikeEngine, VLLMOptions
 from workbench.engines.sim.workloads import poisson
 from workbench.errors import ControlError
-from workbench.labs.kit.base import Lab, LabResult, Progress
+from workbench.labs.kit.base import Progress
 from workbench.units import GiB
+
+if TYPE_CHECKING:
+    from workbench.labs.no_fake_enable.lab import NoFakeEnableParams
 
 AUTOPATCH, IPC = "WORKBENCH_KV_AUTOPATCH", "WORKBENCH_KV_IPC_NAME"
 ARMS = ("enabled", "autopatch-off", "patch-not-applied", "no-ipc-name")
@@ -49,15 +52,6 @@ CHECKS = ("served", "autopatch switch", "elastic pool", "mapped grows with load"
           "control segment")
 MODEL, SPLIT_GIB, DEVICE_GIB = "llama-3.1-8b", 6.0, 24.0
 IDLE_S = 2.0  # idle before and after the burst
-
-
-@dataclass(slots=True)
-class NoFakeEnableParams:
-    quick: bool = False  # one seed and 24 requests per arm instead of three seeds and 64
-    seed: int = 0
-    rate: float = 8.0  # burst arrival rate, req/s
-    prompt_len: int = 2048
-    output_len: int = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,19 +200,3 @@ def run_all(p: NoFakeEnableParams, progress: Progress | None = None) -> dict[str
             "doctor": {a: d["config"] for a, d in docs.items()}}
 
 
-class NoFakeEnableLab(Lab):
-    name = "no-fake-enable"
-    description = ("is elastic KV really on? autopatch switch, elastic pool, mapped bytes "
-                   "following load, the control segment; each check failing when it is off "
-                   "(seed 000 §5)")
-    params_type = NoFakeEnableParams
-    backends = ("sim",)
-
-    def run(self, params: NoFakeEnableParams, backend: str = "sim",
-            progress: Progress | None = None) -> LabResult:
-        from workbench.labs.no_fake_enable.report import figures, markdown, record, tables
-
-        out = run_all(params, progress)
-        tabs = tables(out)
-        return LabResult(record(out, tabs, params, backend), markdown(out, tabs, params),
-                         tables=tabs, figures=figures(out))

@@ -8,9 +8,9 @@ from typing import Any
 
 from workbench.engines.models import get_model
 from workbench.labs.kit.base import LabResult
+from workbench.labs.kit.record import LabRecord, Manifest
 from workbench.labs.kit.report import agreement_rows, checks_verdict, grouped_bars
 from workbench.labs.non_prefix_reuse.sim import CASES
-from workbench.labs.kit.record import LabRecord, Manifest
 
 EXPECT = (
     ("with an unchanged prefix, blending adds nothing: it equals the exact prefix cache",

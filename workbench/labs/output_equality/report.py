@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from workbench.labs.output_equality.lab import OutputEqualityParams
 from workbench.labs.kit.record import LabRecord, Manifest
+
+if TYPE_CHECKING:
+    from workbench.labs.output_equality.lab import OutputEqualityParams
 
 NEAR_TIE = 1 / 64  # a few bf16 steps (2^-8 each): a gap this small may flip with rounding
 # what the seed predicts for each deliberately wrong layout: (tokens equal?, canary flags?)

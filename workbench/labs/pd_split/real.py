@@ -17,8 +17,7 @@ from typing import Any
 
 from workbench.backends import cuda_device_count, kind
 from workbench.errors import ConfigError
-
-MiB = 1 << 20
+from workbench.units import MiB
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from workbench.labs.kit.report import P50_P99, lat_cell, without_repeats
 from workbench.labs.kit.record import LabRecord, Manifest
+from workbench.labs.kit.report import P50_P99, lat_cell, without_repeats
+from workbench.labs.pd_split.sim import SHARES
 
 SEED_EXPECTED = (
     "Seed 003 E7 asks under which loads and SLOs PD is worth it, comparing it with colocated "
@@ -176,3 +177,50 @@ def figures(rows: list[dict], single: dict) -> dict[str, Any]:
     bar.update_layout(title="where PD's TTFT goes at low load (mean ms)", xaxis_title="ms")
     figs["phases"] = bar
     return figs
+
+
+def best_splits(rows: list[dict]) -> dict[str, dict[str, str]]:
+    """Per share, the split with the highest goodput under each SLO."""
+    out: dict[str, dict[str, str]] = {}
+    for share in sorted({r["long_share"] for r in rows}):
+        sel = [r for r in rows if r["long_share"] == share]
+        out[f"{share:g}"] = {k: max(sel, key=lambda r: r[f"goodput_{k}"])["split"]
+                             for k in ("interactive", "streaming")}
+    return out
+
+
+def ratio_markdown(rows: list[dict], gpus: int, rate: float) -> list[str]:
+    if not rows:
+        return []
+    best = best_splits(rows)
+    md = ["", f"## P:D ratio on {gpus} GPUs at {rate:g} req/s (seed step 5)", "",
+          "| long share | split | TTFT p50 / p99 | TPOT p99 | goodput interactive | goodput "
+          "streaming | busy |", "|" + "---|" * 7]
+    for r in rows:
+        busy = ", ".join(f"{k} {x:.0%}" for k, x in r["busy"].items())
+        md.append(f"| {r['long_share']:g} | {r['split']} | {lat_cell(r['ttft_ms'], P50_P99)} | "
+                  f"{r['tpot_ms']['p99']:,.1f} | "
+                  f"{r['goodput_interactive']:g} | {r['goodput_streaming']:g} | {busy} |")
+    md += [""] + [f"* long share {s}: best split for the interactive SLO **{b['interactive']}**, "
+                  f"for the streaming SLO **{b['streaming']}**." for s, b in best.items()]
+    md += ["", "A split starved of prefill instances queues prompts (TTFT, the prefill side's "
+           "busy share climbs); one starved of decode instances batches more decodes per step "
+           "(TPOT). The best split moves with the mix: the ratio must follow the load."]
+    return md
+
+
+def ratio_figure(rows: list[dict]) -> Any:
+    try:
+        import plotly.graph_objects as go
+    except ImportError:
+        return None
+    fig = go.Figure()
+    for share in SHARES:
+        sel = [r for r in rows if r["long_share"] == share]
+        fig.add_bar(x=[r["split"] for r in sel], y=[r["goodput_streaming"] for r in sel],
+                    name=f"streaming, share {share:g}")
+        fig.add_bar(x=[r["split"] for r in sel], y=[r["goodput_interactive"] for r in sel],
+                    name=f"interactive, share {share:g}")
+    fig.update_layout(barmode="group", title="goodput by P:D split (req/s)",
+                      yaxis_title="goodput (req/s)")
+    return fig

@@ -16,46 +16,23 @@ against one colocated engine on the same requests (``gpus``, ``real_*`` paramete
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from workbench.engines.metrics import SLO
 from workbench.engines.sched.request import Request
 from workbench.errors import ConfigError
-from workbench.labs.kit.base import Lab, LabResult, Progress
-from workbench.labs.chunked_prefill.sim import mix
-from workbench.labs.kit.report import without_repeats
-from workbench.labs.pd_split.ratio import best_splits, ratio_figure, ratio_markdown, ratio_sweep
-from workbench.labs.pd_split.report import figures, markdown, record
-from workbench.labs.kit.serving import latency_row
+from workbench.labs.kit.base import Progress
+from workbench.labs.kit.serving import latency_row, mix
 from workbench.pd.cluster import PDConfig, ServeResult, run_colocated, run_pd
 from workbench.pd.link import LinkSpec
 from workbench.pd.phases import phase_table
 
+if TYPE_CHECKING:
+    from workbench.labs.pd_split.lab import PDSplitParams
+
 MODES = ("colocated", "pd")
 SLOS = {"interactive": SLO(1.0, 0.100), "streaming": SLO(2.0, 0.016)}
-
-
-@dataclass(slots=True)
-class PDSplitParams:
-    rates: tuple[float, ...] = (2.0, 4.0, 6.0, 8.0)  # req/s of the whole mix
-    long_shares: tuple[float, ...] = (0.1, 0.25, 0.5)
-    num_requests: int = 300  # per mode, rate, share and repeat
-    repeats: int = 2
-    prefill: int = 1  # PD's prefill instances; colocated runs prefill + decode instances
-    decode: int = 1
-    link_gbps: float = 25.0  # GB/s (assumed: a 200 Gb/s NIC's line rate)
-    link_latency_us: float = 50.0
-    gpu: str = "a100"
-    ratio_gpus: int = 4  # the P:D ratio step: every split of this many GPUs (0: skip it)
-    ratio_rate: float = 8.0  # req/s for the ratio step
-    seed: int = 0
-    quick: bool = False  # shares 0.1 and 0.5 at 1 and 4 req/s, 150 requests, one repeat
-    # host/gpu (the real handover): GPUs (2: prefill on GPU 0, decode on GPU 1; 1: both on one)
-    gpus: int = 2
-    real_model: str = ""  # "": tiny on host, llama-3.1-8b on gpu
-    real_prompt_lens: tuple[int, ...] = (100, 1000, 4000)  # one request each (quick: 100, 1000)
-    real_max_tokens: int = 16
 
 
 def config(p: PDSplitParams) -> PDConfig:
@@ -143,51 +120,23 @@ def _pool(per: list[dict]) -> dict[str, Any]:
     return out
 
 
-class PDSplitLab(Lab):
-    name = "pd-split"
-    description = ("prefill/decode disaggregation vs colocated serving at the same GPU count: "
-                   "TTFT, TPOT and goodput as the long-prompt share and the rate rise (E7)")
-    params_type = PDSplitParams
-    backends = ("sim", "host", "gpu")
+# The P:D ratio step (seed 003 E7 step 5): at a fixed GPU count, every split of prefill and
+# decode instances against colocated serving on all of them, at one rate and two long-prompt
+# shares; both sides' busy share shows which one saturates first.
+SHARES = (0.1, 0.5)
 
-    def run(self, params: PDSplitParams, backend: str = "sim",
-            progress: Progress | None = None) -> LabResult:
-        from workbench.backends import kind
 
-        if params.gpus not in (1, 2):  # read by host/gpu only, but wrong everywhere
-            raise ConfigError(f"gpus={params.gpus}", "the real handover runs one prefill engine "
-                              "and one decode engine", "use gpus=2 (one GPU each) or gpus=1")
-        if kind(backend) != "sim":
-            return self.run_real(params, backend)
-        single = single_requests(config(params), seed=params.seed)
-        rows = sweep(params, progress)
-        table = without_repeats(rows)
-        ratios = ratio_sweep(config(params), params.ratio_gpus, params.ratio_rate,
-                             min(params.num_requests, 150), params.seed) \
-            if params.ratio_gpus else []
-        rec = record(params, rows, single, backend)
-        rec.results.update(ratios=ratios, best_splits=best_splits(ratios))
-        figs = figures(table, single)
-        if ratios and (fig := ratio_figure(ratios)) is not None:
-            figs["ratios"] = fig
-        md = markdown(params, table, single)
-        md += "\n".join(ratio_markdown(ratios, params.ratio_gpus, params.ratio_rate)) + "\n"
-        return LabResult(rec, md, tables={"sweep": table, "ratios": ratios}, figures=figs)
-
-    def run_real(self, params: PDSplitParams, backend: str) -> LabResult:
-        from workbench.labs.pd_split.real import placement, run_real
-        from workbench.labs.pd_split.real_report import figures as real_figures
-        from workbench.labs.pd_split.real_report import markdown, record
-
-        placement(backend, params.gpus)  # refuse before building anything
-        if params.real_max_tokens < 1:
-            raise ConfigError(f"real_max_tokens={params.real_max_tokens}", "must be at least 1",
-                              "use e.g. 16")
-        lens = params.real_prompt_lens[:2] if params.quick else params.real_prompt_lens
-        if not lens or min(lens) < 1:
-            raise ConfigError(f"real_prompt_lens={params.real_prompt_lens}",
-                              "needs at least one prompt length of 1 or more", "use e.g. 100,1000")
-        run = run_real(backend, params.real_model, params.gpus, tuple(lens),
-                       params.real_max_tokens)
-        return LabResult(record(params, run, backend), markdown(run, backend),
-                         tables={"handover": run["rows"]}, figures=real_figures(run))
+def ratio_sweep(base: PDConfig, gpus: int, rate: float, n: int, seed: int) -> list[dict]:
+    if gpus < 2:
+        raise ConfigError(f"ratio_gpus={gpus}", "leaves no room for both sides",
+                          "use at least 2 GPUs (0 skips the ratio step)")
+    rows = []
+    for share in SHARES:
+        colo = run_colocated(replace(base, prefill=gpus - 1, decode=1), mix(rate, n, share, seed))
+        rows.append({"long_share": share, "split": f"colocated x{gpus}", "prefill": 0,
+                     **_row("colocated", colo)})
+        for p in range(1, gpus):
+            res = run_pd(replace(base, prefill=p, decode=gpus - p), mix(rate, n, share, seed))
+            rows.append({"long_share": share, "split": f"{p}:{gpus - p}", "prefill": p,
+                         **_row("pd", res)})
+    return rows

@@ -7,12 +7,12 @@ from typing import Any
 from workbench.engines.metrics import Dist
 from workbench.engines.models import get_model
 from workbench.labs.kit.base import LabResult
+from workbench.labs.kit.record import LabRecord, Manifest
 from workbench.labs.kit.report import agreement_rows, checks_verdict, grouped_bars, ttft_percentiles
 from workbench.labs.kit.report import ms_or_none as _ms
-from workbench.labs.kit.record import LabRecord, Manifest
 from workbench.labs.store_routes.sim import ROUTES, SCENARIOS
+from workbench.units import MiB
 
-MiB = 2**20
 EXPECT = (
     ("what one instance saved, another compatible instance reads (warm: every read chunk is "
      "cross-instance, both routes)", "cross_instance"),

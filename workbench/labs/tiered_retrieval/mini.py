@@ -22,7 +22,6 @@ from workbench.labs.kit.base import Progress
 
 MINI_GROUPS = ("baseline", "hbm", "cpu", "all-miss")
 L2_NOT_RUN = "not run: no remote store on this backend (modelled on sim only)"
-MiB = 1 << 20
 
 
 @dataclass(slots=True)

@@ -7,10 +7,10 @@ from typing import Any
 
 from workbench.engines.metrics import Dist
 from workbench.labs.kit.base import LabResult
-from workbench.labs.kit.report import agreement_rows, checks_verdict, ms_or_none, ttft_percentiles
 from workbench.labs.kit.record import LabRecord, Manifest
-from workbench.labs.tiered_retrieval.sim import PARTS
+from workbench.labs.kit.report import agreement_rows, checks_verdict, ms_or_none, ttft_percentiles
 from workbench.labs.tiered_retrieval.mini import L2_NOT_RUN, MINI_GROUPS
+from workbench.labs.tiered_retrieval.sim import PARTS
 
 EXPECT = (
     ("a hit computes fewer tokens than a miss: HBM hit <= CPU hit < all miss = baseline "

@@ -9,8 +9,8 @@ from typing import Any
 from workbench.engines.metrics import Dist
 from workbench.engines.models import get_model
 from workbench.labs.kit.base import LabResult
-from workbench.labs.kit.report import agreement_rows, checks_verdict, ms_or_none, ttft_percentiles
 from workbench.labs.kit.record import LabRecord, Manifest
+from workbench.labs.kit.report import agreement_rows, checks_verdict, ms_or_none, ttft_percentiles
 from workbench.labs.tiered_retrieval.sim import GROUPS, PARTS, costs
 from workbench.tiers.presets import PRESETS
 

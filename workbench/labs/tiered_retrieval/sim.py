@@ -18,51 +18,30 @@ HBM cheaper than prefilling again?
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import simpy
 
 from workbench.engines.models import get_model
 from workbench.engines.sched.request import Request
-from workbench.engines.sched.scheduler import attn_pairs
 from workbench.engines.sim.kvsetup import static_pool
 from workbench.engines.sim.steptime import StepTimeModel
 from workbench.engines.sim.vllm_like import VLLMLikeEngine, VLLMOptions
 from workbench.engines.sim.workloads import VOCAB
-from workbench.labs.kit.base import Lab, LabResult, Progress
+from workbench.labs.kit.base import Progress
+from workbench.labs.kit.steptime import prefill_s
 from workbench.tiers import TierCosts, make_stack, make_store
 from workbench.tiers.presets import tier_costs
 from workbench.tiers.sim import TierConnector
+from workbench.units import GiB
+
+if TYPE_CHECKING:
+    from workbench.labs.tiered_retrieval.lab import TieredRetrievalParams
 
 PARTS = ("wait", "lookup", "retrieve", "h2d", "prefill")  # where a probe's TTFT goes
 GROUPS = ("baseline", "hbm", "cpu", "l2", "all-miss")
-GiB = 1 << 30
-
-
-@dataclass(slots=True)
-class TieredRetrievalParams:
-    quick: bool = False  # 2 seeds instead of 3
-    seed: int = 0
-    repeats: int | None = None
-    model: str = "llama-3.1-8b"
-    gpu: str = "a100"
-    doc_len: int = 4096
-    question_len: int = 64
-    output_len: int = 8
-    probes: int = 6
-    chunk_tokens: int = 256
-    remote_gbps: float = 5.0  # store transfer path, GB/s
-    pcie_gbps: float = 25.0  # pinned host <-> HBM, GB/s
-    meta_ms: float = 0.3  # one metadata request to the store's master
-    sweep_lens: tuple[int, ...] = (128, 512, 2048, 8192)
-    sweep_chunks: tuple[int, ...] = (64, 256, 1024)
-    sweep_gbps: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 5.0, 25.0)
-    sweep_concurrency: tuple[int, ...] = (1, 4, 8)  # probes arriving at once
-    # tier cost preset (workbench.tiers.presets.PRESETS): "assumed", or "h200-measured" for the
-    # host-to-device copy costs measured on an H200 (pcie_gbps is then ignored)
-    costs: str = "assumed"
 
 
 def costs(p: TieredRetrievalParams, **over: Any) -> TierCosts:
@@ -146,16 +125,6 @@ def _save_row(conn: TierConnector | None, warm: list[Request]) -> dict[str, Any]
             "payload_bytes": sum(s.payload_bytes for s in sv), "saves": len(sv)}
 
 
-def prefill_s(st: StepTimeModel, tokens: int, ctx: int = 0, budget: int = 2048) -> float:
-    """One request prefilling ``tokens`` after ``ctx`` cached ones, in budget-sized chunks."""
-    t = 0.0
-    while tokens > 0:
-        q = min(tokens, budget)
-        t += st.cost(1, q, ctx, attn_pairs(q, ctx)).total_s
-        ctx, tokens = ctx + q, tokens - q
-    return t
-
-
 def crossover(p: TieredRetrievalParams) -> list[dict[str, Any]]:
     """Store retrieval against recompute per (prompt length, chunk size, bandwidth)."""
     st = StepTimeModel.preset(p.model, p.gpu)
@@ -217,23 +186,3 @@ def sweep(p: TieredRetrievalParams, progress: Progress | None = None) -> dict[st
             "crossover": crossover(p), "concurrency": concurrency(p, seeds[0])}
 
 
-class TieredRetrievalLab(Lab):
-    name = "tiered-retrieval"
-    description = ("LMCache-style tiers (modelled): baseline / HBM / CPU / L2 / all-miss with "
-                   "TTFT split into lookup, retrieve, H2D, wait, prefill; retrieve-vs-recompute "
-                   "crossover (seed 003 E5)")
-    params_type = TieredRetrievalParams
-    backends = ("sim", "gpu", "host")  # gpu/host: the mini engine's host tier (no L2)
-
-    def run(self, params: TieredRetrievalParams, backend: str = "sim",
-            progress: Progress | None = None) -> LabResult:
-        self.check_backend(backend)
-        tier_costs(params.costs)  # a bad preset name is refused on every backend
-        if backend != "sim":
-            from workbench.labs.tiered_retrieval.mini import run_mini
-            from workbench.labs.tiered_retrieval.mini_report import build_mini
-
-            return build_mini(params, run_mini(params, backend, progress), backend)
-        from workbench.labs.tiered_retrieval.report import build
-
-        return build(params, sweep(params, progress), backend)

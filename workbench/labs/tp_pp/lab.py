@@ -21,13 +21,8 @@ from typing import Any
 
 from workbench.errors import ConfigError
 from workbench.labs.kit.base import Lab, LabResult, Progress
-from workbench.labs.tp_pp.report import (
-    checks,
-    markdown,
-    messages_json,
-    protocol_record,
-    sequence_figures,
-)
+from workbench.labs.kit.protocol_report import messages_json, protocol_record, sequence_figures
+from workbench.labs.kit.tp_pp_workers import GEO, need_gpus
 from workbench.labs.tp_pp.real import (
     async_release,
     local_pools_contrast,
@@ -35,7 +30,7 @@ from workbench.labs.tp_pp.real import (
     round_trips,
     tp_all_or_nothing,
 )
-from workbench.labs.kit.tp_pp_workers import GEO, need_gpus
+from workbench.labs.tp_pp.report import checks, markdown
 
 
 @dataclass(slots=True)

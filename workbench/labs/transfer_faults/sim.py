@@ -7,14 +7,15 @@ both that the criterion holds and which guard holds it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.errors import ConfigError
-from workbench.labs.kit.base import Lab, LabResult, Progress
 from workbench.labs.kit.record import LabRecord, Manifest
 from workbench.pd.faults import FaultCase
 from workbench.pd.faults_store import ROWS
+
+if TYPE_CHECKING:
+    from workbench.labs.transfer_faults.lab import TransferFaultsParams
 
 SEED_EXPECTED = (
     "Seed 003 E8 lists seven faults, each with what to observe and a correctness criterion, "
@@ -22,13 +23,6 @@ SEED_EXPECTED = (
     "memory at random; it asks for recovery time, leftover blocks, failed requests, recompute "
     "and any new load peak, and for at least one fault -> state change -> cleanup -> fallback "
     "sequence with its log evidence.")
-
-
-@dataclass(slots=True)
-class TransferFaultsParams:
-    rows: tuple[str, ...] = tuple(ROWS)  # which fault rows, in the seed's order
-    unsafe: bool = True  # also run each row without its guards (the control)
-    quick: bool = False  # the same: every row is a few milliseconds
 
 
 def run_rows(p: TransferFaultsParams) -> list[tuple[FaultCase, FaultCase | None]]:
@@ -111,19 +105,3 @@ def figures(cases: list[tuple[FaultCase, FaultCase | None]]) -> dict[str, Any]:
             for c, _ in cases}
 
 
-class TransferFaultsLab(Lab):
-    name = "transfer-faults"
-    description = ("seed 003 E8's seven cache/transfer faults: fault -> state -> cleanup -> "
-                   "fallback, each row's correctness criterion checked, with and without guard")
-    params_type = TransferFaultsParams
-    backends = ("sim",)
-
-    def run(self, params: TransferFaultsParams, backend: str = "sim",
-            progress: Progress | None = None) -> LabResult:
-        cases = run_rows(params)
-        table = row_table(cases)
-        if progress:
-            progress(len(table), len(table), "fault rows")
-        slim = [{k: v for k, v in r.items() if k != "messages"} for r in table]
-        return LabResult(record(params, table, backend), markdown(table),
-                         tables={"rows": slim}, figures=figures(cases))
