@@ -1,4 +1,4 @@
-"""The cross-engine lab's checks, Markdown, record and figures (:mod:`.cross_engine`)."""
+"""The cross-engine lab's checks, Markdown, record and figures (:mod:`.sim`)."""
 
 from __future__ import annotations
 

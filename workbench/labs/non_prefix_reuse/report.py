@@ -1,5 +1,5 @@
 """The non-prefix-reuse lab's tables, checks, Markdown, record and figures
-(:mod:`.non_prefix_reuse`)."""
+(:mod:`.sim`)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ Cases follow the seed's coverage list: the same order (control), documents reord
 preamble inserted, a document swapped for a new one (position change), and a tokenisation
 boundary (a document shifted off the chunk grid: its chunks no longer match). Quality is not
 measured on sim; the ``host`` backend adds a proxy on the mini model's tiny decoder
-(:mod:`.non_prefix_reuse_quality`), with the seed's caution.
+(:mod:`.mini`), with the seed's caution.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ Two measurements, one factor changed at a time:
   between repeats (seed 003 §2); goodput under two SLOs, one loose on TPOT and one tight.
 
 On ``host`` and ``gpu`` the lab runs the real handover instead (:mod:`~workbench.labs.
-pd_split_real`): a prefill and a decode mini engine, the KV blocks copied between their pools,
+pd_split.real`): a prefill and a decode mini engine, the KV blocks copied between their pools,
 against one colocated engine on the same requests (``gpus``, ``real_*`` parameters).
 """
 

@@ -1,4 +1,4 @@
-"""The store-routes lab's tables, checks, Markdown, record and figures (:mod:`.store_routes`)."""
+"""The store-routes lab's tables, checks, Markdown, record and figures (:mod:`.sim`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The tiered-retrieval lab's report on a real engine (:mod:`.tiered_retrieval_mini`): group
+"""The tiered-retrieval lab's report on a real engine (:mod:`.mini`): group
 table, causal checks (tokens computed, bytes moved), measured TTFT order, Markdown, record."""
 
 from __future__ import annotations

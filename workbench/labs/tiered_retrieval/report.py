@@ -1,5 +1,5 @@
 """The tiered-retrieval lab's tables, checks, Markdown, record and figures
-(:mod:`.tiered_retrieval`)."""
+(:mod:`.sim`)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ HBM cheaper than prefilling again?
   documents were never seen: only the lookup and the save are paid). TTFT is split into wait,
   lookup, retrieve, H2D and the remaining prefill.
 * On ``gpu`` and ``host`` the groups run on the mini engine with a real host tier
-  (:mod:`.tiered_retrieval_mini`): baseline, HBM, CPU and all miss measured; L2 not run.
+  (:mod:`.mini`): baseline, HBM, CPU and all miss measured; L2 not run.
 * **Crossover**: for prompt lengths, chunk sizes and store bandwidths, the retrieval from the
   store against a full recompute, with the break-even bandwidth in closed form.
 """

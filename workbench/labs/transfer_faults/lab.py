@@ -6,13 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from workbench.labs.kit.base import Lab, LabResult, Progress
-from workbench.labs.transfer_faults.sim import (
-    figures,
-    markdown,
-    record,
-    row_table,
-    run_rows,
-)
+from workbench.labs.transfer_faults.report import figures, markdown, record, row_table
+from workbench.labs.transfer_faults.sim import run_rows
 from workbench.pd.faults_store import ROWS
 
 
