@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from workbench.backends import BACKENDS, make_device
+from workbench.backends import BACKENDS, capabilities, make_device
 from workbench.cli import app
 from workbench.config import format_size
 from workbench.core.replay import load_trace, replay
@@ -25,7 +25,7 @@ def replay_cmd(trace: Path = typer.Argument(..., exists=True, dir_okay=False,
     """Replay an op trace and print the state events and each pool's final state."""
     try:
         ops = load_trace(trace)
-        if backend != "sim" and ops and ops[0].get("op") == "device":
+        if not capabilities(backend).simulated and ops and ops[0].get("op") == "device":
             ops.pop(0)  # device presets describe the simulated GPU only
         result = replay(ops, lambda **kw: make_device(backend, **kw))
     except WorkbenchError as err:  # a bad line, or a pool that cannot be made: one line

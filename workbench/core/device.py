@@ -170,6 +170,9 @@ class DriverRefusals:
     # True where work queued earlier (kernels on streams) may still read a page after the host
     # frees it, so an engine's pool releases behind a fence (CUDA); sim and host act at once
     queued_work: bool = False
+    # the torch device a tensor view over this device's memory lives on ("cpu", "cuda:N");
+    # None where the memory is simulated (no bytes: no views, no tokens)
+    torch_device: str | None = None
 
     def _init_tables(self) -> None:
         self.reservations = SpanTable()
@@ -264,6 +267,14 @@ class FaultyDevice:
     @property
     def busy_s(self) -> float:
         return self.inner.busy_s
+
+    @property
+    def queued_work(self) -> bool:
+        return getattr(self.inner, "queued_work", False)
+
+    @property
+    def torch_device(self) -> str | None:
+        return getattr(self.inner, "torch_device", None)
 
     def reserve(self, size: int) -> int:
         self._tick("reserve")

@@ -62,7 +62,7 @@ class ColoConfig:
     # scaled to a 2 GiB budget that would park most of it. Default (the earlier runs' setup):
     # none mapped ahead, one freed page id parked, maps inline on the engine thread. With
     # ``mapper`` a background thread (kvcached's preallocation thread) keeps the reserve filled;
-    # the lab then keeps 1 page id (colocation_gpu_report.config_for).
+    # the lab then keeps 1 page id (its gpu runner's config_for).
     mapper: bool = False
     min_reserved_pages: int = 0
     max_reserved_pages: int = 1
@@ -111,10 +111,10 @@ class Cluster:
         self.engines: list[Engine] = []
         if mode == "elastic":
             if gpu_device is None:
-                from workbench.backends import make_device
+                from workbench.backends import for_torch_device, make_device
 
-                gpu_device = make_device("host") if cfg.device == "cpu" else \
-                    make_device("gpu", zero_page=False)
+                # the backend of the engines' torch device (zero_page: ignored on the host)
+                gpu_device = make_device(for_torch_device(cfg.device), zero_page=False)
             self.budget_dev = BudgetDevice(gpu_device, budget)
         for i, model in enumerate(models):
             if mode == "static":

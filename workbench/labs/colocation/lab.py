@@ -6,6 +6,7 @@ from __future__ import annotations
 from contextlib import nullcontext
 from dataclasses import dataclass
 
+from workbench.backends import capabilities
 from workbench.errors import ConfigError
 from workbench.labs.colocation.report import (
     build_record,
@@ -50,7 +51,7 @@ class ColocationLab(Lab):
             raise ConfigError(f"repeats={params.repeats}, first_repeat={params.first_repeat}",
                               "a sweep runs 1 to 100 repeats, numbered from 0 or more",
                               "use e.g. repeats=3, first_repeat=0")
-        if backend == "sim":
+        if capabilities(backend).simulated:
             from workbench.labs.colocation.sim import run_sim
 
             run = run_sim(params, progress)

@@ -10,6 +10,7 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from workbench.backends import capabilities
 from workbench.errors import ConfigError
 from workbench.labs.colocation.rows import ColocationRun, reading_sweep, spread
 from workbench.labs.kit.base import Progress
@@ -28,7 +29,7 @@ def _decode(reps: list[dict]) -> str:
 
 
 def config_for(params: ColocationParams, backend: str) -> ColoConfig:
-    host = backend == "host"
+    host = not capabilities(backend).cuda  # the same sweep on the CPU, a smoke run
     cfg = ColoConfig(model=params.model or ("tiny" if host else "llama-3.1-8b"),
                      budget_gib=params.budget_gib, time_scale=params.time_scale,
                      prompt_len=params.prompt_len, completion_len=params.completion_len,

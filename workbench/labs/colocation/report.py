@@ -1,5 +1,6 @@
-"""The colocation lab, one lab on every backend: co-located instances under kvcached's staggered
-ramp, a static KV split vs one elastic KV budget (research/kvcached.md §6.1).
+"""The colocation lab's points, record, Markdown and figures, the same for every backend:
+co-located instances under kvcached's staggered ramp, a static KV split vs one elastic KV
+budget (research/kvcached.md §6.1).
 
 * ``sim``: three simulated vLLM-like Llama-3.1-8B instances on one A100-80G (SimPy,
   :mod:`workbench.labs.colocation.sim`), kvcached's own PEAK values;
@@ -15,6 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from workbench.backends import capabilities
 from workbench.labs.colocation.rows import MODES, ColocationRun, spread
 from workbench.labs.kit.kvcached import KVCACHED
 from workbench.labs.kit.record import LabRecord
@@ -66,7 +68,7 @@ def _verdict(run: ColocationRun, points: list[dict]) -> str:
     best_mean = max(points, key=lambda r: r["mean_speedup"])
     best_p99 = max(points, key=lambda r: r["p99_speedup"])
     low = points[0]
-    where = "in simulation" if run.backend == "sim" else f"on {run.backend}"
+    where = "in simulation" if capabilities(run.backend).simulated else f"on {run.backend}"
     ok = best_mean["mean_speedup"] >= 2.0 and low["mean_speedup"] >= 0.9
     med = " (medians over repeats)" if low.get("repeats", 1) > 1 else ""
     return (f"{'Supported' if ok else 'Not supported'} {where}: mean TTFT speedup up to "

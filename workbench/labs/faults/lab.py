@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from workbench.backends import kind
+from workbench.backends import capabilities, kind
 from workbench.errors import ConfigError
 from workbench.labs.faults.real import CASES, coordinator_killed, run_case
 from workbench.labs.faults.report import case_checks, case_row, markdown
@@ -55,7 +55,7 @@ class FaultsLab(Lab):
         if params.tp < 2:
             raise ConfigError(f"tp={params.tp}", "a fault on one rank of one shows no "
                               "rollback on the others", "use tp >= 2")
-        real = kind(backend) != "sim"
+        real = capabilities(backend).real_processes
         order = run_order(CASES, params.repeats or (1 if params.quick else 3))
         first: dict[str, dict] = {}
         found: dict[str, list[dict]] = {c: [] for c in CASES}

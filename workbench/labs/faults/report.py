@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from workbench.backends import capabilities
 from workbench.labs.kit.tp_pp_workers import placement
 from workbench.units import MiB
 
@@ -88,8 +89,9 @@ def case_row(r: dict[str, Any]) -> dict[str, Any]:
 
 
 def markdown(p: Any, backend: str, data: dict[str, Any], found: dict[str, list[dict]]) -> str:
-    where = ("simulated workers (SimPy; a killed worker is a crash that frees its memory)"
-             if backend == "sim" else f"real worker processes over Unix sockets ({backend})")
+    real = capabilities(backend).real_processes
+    where = (f"real worker processes over Unix sockets ({backend})" if real else
+             "simulated workers (SimPy; a killed worker is a crash that frees its memory)")
     n = len(data["order"]) // len(found)
     lines = [f"# Fault injection on {where}", "", f"Placement: {placement(backend, p.gpus)}.", "",
              f"Seed 000 §12 (experiment 8). TP = {p.tp}; each case {n} time(s), the case order "
@@ -132,7 +134,7 @@ def markdown(p: Any, backend: str, data: dict[str, Any], found: dict[str, list[d
               "the driver's own structures.",
               "* The workers create no /dev/shm entries at all (memfd pages have no name); the "
               "check counts workbench entries owned by this run's processes."]
-    if backend == "sim":
+    if not capabilities(backend).real_processes:
         lines.append("* On sim a killed worker is `SimCluster.crash`: no process, no socket "
                      "file; run `--backend host` for a real SIGKILL.")
     return "\n".join(lines) + "\n"

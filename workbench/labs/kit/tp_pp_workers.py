@@ -15,7 +15,7 @@ import signal
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.backends import cuda_device_count, kind
+from workbench.backends import capabilities, cuda_device_count
 from workbench.config import PoolConfig
 from workbench.core.coordinator import FanOutSpace, WorkerId, targets_for
 from workbench.core.events import EventLog
@@ -39,7 +39,8 @@ def need_gpus(lab: str, backend: str, ranks: int, gpus: int | None = None) -> No
     if gpus is not None and not 1 <= gpus <= ranks:
         raise ConfigError(f"gpus={gpus}", f"the lab runs {ranks} ranks at once",
                           f"use 1 to {ranks} GPUs, or leave gpus unset for one per rank")
-    if kind(backend) != "gpu":
+    caps = capabilities(backend)
+    if not caps.cuda:
         return
     n, want = cuda_device_count(), gpus or ranks
     if n < want:
@@ -53,9 +54,10 @@ def need_gpus(lab: str, backend: str, ranks: int, gpus: int | None = None) -> No
 
 def placement(backend: str, gpus: int | None) -> str:
     """Where the ranks run, in words, for the report and the record."""
-    if kind(backend) == "sim":
+    caps = capabilities(backend)
+    if not caps.real_processes:
         return "simulated workers (SimPy, one simulated GPU each)"
-    if kind(backend) == "host":
+    if not caps.cuda:
         return "one OS process per rank, host memory (memfd)"
     if gpus is None:
         return "one OS process per rank, one CUDA GPU per rank"
@@ -198,8 +200,8 @@ def open_rig(backend: str, tp: int = 1, pp: int = 1, *, name: str = "lab",
     """Workers for ``backend``: sim (SimPy), host (processes, host memory) or gpu/cuda:N
     (processes, GPU ``i mod gpus`` for the i-th rank; ``gpus`` None: one GPU per rank), warmed
     up (see :func:`warm_up`)."""
-    k = kind(backend)
-    if k == "sim":
+    caps = capabilities(backend)
+    if not caps.real_processes:
         from workbench.sim.workers import SimCluster
 
         cluster = SimCluster(GEO, tp, pp, missing=missing)
@@ -207,9 +209,9 @@ def open_rig(backend: str, tp: int = 1, pp: int = 1, *, name: str = "lab",
     else:
         from workbench.transport import WorkerGroup
 
-        where = list(range(gpus or tp * pp)) if k == "gpu" else None
-        group = WorkerGroup(GEO, tp, pp, name=name, backend=k, missing=missing, gpus=where,
-                            capacity=HOST_CAPACITY if k == "host" else None)
+        where = list(range(gpus or tp * pp)) if caps.cuda else None
+        group = WorkerGroup(GEO, tp, pp, name=name, backend=caps.kind, missing=missing,
+                            gpus=where, capacity=HOST_CAPACITY if caps.capacity_settable else None)
         rig = Rig(backend, tp, pp, RecordingTransport(group.transport), group=group)
     if not missing:
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from workbench.backends import capabilities
 from workbench.labs.kit.base import Lab, LabResult, Progress
 from workbench.labs.non_prefix_reuse.sim import (
     CASES,
@@ -40,12 +41,11 @@ class NonPrefixReuseLab(Lab):
 
     def run(self, params: NonPrefixReuseParams, backend: str = "sim",
             progress: Progress | None = None) -> LabResult:
-        from workbench.backends import kind
         from workbench.labs.non_prefix_reuse.report import build
 
         self.check_backend(backend)
         data = sweep(params, progress)
-        if kind(backend) == "host":
+        if not capabilities(backend).simulated:  # real tokens: the quality proxy too
             from workbench.labs.non_prefix_reuse.mini import quality
 
             data["quality"] = quality(CASES[:4], data["seeds"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from workbench.backends import capabilities
 from workbench.labs.kit.base import Progress
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ def run_all(p: OutputEqualityParams, backend: str,
             progress: Progress | None = None) -> dict[str, Any]:
     import torch
 
-    device = {"host": "cpu", "gpu": "cuda"}.get(backend, backend)
+    device = capabilities(backend).torch_device or backend
     threads = torch.get_num_threads()
     if device == "cpu":
         torch.set_num_threads(1)  # small matrices: one thread is fastest on a shared CPU

@@ -55,12 +55,12 @@ class PDSplitLab(Lab):
 
     def run(self, params: PDSplitParams, backend: str = "sim",
             progress: Progress | None = None) -> LabResult:
-        from workbench.backends import kind
+        from workbench.backends import capabilities
 
         if params.gpus not in (1, 2):  # read by host/gpu only, but wrong everywhere
             raise ConfigError(f"gpus={params.gpus}", "the real handover runs one prefill engine "
                               "and one decode engine", "use gpus=2 (one GPU each) or gpus=1")
-        if kind(backend) != "sim":
+        if not capabilities(backend).simulated:
             return self.run_real(params, backend)
         single = single_requests(config(params), seed=params.seed)
         rows = sweep(params, progress)

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.backends import cuda_device_count, kind
+from workbench.backends import capabilities, cuda_device_count
 from workbench.errors import ConfigError
 from workbench.units import MiB
 
@@ -31,7 +31,7 @@ class Placement:
 
 def placement(backend: str, gpus: int) -> Placement:
     """Where the engines go; refuses (one line) what this host cannot give."""
-    if kind(backend) == "host":
+    if not capabilities(backend).cuda:
         return Placement("cpu", "cpu", "cpu", "host backend: both engines in this process, "
                          "KV in host memory (host VMM device); the handover is a host copy", True)
     if gpus not in (1, 2):
@@ -108,7 +108,7 @@ def run_real(backend: str, model: str, gpus: int, lens: tuple[int, ...],
     from workbench.pd.real import PDPair
 
     where = placement(backend, gpus)
-    name = model or ("tiny" if kind(backend) == "host" else "llama-3.1-8b")
+    name = model or ("llama-3.1-8b" if capabilities(backend).cuda else "tiny")
     cfg = get_config(name)
     models = models_on(cfg, [where.prefill, where.decode, where.colocated])
     kv_bytes = max(32 * MiB, 2 * (max(lens) + max_tokens) * cfg.kv_token_bytes)

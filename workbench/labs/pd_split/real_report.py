@@ -6,6 +6,7 @@ from __future__ import annotations
 from statistics import median
 from typing import Any
 
+from workbench.backends import capabilities
 from workbench.labs.kit.record import LabRecord, Manifest
 
 SHARED_NOTE = ("**PD and colocated share one device here**: this run shows the handover's "
@@ -84,17 +85,18 @@ def record(params: Any, run: dict[str, Any], backend: str) -> LabRecord:
     s = summary(run)
     by = {str(r["prompt_len"]): r for r in run["rows"]}
     held = s["tokens_equal"] and s["bytes_are_blocks_x_block_bytes"] and not s["leaked_blocks"]
+    cuda = capabilities(backend).cuda  # a GPU count belongs to a CUDA run only
     return LabRecord(
         experiment_id="pd-split-real-handover",
         hypothesis="copying a request's KV blocks from a prefill engine into a decode engine's "
                    "pool continues the sequence with the same tokens, moves blocks x block "
                    "bytes, and adds the transfer to TTFT",
         environment={"backend": backend,
-                     "gpus": params.gpus if backend != "host" else None,
+                     "gpus": params.gpus if cuda else None,
                      "placement": run["placement"],
                      "pd_and_colocated_share_a_device": run["shared"],
                      "command": f"workbench labs run pd-split --backend {backend}"
-                                + (f" --param gpus={params.gpus}" if backend != "host" else "")},
+                                + (f" --param gpus={params.gpus}" if cuda else "")},
         model_io={"model": run["model"], "prompt_lens": [r["prompt_len"] for r in run["rows"]],
                   "max_tokens": params.real_max_tokens, "output_lengths": "exact (no EOS)"},
         cache_state="prefix caching off; every prompt computed once per engine",

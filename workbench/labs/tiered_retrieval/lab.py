@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from workbench.backends import capabilities
 from workbench.labs.kit.base import Lab, LabResult, Progress
 from workbench.labs.tiered_retrieval.sim import (
     sweep,
@@ -48,7 +49,7 @@ class TieredRetrievalLab(Lab):
             progress: Progress | None = None) -> LabResult:
         self.check_backend(backend)
         tier_costs(params.costs)  # a bad preset name is refused on every backend
-        if backend != "sim":
+        if not capabilities(backend).simulated:
             from workbench.labs.tiered_retrieval.mini import run_mini
             from workbench.labs.tiered_retrieval.mini_report import build_mini
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.backends import capabilities
 from workbench.labs.kit.base import Progress
 
 MINI_GROUPS = ("baseline", "hbm", "cpu", "all-miss")
@@ -41,7 +42,7 @@ def setup_for(p: Any, backend: str) -> MiniSetup:
     document that is not a whole number of chunks, so HBM's 16-token blocks hit more)."""
     n = p.repeats if p.repeats is not None else (2 if p.quick else 3)
     seeds = [p.seed + i for i in range(n)]
-    if backend == "host":
+    if not capabilities(backend).cuda:  # the CPU: the tiny model
         return MiniSetup("tiny", 232, 16, 4, 64, 3, seeds, {})
     return MiniSetup(p.model, p.doc_len, p.question_len, p.output_len, p.chunk_tokens,
                      3 if p.quick else p.probes, seeds, {})
@@ -54,7 +55,7 @@ class _Rig:
         from workbench.mini.model import build_model, get_config
 
         self.torch = torch
-        self.device = torch.device("cuda" if backend != "host" else "cpu")
+        self.device = torch.device("cuda" if capabilities(backend).cuda else "cpu")
         self.mcfg = get_config(s.model, **s.shape)
         self.model = build_model(self.mcfg, self.device)
         self.s = s

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from workbench.backends import capabilities
 from workbench.labs.kit.tp_pp_workers import GEO, placement
 
 # (check, seed 000 §11 expects (our words), how it is measured)
@@ -61,8 +62,9 @@ def checks(d: dict[str, Any]) -> dict[str, bool]:
 
 
 def markdown(p: Any, backend: str, d: dict[str, Any], ok: dict[str, bool]) -> str:
-    where = ("simulated workers (SimPy, one simulated GPU each)" if backend == "sim" else
-             f"real worker processes over Unix sockets, backend {backend}")
+    real = capabilities(backend).real_processes
+    where = (f"real worker processes over Unix sockets, backend {backend}" if real else
+             "simulated workers (SimPy, one simulated GPU each)")
     lines = [f"# TP/PP ownership on {where}", "", f"Placement: {placement(backend, p.gpus)}.", "",
              f"Seed 000 §11 (experiment 7). TP = {p.tp}, PP = {p.pp}; page ids of "
              f"{GEO.page_id_bytes >> 20} MiB per rank. Every fact below is read from the "
@@ -82,9 +84,8 @@ def markdown(p: Any, backend: str, d: dict[str, Any], ok: dict[str, bool]) -> st
         lines.append(f"| {r['tp']} | {r['ops']} | {r['map_round_trips']} | "
                      f"{r['unmap_round_trips']} | {r['messages_per_unmap']} | {r['map_us_p50']} "
                      f"/ {r['map_us_p90']} | {r['unmap_us_p50']} / {r['unmap_us_p90']} |")
-    clock = ("simulated time (SimPy; no randomness, so every repeat gives the same numbers)"
-             if backend == "sim" else "wall time in the coordinator (this host's load shows "
-             "in the tail)")
+    clock = ("wall time in the coordinator (this host's load shows in the tail)" if real else
+             "simulated time (SimPy; no randomness, so every repeat gives the same numbers)")
     lines += ["", f"Times are {clock}. TP order per repeat: {', '.join(d['round_trips']['order'])}"
               " (alternated).", "", "## Where the measurement differs from the seed", "",
               "* §11.2 lists `pp0/w0.sock`; stage 0 listens on `w<rank>.sock` here (kvcached's "
@@ -93,11 +94,11 @@ def markdown(p: Any, backend: str, d: dict[str, Any], ok: dict[str, bool]) -> st
               "here: the worker that does not confirm its barrier stands for it (its reply is "
               "dropped). On gpu the barrier synchronizes each rank's device.",
               "* The local-pools contrast runs on simulated devices on every backend."]
-    if backend != "sim":
+    if capabilities(backend).real_processes:
         lines.append("* Each map here creates, maps and populates a page id of real memory on "
                      "every rank (8 MiB each), so its time includes that work; docs/tpp.md's "
                      "round-trip table used simulated memory in the worker processes.")
-    if backend == "sim":
+    if not capabilities(backend).real_processes:
         lines.append("* On sim the socket layout is the rule the real transport follows; "
                      "no files exist (run `--backend host` to list real ones).")
     return "\n".join(lines) + "\n"
