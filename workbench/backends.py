@@ -8,10 +8,12 @@ name                  device
 ``gpu``, ``cuda:N``   CUDA virtual memory on GPU ``N`` (``gpu`` is ``cuda:0``)
 ====================  ===========================================================================
 
-Each name has a lazy factory (nothing heavy is imported until a device is built) and a cheap
-probe. A name that cannot be honoured here (a typo, no CUDA GPU visible, cuda-python or torch
-missing, a GPU index this host lacks) raises :class:`BackendUnavailable` with one line saying
-what to do; :func:`probe` asks the same question without building anything.
+Each name has a lazy factory (nothing heavy is imported until a device is built), a cheap
+probe and a :class:`Capabilities` record: code outside this module asks ``capabilities(name)``
+what a backend can do instead of testing its name. A name that cannot be honoured here (a
+typo, no CUDA GPU visible, cuda-python or torch missing, a GPU index this host lacks) raises
+:class:`BackendUnavailable` with one line saying what to do; :func:`probe` asks the same
+question without building anything.
 
 In a notebook, importing this module makes every :class:`~workbench.errors.WorkbenchError`
 show as that one line (``error: ...``) instead of a traceback, and stop the run there; ``%tb``
@@ -21,6 +23,7 @@ still prints the full traceback.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import importlib.util
 import sys
 from collections.abc import Callable
@@ -37,11 +40,28 @@ class BackendUnavailable(ConfigError):
 
 
 @dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a backend can do, asked instead of its name."""
+
+    kind: str  # the registry entry (``cuda:N`` -> ``gpu``), for records and messages
+    simulated: bool  # SimPy time and simulated memory: no real bytes, no tokens
+    capacity_settable: bool  # ``make_device(capacity=...)`` sizes the device (a GPU has its own)
+    real_processes: bool  # TP/PP workers run as OS processes over the transport
+    cuda: bool  # CUDA virtual memory: kernels queued earlier may still read a freed page
+    torch_device: str | None  # where an engine on it computes ("cpu", "cuda", "cuda:N"); sim: None
+
+    def gpus(self) -> int:
+        """CUDA GPUs visible to this process (0 for a backend without CUDA); asks the driver."""
+        return cuda_device_count() if self.cuda else 0
+
+
+@dataclass(frozen=True, slots=True)
 class Backend:
     name: str
     summary: str
     build: Callable[..., Device]  # imports its backend only when called
     ignores: tuple[str, ...] = ()  # keys a shared trace may carry that do not apply here
+    caps: Capabilities | None = None
 
 
 def _sim(**kw: Any) -> Device:
@@ -65,11 +85,17 @@ def _cuda(**kw: Any) -> Device:
 _SIM_ONLY = ("preset", "env")  # knobs that only describe the simulated GPU
 REGISTRY: dict[str, Backend] = {
     "sim": Backend("sim", "simulated GPU (SimPy, VMM latency presets)", _sim,
-                   ("zero_writable", "zero_page")),
+                   ("zero_writable", "zero_page"),
+                   Capabilities("sim", simulated=True, capacity_settable=True,
+                                real_processes=False, cuda=False, torch_device=None)),
     "host": Backend("host", "host memory (mmap reservation + memfd pages)", _host,
-                    (*_SIM_ONLY, "zero_writable", "zero_page")),
+                    (*_SIM_ONLY, "zero_writable", "zero_page"),
+                    Capabilities("host", simulated=False, capacity_settable=True,
+                                 real_processes=True, cuda=False, torch_device="cpu")),
     "gpu": Backend("gpu", "CUDA virtual memory (cuda-python, torch views)", _cuda,
-                   (*_SIM_ONLY, "capacity")),
+                   (*_SIM_ONLY, "capacity"),
+                   Capabilities("gpu", simulated=False, capacity_settable=False,
+                                real_processes=True, cuda=True, torch_device="cuda")),
 }
 BACKENDS = tuple(REGISTRY)  # the names a CLI offers; "cuda:N" is accepted too
 
@@ -183,6 +209,17 @@ def probe(name: str) -> tuple[bool, str]:
 def kind(name: str) -> str:
     """The registry entry ``name`` selects (``cuda:N`` -> ``gpu``); an unknown name is refused."""
     return _parse(name)[0].name
+
+
+def capabilities(name: str) -> Capabilities:
+    """What backend ``name`` can do (``cuda:N``: the gpu entry, its torch device ``cuda:N``);
+    an unknown name is refused; builds nothing and asks no driver."""
+    chosen, index = _parse(name)
+    caps = chosen.caps
+    assert caps is not None  # every registry entry carries its record
+    if chosen.name == "gpu" and name != "gpu":
+        return dataclasses.replace(caps, torch_device=f"cuda:{index}")
+    return caps
 
 
 def require(name: str) -> str:

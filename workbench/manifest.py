@@ -1,5 +1,5 @@
 """The version manifest of seed 000 §2, collected in one place: ``workbench doctor`` prints it and
-every lab record (:class:`workbench.labs.record.Manifest`) carries its software part.
+every lab record (:class:`workbench.labs.kit.record.Manifest`) carries its software part.
 
 Nothing here raises: a fact that cannot be read (no git, no torch, a broken driver) is ``None`` or
 says so, because a manifest reports what it finds.

@@ -100,8 +100,8 @@ def test_cdf_and_spread_figures():
 
 
 def test_record_rows_keep_every_field_and_say_not_measured():
-    from workbench.labs.idle_footprint import record
-    from workbench.labs.record import LabRecord
+    from workbench.labs.idle_footprint.report import record
+    from workbench.labs.kit.record import LabRecord
 
     rows_in = [{"engine": "vllm", "page_aware": True, "requests": 5, "prefix_hit_tokens": 1,
                 "prompt_tokens": 2}]

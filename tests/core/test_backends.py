@@ -150,3 +150,40 @@ def test_notebook_handler_shows_one_line(monkeypatch):
     mine = _Shell(custom=(KeyError,))  # a user's own handler is left alone
     monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: mine))
     assert not backends.install_notebook_errors() and mine.custom_exceptions == (KeyError,)
+
+
+def test_each_backend_says_what_it_can_do(fake_gpus):
+    from workbench.backends import capabilities
+
+    sim, host, gpu, cuda1 = (capabilities(n) for n in ("sim", "host", "gpu", "cuda:1"))
+    assert (sim.simulated, sim.capacity_settable, sim.real_processes, sim.cuda,
+            sim.torch_device) == (True, True, False, False, None)
+    assert (host.simulated, host.capacity_settable, host.real_processes, host.cuda,
+            host.torch_device) == (False, True, True, False, "cpu")
+    assert (gpu.simulated, gpu.capacity_settable, gpu.real_processes, gpu.cuda,
+            gpu.torch_device) == (False, False, True, True, "cuda")
+    assert (cuda1.kind, cuda1.torch_device) == ("gpu", "cuda:1")
+    fake_gpus(3)
+    assert gpu.gpus() == 3 and sim.gpus() == 0 and host.gpus() == 0
+    with pytest.raises(BackendUnavailable, match="unknown device name"):
+        capabilities("tpu")
+
+
+def test_devices_say_where_their_memory_is_and_wrappers_pass_it_on():
+    from workbench.core.device import BudgetDevice, FaultyDevice
+
+    sim, host = make_device("sim"), make_device("host", capacity=64 * MiB)
+    assert (sim.torch_device, sim.queued_work) == (None, False)
+    assert (host.torch_device, host.queued_work) == ("cpu", False)
+    for wrapped in (FaultyDevice(host), BudgetDevice(host, 8 * MiB)):
+        assert (wrapped.torch_device, wrapped.queued_work) == ("cpu", False)
+
+
+def test_the_fence_follows_the_device_not_its_name():
+    from workbench.adapters.vllm.fences import fence_factory
+
+    host = make_device("host", capacity=64 * MiB)
+    assert fence_factory(host) is None
+    named_like_cuda = types.SimpleNamespace(name="cuda:0", index=0, tensor=lambda *a: None,
+                                            queued_work=False, torch_device="cpu")
+    assert fence_factory(named_like_cuda) is None  # a name or attributes decide nothing

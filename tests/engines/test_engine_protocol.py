@@ -63,3 +63,13 @@ def test_one_model_registry_with_one_name_per_model():
     assert tiny.decoder is not None and tiny.params == tiny.active_params
     assert tiny.kv_bytes_per_token == 2 * 2 * 2 * 32 * 2
     assert MODELS["deepseek-v2-lite"].decoder is None
+
+
+def test_a_cluster_runs_on_the_device_it_is_given():
+    from workbench.engines.sim.cluster import cluster_device
+
+    cfg = ClusterConfig(num_instances=1, mode="elastic")
+    env = simpy.Environment()
+    given = cluster_device(cfg, env)
+    device, (eng,) = build_cluster(cfg, env, given)
+    assert device is given and eng.kv.device is given

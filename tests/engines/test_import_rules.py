@@ -54,7 +54,7 @@ def hits(deps: set[str], banned: tuple[str, ...]) -> set[str]:
 def test_the_graph_sees_known_imports():
     # the parser itself: a known module-level and a known function-level import
     assert "workbench.engines.sched.scheduler.Scheduler" in GRAPH["workbench.engines.sim.driver"]
-    assert "workbench.labs.colocation_sim" in GRAPH["workbench.labs.colocation"]
+    assert "workbench.labs.colocation.sim" in GRAPH["workbench.labs.colocation.lab"]
 
 
 @pytest.mark.parametrize("prefix,banned", [

@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 
 from workbench.cli import app
 from workbench.labs import LABS, get_lab, run_lab
-from workbench.labs.record import SCHEMA
+from workbench.labs.kit.record import SCHEMA
 
 # seed 003 §12 (unified result table) and seed 000 §2 (version manifest)
 TABLE_FIELDS = {"experiment_id", "hypothesis", "environment", "model_io", "cache_state", "load",
@@ -61,7 +61,7 @@ def test_cli_labs_list_and_run(tmp_path):
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_idle_footprint_page_aware_within_goal_and_beats_lru(engine):
-    from workbench.labs.idle_footprint import measure
+    from workbench.labs.idle_footprint.sim import measure
 
     pa = measure(engine, page_aware=True, num_requests=400)
     lru = measure(engine, page_aware=False, num_requests=400)
@@ -71,7 +71,7 @@ def test_idle_footprint_page_aware_within_goal_and_beats_lru(engine):
 
 
 def test_every_lab_follows_the_protocol():
-    from workbench.labs.base import Lab
+    from workbench.labs.kit.base import Lab
 
     for name in LABS:
         lab = get_lab(name)

@@ -10,8 +10,8 @@ import pytest
 from workbench.backends import cuda_device_count, probe
 from workbench.errors import ConfigError
 from workbench.labs import run_lab
-from workbench.labs.faults import FaultsParams
-from workbench.labs.tp_pp import TpPpParams
+from workbench.labs.faults.lab import FaultsParams
+from workbench.labs.tp_pp.lab import TpPpParams
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("socket_base")]
 

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 from workbench.backends import cuda_device_count, probe  # noqa: E402
 from workbench.errors import ConfigError  # noqa: E402
 from workbench.labs import run_lab  # noqa: E402
-from workbench.labs.pd_split import PDSplitParams  # noqa: E402
+from workbench.labs.pd_split.lab import PDSplitParams  # noqa: E402
 
 pytestmark = [pytest.mark.gpu]
 
@@ -72,7 +72,7 @@ def test_two_gpus_on_a_one_gpu_host_are_refused_in_one_line():
 @pytest.mark.timeout(300)
 def test_pair_at_block_edges_frees_everything():
     n = _gpus()
-    from workbench.labs.pd_split_real import models_on
+    from workbench.labs.pd_split.real import models_on
     from workbench.mini.engine import Engine
     from workbench.mini.kv import KVSpec
     from workbench.mini.model import get_config

@@ -8,7 +8,7 @@ import pytest
 from tests.labs.cli import run_lab_cli
 from workbench.errors import ConfigError
 from workbench.labs import get_lab, run_lab
-from workbench.labs.baseline import knee, sweep
+from workbench.labs.baseline.sim import knee, sweep
 
 
 @pytest.fixture(scope="module")

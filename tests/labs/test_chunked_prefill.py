@@ -9,7 +9,8 @@ import pytest
 from tests.labs.cli import run_lab_cli
 from workbench.errors import ConfigError
 from workbench.labs import get_lab, run_lab
-from workbench.labs.chunked_prefill import mix, sweep
+from workbench.labs.chunked_prefill.sim import sweep
+from workbench.labs.kit.serving import mix
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,9 @@ import pytest
 pytest.importorskip("torch")
 
 from workbench.labs import get_lab, run_lab  # noqa: E402
-from workbench.labs.colocation import spread  # noqa: E402
-from workbench.labs.colocation_gpu import ColoConfig  # noqa: E402
-from workbench.labs.colocation_gpu_report import load_repeats, run_diagnostics  # noqa: E402
+from workbench.labs.colocation.mini import load_repeats, run_diagnostics  # noqa: E402
+from workbench.labs.colocation.rows import spread  # noqa: E402
+from workbench.mini.colocation import ColoConfig  # noqa: E402
 
 
 def test_mode_order_alternates_by_repeat_index():
@@ -73,7 +73,8 @@ def _summary(mean: float, p99: float) -> dict:
 
 
 def test_points_pair_speedups_by_repeat_and_verdict():
-    from workbench.labs.colocation import ColocationRun, _verdict, make_points
+    from workbench.labs.colocation.report import _verdict, make_points
+    from workbench.labs.colocation.rows import ColocationRun
 
     overall = {(1, "static"): [_summary(0.10, 0.2), _summary(0.12, 0.2), _summary(0.30, 0.2)],
                (1, "elastic"): [_summary(0.10, 0.2), _summary(0.10, 0.4), _summary(0.10, 0.1)],

@@ -9,7 +9,8 @@ import pytest
 from tests.labs.cli import run_lab_cli
 from workbench.errors import ConfigError
 from workbench.labs import get_lab, run_lab
-from workbench.labs.control_groups import ControlGroupsParams, group_config, workload
+from workbench.labs.control_groups.lab import ControlGroupsParams
+from workbench.labs.control_groups.sim import group_config, workload
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,11 @@ import json
 import pytest
 
 from workbench.labs import run_lab
-from workbench.labs.cross_engine import CrossEngineParams, configs, spec_for, sweep
-from workbench.labs.cross_engine_report import _inst, _total, _win, p99, peak
-from workbench.labs.phased_sim import GiB, run_phased
+from workbench.labs.cross_engine.lab import CrossEngineParams
+from workbench.labs.cross_engine.report import _inst, _total, _win, p99, peak
+from workbench.labs.cross_engine.sim import configs, spec_for, sweep
+from workbench.labs.kit.phased_sim import run_phased
+from workbench.units import GiB
 
 P = CrossEngineParams(quick=True)
 BUDGET = int(P.kv_budget_gib * GiB)

@@ -9,8 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from workbench.core.control import read_segment
-from workbench.labs.dynamic_limit import DynamicLimitParams, run_seed
-from workbench.labs.dynamic_limit_report import checks, epochs, tables
+from workbench.labs.dynamic_limit.lab import DynamicLimitParams
+from workbench.labs.dynamic_limit.report import checks, epochs, tables
+from workbench.labs.dynamic_limit.sim import run_seed
 
 P = DynamicLimitParams(quick=True)
 

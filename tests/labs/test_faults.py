@@ -11,10 +11,10 @@ import pytest
 
 from tests.labs.cli import run_lab_cli
 from workbench.labs import run_lab
-from workbench.labs.faults import FaultsParams, run_order
-from workbench.labs.faults_cases import CASES, coordinator_killed, run_case
-from workbench.labs.faults_report import case_checks
-from workbench.labs.tp_pp_workers import GEO, open_rig
+from workbench.labs.faults.lab import FaultsParams, run_order
+from workbench.labs.faults.real import CASES, coordinator_killed, run_case
+from workbench.labs.faults.report import case_checks
+from workbench.labs.kit.tp_pp_workers import GEO, open_rig
 
 pytestmark = pytest.mark.usefixtures("socket_base")
 

@@ -12,8 +12,9 @@ import pytest
 from tests.labs.cli import run_lab_cli
 from workbench.core.events import Event
 from workbench.labs import run_lab
-from workbench.labs.grow_reclaim import GrowReclaimParams, run_order, spec_for
-from workbench.labs.phased_sim import UnmapWatch, run_phased
+from workbench.labs.grow_reclaim.lab import GrowReclaimParams
+from workbench.labs.grow_reclaim.sim import run_order, spec_for
+from workbench.labs.kit.phased_sim import UnmapWatch, run_phased
 
 P = GrowReclaimParams(quick=True)
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from tests.labs.cli import run_lab_cli
 from workbench.engines.models import get_model
 from workbench.labs import get_lab, run_lab
-from workbench.labs.kv_capacity_probe import CapacityCase, measure
+from workbench.labs.kv_capacity.sim import CapacityCase, measure
 
 
 @pytest.fixture(scope="module")

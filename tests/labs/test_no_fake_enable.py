@@ -12,16 +12,9 @@ from hypothesis import strategies as st
 
 from workbench.core.control import read_segment
 from workbench.labs import run_lab
-from workbench.labs.no_fake_enable import (
-    ARMS,
-    AUTOPATCH,
-    IDLE_S,
-    SPLIT_GIB,
-    NoFakeEnableParams,
-    judge,
-    run_all,
-)
-from workbench.labs.no_fake_enable_report import EXPECTED_FAIL, matches, tables
+from workbench.labs.no_fake_enable.lab import NoFakeEnableParams
+from workbench.labs.no_fake_enable.report import EXPECTED_FAIL, matches, tables
+from workbench.labs.no_fake_enable.sim import ARMS, AUTOPATCH, IDLE_S, SPLIT_GIB, judge, run_all
 from workbench.units import GiB
 
 P = NoFakeEnableParams(quick=True)

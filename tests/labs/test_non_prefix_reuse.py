@@ -11,7 +11,8 @@ import pytest
 
 from workbench.engines.models import get_model
 from workbench.labs import run_lab
-from workbench.labs.non_prefix_reuse import CASES, NonPrefixReuseParams, sweep
+from workbench.labs.non_prefix_reuse.lab import NonPrefixReuseParams
+from workbench.labs.non_prefix_reuse.sim import CASES, sweep
 
 P = NonPrefixReuseParams(quick=True, repeats=1, seed=4)
 KVB = get_model(P.model).kv_bytes_per_token
@@ -69,7 +70,7 @@ def test_lab_record_says_quality_is_not_measured_on_sim():
 
 def test_quality_proxy_shrinks_with_the_recomputed_fraction():
     pytest.importorskip("torch")
-    from workbench.labs.non_prefix_reuse_quality import RATIOS, measure
+    from workbench.labs.non_prefix_reuse.mini import RATIOS, measure
 
     exact = measure("same-order", 1)
     assert all(r["kl"] < 1e-6 and r["top1_agrees"] for r in exact)  # the prefix cache is exact

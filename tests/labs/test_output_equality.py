@@ -16,15 +16,18 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
 
 from workbench.errors import ConfigError  # noqa: E402
 from workbench.labs import run_lab  # noqa: E402
-from workbench.labs.output_equality import (  # noqa: E402
+from workbench.labs.output_equality.lab import OutputEqualityParams  # noqa: E402
+from workbench.labs.output_equality.mini import (  # noqa: E402
+    POOL,
+    WIDE,
     Bench,
-    OutputEqualityParams,
     canary,
+    first_difference,
     make_prompts,
+    run_all,
     wrong_views,
 )
-from workbench.labs.output_equality_report import EXPECTED_CANARY, checks, tables  # noqa: E402
-from workbench.labs.output_equality_run import POOL, WIDE, first_difference, run_all  # noqa: E402
+from workbench.labs.output_equality.report import EXPECTED_CANARY, checks, tables  # noqa: E402
 
 
 @pytest.fixture(scope="module")

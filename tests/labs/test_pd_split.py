@@ -9,7 +9,7 @@ import pytest
 from tests.labs.cli import run_lab_cli
 from workbench.errors import ConfigError
 from workbench.labs import get_lab, run_lab
-from workbench.labs.pd_split import sweep
+from workbench.labs.pd_split.sim import sweep
 
 
 @pytest.fixture(scope="module")

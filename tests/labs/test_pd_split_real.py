@@ -59,7 +59,7 @@ def test_quick_runs_the_first_two_lengths_through_the_cli(tmp_path):
 
 
 def test_gpu_refusals_come_before_anything_runs(monkeypatch):
-    import workbench.labs.pd_split_real as real
+    import workbench.labs.pd_split.real as real
 
     lab = get_lab("pd-split")
     monkeypatch.setattr(real, "cuda_device_count", lambda: 1)

@@ -11,7 +11,8 @@ from dataclasses import replace
 import pytest
 
 from workbench.labs import run_lab
-from workbench.labs.prefix_bound import PrefixBoundParams, group_bounds, sweep
+from workbench.labs.prefix_bound.lab import PrefixBoundParams
+from workbench.labs.prefix_bound.sim import group_bounds, sweep
 
 P = PrefixBoundParams(quick=True, repeats=1, seed=5)
 

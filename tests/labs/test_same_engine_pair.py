@@ -15,9 +15,10 @@ from workbench.engines.models import get_model
 from workbench.engines.sim.kvsetup import elastic_pool
 from workbench.errors import ConfigError
 from workbench.labs import run_lab
-from workbench.labs.ipc_names import ipc_names_demo, summary
-from workbench.labs.phased_sim import run_phased
-from workbench.labs.same_engine_pair import PairParams, pair_spec
+from workbench.labs.kit.ipc_names import ipc_names_demo, summary
+from workbench.labs.kit.phased_sim import run_phased
+from workbench.labs.same_engine_pair.lab import PairParams
+from workbench.labs.same_engine_pair.sim import pair_spec
 from workbench.sim.device import SimDevice
 from workbench.units import GiB
 

@@ -13,7 +13,8 @@ import pytest
 
 from workbench.engines.models import get_model
 from workbench.labs import run_lab
-from workbench.labs.store_routes import ROUTES, SCENARIOS, StoreRoutesParams, run_case, sweep
+from workbench.labs.store_routes.lab import StoreRoutesParams
+from workbench.labs.store_routes.sim import ROUTES, SCENARIOS, run_case, sweep
 
 P = StoreRoutesParams(quick=True, repeats=1, seed=2)
 KVB = get_model(P.model).kv_bytes_per_token

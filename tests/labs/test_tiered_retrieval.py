@@ -12,7 +12,8 @@ import pytest
 
 from workbench.engines.models import get_model
 from workbench.labs import run_lab
-from workbench.labs.tiered_retrieval import GROUPS, TieredRetrievalParams, run_group, sweep
+from workbench.labs.tiered_retrieval.lab import TieredRetrievalParams
+from workbench.labs.tiered_retrieval.sim import GROUPS, run_group, sweep
 
 P = TieredRetrievalParams(quick=True, repeats=1, seed=3, probes=3)
 

@@ -12,8 +12,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from workbench.labs import run_lab  # noqa: E402
-from workbench.labs.tiered_retrieval import TieredRetrievalParams  # noqa: E402
-from workbench.labs.tiered_retrieval_mini import L2_NOT_RUN, MINI_GROUPS  # noqa: E402
+from workbench.labs.tiered_retrieval.lab import TieredRetrievalParams  # noqa: E402
+from workbench.labs.tiered_retrieval.mini import L2_NOT_RUN, MINI_GROUPS  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -12,17 +12,18 @@ import pytest
 
 from tests.labs.cli import run_lab_cli
 from workbench.errors import ConfigError
-from workbench.labs import run_lab, tp_pp_workers
-from workbench.labs.tp_pp import TpPpParams
-from workbench.labs.tp_pp_report import checks
-from workbench.labs.tp_pp_runs import (
+from workbench.labs import run_lab
+from workbench.labs.kit import tp_pp_workers
+from workbench.labs.kit.tp_pp_workers import GEO
+from workbench.labs.tp_pp.lab import TpPpParams
+from workbench.labs.tp_pp.real import (
     async_release,
     local_pools_contrast,
     pp_namespaces,
     round_trips,
     tp_all_or_nothing,
 )
-from workbench.labs.tp_pp_workers import GEO
+from workbench.labs.tp_pp.report import checks
 
 pytestmark = pytest.mark.usefixtures("socket_base")
 
@@ -151,7 +152,7 @@ def test_params_out_of_range_are_refused(values, what):
 
 def test_run_lab_checks_the_backend_with_the_params_it_runs(monkeypatch):
     """gpus=1 on a one-GPU host passes the check before the run; the defaults do not."""
-    from workbench.labs.tp_pp import TpPpLab
+    from workbench.labs.tp_pp.lab import TpPpLab
 
     monkeypatch.setattr(tp_pp_workers, "cuda_device_count", lambda: 1)
     monkeypatch.setattr("workbench.backends.require", lambda backend: None)

@@ -10,10 +10,10 @@ import pytest
 pytest.importorskip("torch")
 
 from workbench.bench.calibrate import fit_steptime  # noqa: E402
+from workbench.core.device import BudgetDevice  # noqa: E402
 from workbench.engines.sim.steptime import StepTimeModel  # noqa: E402
 from workbench.errors import DeviceError  # noqa: E402
 from workbench.labs import get_lab, run_lab  # noqa: E402
-from workbench.labs.colocation_gpu import BudgetDevice  # noqa: E402
 from workbench.sim.device import SimDevice  # noqa: E402
 
 

@@ -75,7 +75,7 @@ def test_the_link_queues_when_prompts_finish_together():
 
 
 def test_pd_decode_steps_carry_no_prefill_chunks_colocated_ones_do():
-    from workbench.labs.chunked_prefill import mix
+    from workbench.labs.kit.serving import mix
 
     pd = run_pd(PDConfig(), mix(4.0, 80, 0.5, 0))
     colo = run_colocated(PDConfig(), mix(4.0, 80, 0.5, 0))

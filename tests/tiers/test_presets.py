@@ -8,7 +8,8 @@ import dataclasses
 import pytest
 
 from workbench.errors import ConfigError
-from workbench.labs.tiered_retrieval import TieredRetrievalParams, costs
+from workbench.labs.tiered_retrieval.lab import TieredRetrievalParams
+from workbench.labs.tiered_retrieval.sim import costs
 from workbench.tiers.presets import PRESETS, TierCosts, tier_costs
 
 

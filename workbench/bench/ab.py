@@ -40,7 +40,7 @@ import torch
 from workbench.bench import steady as steady_mod
 from workbench.bench.mini import _engine
 from workbench.engines.sched.request import Request
-from workbench.labs.colocation_gpu import Cluster, ColoConfig
+from workbench.mini.colocation import Cluster, ColoConfig
 from workbench.mini.model import build_model, get_config
 from workbench.units import GiB
 

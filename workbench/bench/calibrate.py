@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
               "sweep's out_dir) or --bench FILE (bench mini's JSON)", file=sys.stderr)
         return 2
     from workbench.errors import WorkbenchError
-    from workbench.labs.colocation import reading_sweep
+    from workbench.labs.colocation.rows import reading_sweep
 
     try:  # the sweep and bench files are outside input: a bad one is one line
         with reading_sweep(f"--sweep {' '.join(map(str, args.sweep))} --bench {args.bench}"):
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _calibrate(args: argparse.Namespace) -> None:
     from workbench.bench import simgpu
-    from workbench.labs.colocation_gpu_report import load_repeats, read_json_file
+    from workbench.labs.colocation.mini import load_repeats, read_json_file
 
     reps = [r for d in args.sweep for r in load_repeats(d)]
     steps: list = []
@@ -138,7 +138,7 @@ def _calibrate(args: argparse.Namespace) -> None:
         print("\nSim, fitted step time:")
         print(simgpu.speedups_md(sim))
         if args.what_if:
-            from workbench.labs.colocation_sim import parse_steptime
+            from workbench.labs.kit.steptime import parse_steptime
 
             what = {**fit, **parse_steptime(args.what_if)}
             alt = simgpu.sim_points(reps[0]["config"], what, sorted(gpu))

@@ -85,18 +85,19 @@ class _Rig:
     def __init__(self, cfg: CrossoverConfig):
         import torch
 
-        from workbench.backends import require
+        from workbench.backends import capabilities, require
         from workbench.mini.engine import Engine, EngineConfig
         from workbench.mini.hosttier import HostTier, HostTierConnector
         from workbench.mini.kv import KVSpec
         from workbench.mini.model import build_model, get_config
 
-        kind = require(cfg.backend)
-        if kind not in ("gpu", "host"):
+        require(cfg.backend)
+        caps = capabilities(cfg.backend)
+        if caps.simulated:
             raise ConfigError(f"backend {cfg.backend!r}", "the crossover runs a real engine",
                               "use --backend gpu (CUDA) or host (CPU)")
         self.torch = torch
-        self.device = torch.device("cuda" if kind == "gpu" else "cpu")
+        self.device = torch.device("cuda" if caps.cuda else "cpu")
         base = get_config(cfg.model)  # RoPE table long enough for the longest prompt + 1
         self.mcfg = get_config(cfg.model, **{"max_position": max(base.max_position,
                                                                  max(cfg.lens) + 64),

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from workbench.engines.models import get_model
 from workbench.engines.sim.steptime import GPUS
-from workbench.labs.colocation import spread
+from workbench.labs.colocation.rows import spread
 
 STEP_FIELDS = ("flops_eff", "bw_eff", "step_overhead_s", "seq_overhead_s", "prefill_overhead_s")
 

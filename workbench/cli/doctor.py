@@ -133,7 +133,7 @@ def _backends() -> list[dict]:
     for name in (*backends.BACKENDS, *extra):
         ok, why = backends.probe(name)
         row = {"backend": name, "usable": ok, "why": why}
-        if backends.kind(name) == "gpu":
+        if backends.capabilities(name).cuda:
             row.update(_gpu_facts(name, ok))
         rows.append(row)
     return rows

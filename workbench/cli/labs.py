@@ -2,7 +2,8 @@
 
 Labs are numbered as their notebooks (``labs/NN_name.ipynb``): ``labs run 00`` is
 ``labs run colocation``. Shared options (``--quick``, ``--seed``, ``--peaks``, ``--steptime``)
-and ``--param key=value`` fill the lab's parameter dataclass; the backend is checked before
+and ``--param key=value`` fill the lab's parameter dataclass;
+:func:`workbench.labs.run_lab` checks the backend before
 anything runs, so a refused run writes no record.
 """
 
@@ -18,6 +19,7 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from workbench import labs as registry
 from workbench.cli import app
 from workbench.cli.common import backend_option, err_console, fail, missing
 from workbench.errors import ConfigError
@@ -122,7 +124,6 @@ def run_lab(
         lab = get_lab(name)
         shared = {"quick": str(quick), "seed": str(seed), "peaks": peaks, "steptime": steptime}
         params = lab.parse_params(_param_text(lab, param or [], shared))
-        lab.check_backend(backend, params)
     except ConfigError as err:
         raise fail(err) from None
     t0 = time.perf_counter()
@@ -135,7 +136,7 @@ def run_lab(
             bar.update(task, completed=done, total=total, description=f"{name}: {what}")
 
         try:
-            result = lab.run(params, backend, progress)
+            result = registry.run_lab(name, params, backend, progress)
         except ConfigError as err:
             raise fail(err) from None
         except ImportError as err:  # torch: the mini engine behind this lab on this backend

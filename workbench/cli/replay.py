@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from workbench.backends import BACKENDS, make_device
+from workbench.backends import BACKENDS, capabilities, make_device
 from workbench.cli import app
 from workbench.cli.common import backend_option, console, fail, write_json
 from workbench.config import format_size
@@ -28,7 +28,7 @@ def replay_cmd(trace: Path = typer.Argument(..., exists=True, dir_okay=False,
     """Replay an op trace and print the state events and each pool's final state."""
     try:
         ops = load_trace(trace)
-        if backend != "sim" and ops and ops[0].get("op") == "device":
+        if not capabilities(backend).simulated and ops and ops[0].get("op") == "device":
             ops.pop(0)  # device presets describe the simulated GPU only
         result = replay(ops, lambda **kw: make_device(backend, **kw))
     except WorkbenchError as err:  # a bad line, or a pool that cannot be made: one line

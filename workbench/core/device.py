@@ -23,6 +23,8 @@ process that calls into the core yields ``busy_s`` after minus before.
 
 from __future__ import annotations
 
+import threading
+import time
 from bisect import bisect_left, bisect_right, insort
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -168,6 +170,9 @@ class DriverRefusals:
     # True where work queued earlier (kernels on streams) may still read a page after the host
     # frees it, so an engine's pool releases behind a fence (CUDA); sim and host act at once
     queued_work: bool = False
+    # the torch device a tensor view over this device's memory lives on ("cpu", "cuda:N");
+    # None where the memory is simulated (no bytes: no views, no tokens)
+    torch_device: str | None = None
 
     def _init_tables(self) -> None:
         self.reservations = SpanTable()
@@ -263,6 +268,14 @@ class FaultyDevice:
     def busy_s(self) -> float:
         return self.inner.busy_s
 
+    @property
+    def queued_work(self) -> bool:
+        return getattr(self.inner, "queued_work", False)
+
+    @property
+    def torch_device(self) -> str | None:
+        return getattr(self.inner, "torch_device", None)
+
     def reserve(self, size: int) -> int:
         self._tick("reserve")
         return self.inner.reserve(size)
@@ -297,4 +310,82 @@ class FaultyDevice:
         return self.inner.now()
 
     def __getattr__(self, item: str):  # backend extras (e.g. tensor views) pass through
+        return getattr(self.inner, item)
+
+
+class BudgetDevice:
+    """A device shared by several pools whose physical bytes together may not pass ``budget``.
+
+    ``create``/``release``/``mem_info`` keep the budget; every VMM call (create, map, set_access,
+    unmap, release) is counted and timed in ``calls`` under the thread that made it: ``engine``
+    (the request path) or ``mapper`` (a background mapper thread, named ``*-mapper``). ``refused``
+    counts creates past the budget. ``mem_info`` reports the budget left, so each pool's headroom
+    check sees what the others hold.
+    """
+
+    def __init__(self, inner, budget: int):
+        self.inner = inner
+        self.budget = budget
+        self.used = 0
+        self.peak = 0
+        self.refused = 0
+        self._sizes: dict[int, int] = {}
+        # thread -> op -> [calls, seconds in the call, seconds waiting for another thread's call]
+        self.calls: dict[str, dict[str, list[float]]] = {}
+        # one call at a time: the pools' mappers and the engine thread share this device
+        self._lock = threading.RLock()
+
+    def _timed(self, op: str, fn, *args):
+        t = time.perf_counter()
+        with self._lock:
+            t1 = time.perf_counter()
+            try:
+                return fn(*args)
+            finally:
+                who = "mapper" if threading.current_thread().name.endswith("-mapper") \
+                    else "engine"
+                c = self.calls.setdefault(who, {}).setdefault(op, [0, 0.0, 0.0])
+                c[0] += 1
+                c[1] += time.perf_counter() - t1
+                c[2] += t1 - t
+
+    def create(self, size: int) -> int:
+        return self._timed("create", self._create, size)
+
+    def _create(self, size: int) -> int:  # under the lock
+        if self.used + size > self.budget:
+            self.refused += 1
+            raise DeviceError("create", "out of memory", "CUDA_ERROR_OUT_OF_MEMORY")
+        h = self.inner.create(size)
+        self._sizes[h] = size
+        self.used += size
+        self.peak = max(self.peak, self.used)
+        return h
+
+    def map(self, va: int, size: int, handle: int) -> None:
+        self._timed("map", self.inner.map, va, size, handle)
+
+    def set_access(self, va: int, size: int) -> None:
+        self._timed("set_access", self.inner.set_access, va, size)
+
+    def unmap(self, va: int, size: int) -> None:
+        self._timed("unmap", self.inner.unmap, va, size)
+
+    def release(self, handle: int) -> None:
+        self._timed("release", self._release, handle)
+
+    def _release(self, handle: int) -> None:  # under the lock
+        self.inner.release(handle)
+        self.used -= self._sizes.pop(handle)
+
+    def mem_info(self) -> MemInfo:
+        return MemInfo(self.budget - self.used, self.budget)
+
+    def take_counts(self) -> dict:
+        """The call counts since the last take (then cleared), and the refusals."""
+        out = {"calls": self.calls, "refused_creates": self.refused, "peak_bytes": self.peak}
+        self.calls, self.refused, self.peak = {}, 0, self.used
+        return out
+
+    def __getattr__(self, item: str):
         return getattr(self.inner, item)

@@ -50,6 +50,11 @@ class CudaDevice(BatchCalls, DriverRefusals):
 
     queued_work = True  # kernels queued on CUDA streams may still read a page being freed
 
+    @property
+    def torch_device(self) -> str:
+        """The torch device tensor views over this memory live on."""
+        return f"cuda:{self.index}"
+
     def __init__(self, device_index: int = 0, *, zero_page: bool = True,
                  zero_max_exact: int = 256 * MiB, mem_info_ttl_s: float = 0.005,
                  name: str | None = None, zero_writable: bool = False,

@@ -88,6 +88,8 @@ class HostDevice(DriverRefusals):
     and maps have the same shape as on a GPU; any multiple of the OS page size works.
     """
 
+    torch_device = "cpu"  # tensor views over this memory are CPU tensors
+
     def __init__(self, *, capacity: int | None = None, granularity: int = 2 * MiB,
                  name: str = "host", populate: bool = True):
         if granularity <= 0 or granularity % _mmap.PAGESIZE:

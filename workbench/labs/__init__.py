@@ -1,5 +1,5 @@
-"""Labs: experiments behind one protocol (:mod:`workbench.labs.base`), each returning a
-:class:`~workbench.labs.base.LabResult` (record + tables + figures + Markdown).
+"""Labs: experiments behind one protocol (:mod:`workbench.labs.kit.base`), each returning a
+:class:`~workbench.labs.kit.base.LabResult` (record + tables + figures + Markdown).
 
 The registry maps a lab's name to the class that implements it, imported on first use so
 ``workbench labs list`` stays light.
@@ -13,29 +13,29 @@ from typing import TYPE_CHECKING, Any
 from workbench.errors import ConfigError
 
 if TYPE_CHECKING:
-    from workbench.labs.base import Lab, LabResult, Progress
+    from workbench.labs.kit.base import Lab, LabResult, Progress
 
 LABS: dict[str, str] = {
-    "colocation": "workbench.labs.colocation:ColocationLab",
-    "idle-footprint": "workbench.labs.idle_footprint:IdleFootprintLab",
-    "grow-reclaim": "workbench.labs.grow_reclaim:GrowReclaimLab",
-    "same-engine-pair": "workbench.labs.same_engine_pair:SameEnginePairLab",
-    "cross-engine": "workbench.labs.cross_engine:CrossEngineLab",
-    "prefix-bound": "workbench.labs.prefix_bound:PrefixBoundLab",
-    "kv-capacity": "workbench.labs.kv_capacity:KVCapacityLab",
-    "baseline": "workbench.labs.baseline:BaselineLab",
-    "chunked-prefill": "workbench.labs.chunked_prefill:ChunkedPrefillLab",
-    "control-groups": "workbench.labs.control_groups:ControlGroupsLab",
-    "no-fake-enable": "workbench.labs.no_fake_enable:NoFakeEnableLab",
-    "dynamic-limit": "workbench.labs.dynamic_limit:DynamicLimitLab",
-    "tp-pp": "workbench.labs.tp_pp:TpPpLab",
-    "faults": "workbench.labs.faults:FaultsLab",
-    "output-equality": "workbench.labs.output_equality:OutputEqualityLab",
-    "tiered-retrieval": "workbench.labs.tiered_retrieval:TieredRetrievalLab",
-    "store-routes": "workbench.labs.store_routes:StoreRoutesLab",
-    "pd-split": "workbench.labs.pd_split:PDSplitLab",
-    "transfer-faults": "workbench.labs.transfer_faults:TransferFaultsLab",
-    "non-prefix-reuse": "workbench.labs.non_prefix_reuse:NonPrefixReuseLab",
+    "colocation": "workbench.labs.colocation.lab:ColocationLab",
+    "idle-footprint": "workbench.labs.idle_footprint.lab:IdleFootprintLab",
+    "grow-reclaim": "workbench.labs.grow_reclaim.lab:GrowReclaimLab",
+    "same-engine-pair": "workbench.labs.same_engine_pair.lab:SameEnginePairLab",
+    "cross-engine": "workbench.labs.cross_engine.lab:CrossEngineLab",
+    "prefix-bound": "workbench.labs.prefix_bound.lab:PrefixBoundLab",
+    "kv-capacity": "workbench.labs.kv_capacity.lab:KVCapacityLab",
+    "baseline": "workbench.labs.baseline.lab:BaselineLab",
+    "chunked-prefill": "workbench.labs.chunked_prefill.lab:ChunkedPrefillLab",
+    "control-groups": "workbench.labs.control_groups.lab:ControlGroupsLab",
+    "no-fake-enable": "workbench.labs.no_fake_enable.lab:NoFakeEnableLab",
+    "dynamic-limit": "workbench.labs.dynamic_limit.lab:DynamicLimitLab",
+    "tp-pp": "workbench.labs.tp_pp.lab:TpPpLab",
+    "faults": "workbench.labs.faults.lab:FaultsLab",
+    "output-equality": "workbench.labs.output_equality.lab:OutputEqualityLab",
+    "tiered-retrieval": "workbench.labs.tiered_retrieval.lab:TieredRetrievalLab",
+    "store-routes": "workbench.labs.store_routes.lab:StoreRoutesLab",
+    "pd-split": "workbench.labs.pd_split.lab:PDSplitLab",
+    "transfer-faults": "workbench.labs.transfer_faults.lab:TransferFaultsLab",
+    "non-prefix-reuse": "workbench.labs.non_prefix_reuse.lab:NonPrefixReuseLab",
 }
 
 

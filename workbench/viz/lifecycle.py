@@ -156,9 +156,7 @@ def build_engine(kind: str, device, *, budget: int = 64, prefix_caching: bool = 
     if kind not in KINDS:
         raise ConfigError(f"engine kind {kind!r}", "this chapter steps two engines",
                           f"use one of {', '.join(KINDS)}")
-    from workbench.sim.device import SimDevice
-
-    if kind == "vllm" and not isinstance(device, SimDevice):
+    if kind == "vllm" and device.torch_device is not None:  # real memory: real tokens
         return _mini_engine(device, budget=budget, prefix_caching=prefix_caching)
     rec = Recording()
     kv = _pool(device, rec, geometry)
@@ -181,10 +179,7 @@ def _mini_engine(device, *, budget: int, prefix_caching: bool) -> SteppedEngine:
     from workbench.mini.kv import KVSpec
     from workbench.mini.model import get_config
 
-    # by name: importing workbench.gpu to test the type needs cuda-python, absent on a CPU host
-    on_gpu = type(device).__name__ == "CudaDevice"
-    torch_dev = torch.device("cuda", getattr(device, "index", 0) or 0) if on_gpu \
-        else torch.device("cpu")
+    torch_dev = torch.device(device.torch_device)  # the device says where its memory is
     spec = KVSpec(style="block", backend="vmm", kv_bytes=64 << 20, block_size=16)
     eng = Engine(get_config("tiny"), spec, torch_dev, pool_device=device, name="pool",
                  cfg=EngineConfig(max_batched_tokens=budget, prefix_caching=prefix_caching))

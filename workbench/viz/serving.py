@@ -23,9 +23,9 @@ SAMPLE_S = 0.002  # memory samples every 2 ms of the engine's clock
 
 def serving_engine(kind: str, backend: str, *, budget: int = 64):
     """An Engine for ``kind`` ("vllm" | "sglang") on ``backend`` (see module doc)."""
-    from workbench.backends import make_device
+    from workbench.backends import capabilities, make_device
 
-    if backend != "sim":
+    if not capabilities(backend).simulated:
         if kind != "vllm":
             raise ConfigError(f"kind {kind!r} on backend {backend!r}",
                               "the engine with a real model (mini) schedules like vLLM only",

@@ -50,9 +50,9 @@ def make_profile(orig, module):
         import torch
 
         from workbench.adapters import runtime
-        from workbench.backends import for_torch_device
+        from workbench.backends import capabilities, for_torch_device
 
-        if for_torch_device(self.device) == "host":
+        if not capabilities(for_torch_device(self.device)).cuda:
             return orig(self, pre_model_load_memory)
         index = int(self.gpu_id)
         total = torch.cuda.mem_get_info(index)[1]

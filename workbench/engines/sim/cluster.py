@@ -20,7 +20,6 @@ from typing import NamedTuple
 
 import simpy
 
-from workbench.backends import make_device
 from workbench.config import PoolConfig
 from workbench.engines.metrics import SLO, MemorySample, Summary, summarize
 from workbench.engines.models import get_model
@@ -100,13 +99,23 @@ def instance_kinds(cfg: ClusterConfig) -> tuple[str, ...]:
     return kinds
 
 
-def build_cluster(cfg: ClusterConfig, env: simpy.Environment) -> tuple[SimDevice, list[SimEngine]]:
+def cluster_device(cfg: ClusterConfig, env: simpy.Environment) -> SimDevice:
+    """The one simulated GPU the instances share: ``cfg.gpu``'s preset and memory on ``env``."""
+    from workbench.sim.device import SimDevice
+
+    return SimDevice(preset=cfg.gpu, env=env, capacity=GPUS[cfg.gpu].memory_bytes)
+
+
+def build_cluster(cfg: ClusterConfig, env: simpy.Environment,
+                  device: SimDevice | None = None) -> tuple[SimDevice, list[SimEngine]]:
+    """The instances of ``cfg`` on ``device`` (a simulated GPU on ``env``; None: the one
+    :func:`cluster_device` builds from ``cfg``)."""
     if cfg.mode not in ("static", "elastic"):
         raise ConfigError(f"mode={cfg.mode!r}", "unknown", "use 'static' or 'elastic'")
     kinds = instance_kinds(cfg)
     model = get_model(cfg.model)
     spec = GPUS[cfg.gpu]
-    device = make_device("sim", preset=cfg.gpu, env=env, capacity=spec.memory_bytes)
+    device = device if device is not None else cluster_device(cfg, env)
     for i in range(cfg.num_instances):
         device.occupy(f"inst{i}.weights+act", model.weight_bytes + cfg.activation_bytes)
     gpu = simpy.Resource(env, capacity=1) if cfg.shared_gpu else None

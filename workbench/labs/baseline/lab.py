@@ -1,0 +1,44 @@
+"""The baseline lab: its parameters and the Lab that runs them (the experiment:
+:mod:`.sim`; the record and the Markdown: :mod:`.report`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workbench.labs.baseline.report import figures, markdown, record
+from workbench.labs.baseline.sim import knee, sweep
+from workbench.labs.kit.base import Lab, LabResult, Progress
+from workbench.labs.kit.report import without_repeats
+
+
+@dataclass(slots=True)
+class BaselineParams:
+    workload: str = "mix"  # short | long_in | long_out | mix (seed 003 E1's loads)
+    rates: tuple[float, ...] | None = None  # req/s; None: the workload's default sweep
+    num_requests: int = 600  # per rate and repeat (p99 needs hundreds, seed 003 §2.8)
+    repeats: int = 2  # workload seeds seed, seed+1, ...; rate order alternates
+    seed: int = 0
+    engine: str = "vllm"  # vllm | sglang
+    model: str = "llama-3.1-8b"
+    gpu: str = "a100"
+    slo_ttft_s: float = 1.0
+    slo_tpot_s: float = 0.1
+    stable_attainment: float = 0.9
+    saturation_ratio: float = 0.9
+    quick: bool = False  # 400 requests, one repeat, every other rate
+
+
+class BaselineLab(Lab):
+    name = "baseline"
+    description = ("latency-throughput curve of one instance as the Poisson request rate "
+                   "rises (TTFT/TPOT/ITL/E2E p50/p95/p99); the knee and saturation by rule")
+    params_type = BaselineParams
+    backends = ("sim",)
+
+    def run(self, params: BaselineParams, backend: str = "sim",
+            progress: Progress | None = None) -> LabResult:
+        rows = sweep(params, progress)
+        k = knee(rows)
+        table = without_repeats(rows)
+        return LabResult(record(params, rows, k, backend), markdown(params, table, k),
+                         tables={"rates": table}, figures=figures(table, k))

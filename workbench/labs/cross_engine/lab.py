@@ -1,0 +1,41 @@
+"""The cross-engine lab: its parameters and the Lab that runs them (the experiment:
+:mod:`.sim`; the record and the Markdown: :mod:`.report`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workbench.labs.cross_engine.sim import sweep
+from workbench.labs.kit.base import Lab, LabResult, Progress
+
+
+@dataclass(slots=True)
+class CrossEngineParams:
+    quick: bool = False  # 2 seeds instead of 3
+    seed: int = 0
+    repeats: int | None = None
+    model: str = "llama-3.1-8b"
+    gpu: str = "a100"
+    kv_budget_gib: float = 6.0
+    phase_s: float = 15.0
+    peak_rate: float = 3.0
+    warm_rate: float = 1.0  # stage 6 warm-up: fills the caches without contention
+    prompt_len: int = 1024
+    output_len: int = 256
+    big_bound: int = 32768  # stage 6: cached-token bounds, the big one and the small one
+    small_bound: int = 2048
+
+
+class CrossEngineLab(Lab):
+    name = "cross-engine"
+    description = ("a vLLM-like and an SGLang-like instance on one device, six stages: physical "
+                   "reuse without shared metadata, and no fairness (seed 000 §8)")
+    params_type = CrossEngineParams
+    backends = ("sim",)
+
+    def run(self, params: CrossEngineParams, backend: str = "sim",
+            progress: Progress | None = None) -> LabResult:
+        from workbench.labs.cross_engine.report import build
+
+        self.check_backend(backend)
+        return build(params, sweep(params, progress), backend)

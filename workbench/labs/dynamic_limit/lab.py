@@ -1,0 +1,43 @@
+"""The dynamic-limit lab: its parameters and the Lab that runs them (the experiment:
+:mod:`.sim`; the record and the Markdown: :mod:`.report`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workbench.labs.dynamic_limit.sim import (
+    run_seed,
+)
+from workbench.labs.kit.base import Lab, LabResult, Progress
+
+
+@dataclass(slots=True)
+class DynamicLimitParams:
+    quick: bool = False  # 24 s of traffic and one seed instead of 48 s and two
+    seed: int = 0
+    rate: float = 8.0  # req/s
+    prompt_len: int = 1024
+    output_len: int = 256
+    chunk_s: float = 0.5  # simulated seconds stepped between looks at the control plane
+
+
+class DynamicLimitLab(Lab):
+    name = "dynamic-limit"
+    description = ("`workbench kvctl limit` from another process while traffic runs: revision, "
+                   "shrink, convergence; misses and preemptions, no request killed (seed 000 §10)")
+    params_type = DynamicLimitParams
+    backends = ("sim",)
+
+    def run(self, params: DynamicLimitParams, backend: str = "sim",
+            progress: Progress | None = None) -> LabResult:
+        from workbench.labs.dynamic_limit.report import figures, markdown, record, tables
+
+        seeds = [params.seed] if params.quick else [params.seed, params.seed + 1]
+        runs = []
+        for i, s in enumerate(seeds):
+            runs.append(run_seed(params, s))
+            if progress:
+                progress(i + 1, len(seeds), f"seed {s}")
+        tabs = tables(runs)
+        return LabResult(record(runs, tabs, params, backend), markdown(runs, tabs, params),
+                         tables=tabs, figures=figures(runs))

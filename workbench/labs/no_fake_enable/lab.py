@@ -1,0 +1,38 @@
+"""The no-fake-enable lab: its parameters and the Lab that runs them (the experiment:
+:mod:`.sim`; the record and the Markdown: :mod:`.report`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workbench.labs.kit.base import Lab, LabResult, Progress
+from workbench.labs.no_fake_enable.sim import (
+    run_all,
+)
+
+
+@dataclass(slots=True)
+class NoFakeEnableParams:
+    quick: bool = False  # one seed and 24 requests per arm instead of three seeds and 64
+    seed: int = 0
+    rate: float = 8.0  # burst arrival rate, req/s
+    prompt_len: int = 2048
+    output_len: int = 128
+
+
+class NoFakeEnableLab(Lab):
+    name = "no-fake-enable"
+    description = ("is elastic KV really on? autopatch switch, elastic pool, mapped bytes "
+                   "following load, the control segment; each check failing when it is off "
+                   "(seed 000 §5)")
+    params_type = NoFakeEnableParams
+    backends = ("sim",)
+
+    def run(self, params: NoFakeEnableParams, backend: str = "sim",
+            progress: Progress | None = None) -> LabResult:
+        from workbench.labs.no_fake_enable.report import figures, markdown, record, tables
+
+        out = run_all(params, progress)
+        tabs = tables(out)
+        return LabResult(record(out, tabs, params, backend), markdown(out, tabs, params),
+                         tables=tabs, figures=figures(out))

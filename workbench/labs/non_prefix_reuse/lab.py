@@ -1,0 +1,52 @@
+"""The non-prefix-reuse lab: its parameters and the Lab that runs them (the experiment:
+:mod:`.sim`, :mod:`.mini`; the record and the Markdown: :mod:`.report`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workbench.backends import capabilities
+from workbench.labs.kit.base import Lab, LabResult, Progress
+from workbench.labs.non_prefix_reuse.sim import (
+    CASES,
+    sweep,
+)
+
+
+@dataclass(slots=True)
+class NonPrefixReuseParams:
+    quick: bool = False  # 2 seeds instead of 3
+    seed: int = 0
+    repeats: int | None = None
+    model: str = "llama-3.1-8b"
+    gpu: str = "a100"
+    preamble_len: int = 256
+    doc_len: int = 1024  # a multiple of chunk_tokens: documents sit on the chunk grid
+    docs_per_prompt: int = 4
+    pool_docs: int = 6
+    question_len: int = 64
+    chunk_tokens: int = 256
+    recompute_ratio: float = 0.15
+    sweep_ratios: tuple[float, ...] = (0.0, 0.05, 0.15, 0.3, 0.6, 1.0)
+    pcie_gbps: float = 25.0
+
+
+class NonPrefixReuseLab(Lab):
+    name = "non-prefix-reuse"
+    description = ("full prefill vs exact prefix cache vs CacheBlend-style blended reuse "
+                   "(modelled): TTFT, recomputed tokens, retrieved bytes; on host a quality "
+                   "proxy on the mini model (seed 003 E9)")
+    params_type = NonPrefixReuseParams
+    backends = ("sim", "host")  # host: the costs of sim plus the quality proxy on the CPU
+
+    def run(self, params: NonPrefixReuseParams, backend: str = "sim",
+            progress: Progress | None = None) -> LabResult:
+        from workbench.labs.non_prefix_reuse.report import build
+
+        self.check_backend(backend)
+        data = sweep(params, progress)
+        if not capabilities(backend).simulated:  # real tokens: the quality proxy too
+            from workbench.labs.non_prefix_reuse.mini import quality
+
+            data["quality"] = quality(CASES[:4], data["seeds"])
+        return build(params, data, backend)

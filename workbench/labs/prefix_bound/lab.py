@@ -1,0 +1,48 @@
+"""The prefix-bound lab: its parameters and the Lab that runs them (the experiment:
+:mod:`.sim`; the record and the Markdown: :mod:`.report`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workbench.labs.kit.base import Lab, LabResult, Progress
+from workbench.labs.prefix_bound.sim import (
+    sweep,
+)
+
+
+@dataclass(slots=True)
+class PrefixBoundParams:
+    quick: bool = False  # 2 seeds instead of 3
+    seed: int = 0
+    repeats: int | None = None
+    engine: str = "vllm"  # "vllm" (automatic prefix caching) or "sglang" (radix cache)
+    model: str = "llama-3.1-8b"
+    gpu: str = "a100"
+    bounded: int = 8192  # N, the bounded setting (tokens)
+    rate: float = 4.0  # req/s of the mixed traffic
+    traffic_s: float = 30.0
+    idle_s: float = 10.0
+    prefix_len: int = 2048
+    suffix_len: int = 128
+    output_len: int = 64
+    num_prefixes: int = 4
+    num_repeat_prompts: int = 8
+    doc_len: int = 1024  # groups A-D
+    probes_per_group: int = 4
+    doc_bound: int = 512  # groups A-D also run with this bound, smaller than the document
+
+
+class PrefixBoundLab(Lab):
+    name = "prefix-bound"
+    description = ("prefix cache bound -1 / 0 / N: three request classes and prefix groups A-D; "
+                   "hits, computed tokens, TTFT, mapped pages, evictions (seed 000 §9, 003 E4)")
+    params_type = PrefixBoundParams
+    backends = ("sim",)
+
+    def run(self, params: PrefixBoundParams, backend: str = "sim",
+            progress: Progress | None = None) -> LabResult:
+        from workbench.labs.prefix_bound.report import build
+
+        self.check_backend(backend)
+        return build(params, sweep(params, progress), backend)

@@ -1,0 +1,147 @@
+"""The same-engine-pair lab's Markdown and record (:mod:`workbench.labs.same_engine_pair.sim`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workbench.engines.models import get_model
+from workbench.labs.kit.phase_figs import latency_lines
+from workbench.labs.kit.record import LabRecord, Manifest
+
+EXPECT = [
+    ("B", "the peaking instance maps pages; the idle one stays at its floor",
+     ("B_first_grows", "B_second_flat")),
+    ("C", "the drained instance gives back its empty pages; the other grows into that memory",
+     ("C_first_gives_back", "C_second_grows_into_freed")),
+    ("all", "together they never map more than the device lets them (one physical headroom)",
+     ("never_above_budget",)),
+    ("D", "both peak: together they fill the headroom, both wait longer than alone",
+     ("D_at_budget", "D_slower_than_alone")),
+    ("E", "a graceful exit returns every page (reserve and null block too); the other grows "
+          "past what it had in D", ("E_first_released_all", "E_second_grows_past_D")),
+    ("all", "no page holding a live block is ever unmapped", ("live_unmaps",)),
+]
+
+IPC_EXPECT = [
+    ("separate names: each pool has its own segment, its own numbers",
+     ("separate_segments", "a_mapped_seen_only_in_a")),
+    ("separate names: a limit reaches only the pool it names (applied on the owner's next "
+     "alloc or free)", ("limit_pending_until_poll", "limit_applies_to_a_only")),
+    ("physical headroom is shared whatever the names", ("headroom_shared",)),
+    ("same name: the seed's one observation/limit domain; the workbench refuses a second "
+     "live owner", ("same_name_refused",)),
+    ("the name is free again after its owner closes; no segment is left behind",
+     ("name_free_after_close", "segments_removed")),
+]
+
+
+def _ok(c: dict, key: str) -> bool:
+    return c[key] == 0 if key == "live_unmaps" else bool(c[key])
+
+
+def markdown(p: Any, data: dict, rows: list[dict], ipc: dict | None) -> str:
+    checks = [r["checks"] for r in data["runs"]]
+    lines = ["# Two same-kind instances on one device (simulated)", "",
+             f"Two {p.kind}-like {p.model} instances on a simulated {p.gpu} whose KV headroom is "
+             f"{p.kv_budget_gib:g} GiB; seed 000 §7. A peak is {p.peak_rate:g} req/s of "
+             f"{p.prompt_len}/{p.output_len} tokens for {p.phase_s:g} s, the same traffic in "
+             f"every peak phase. {len(checks)} runs (seeds "
+             f"{[r['seed'] for r in data['runs']]}), the instance that peaks first alternating.",
+             "", "## The seed's phases beside the measurement", "",
+             "| phase | expected | measured (runs that agree) |", "|---|---|---|"]
+    for ph, text, keys in EXPECT:
+        agree = sum(all(_ok(c, k) for k in keys) for c in checks)
+        lines.append(f"| {ph} | {text} | {agree}/{len(checks)} |")
+    lines += ["", "## Per phase (first run)", "",
+              "| instance | phase | req | peak GiB | end GiB | reserve end | TTFT p50 / p99 ms | "
+              "E2E p99 ms | preemptions |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lat = (f"{r['ttft_p50_ms']} / {r['ttft_p99_ms']} | {r['e2e_p99_ms']} | "
+               f"{r['preemptions']}" if "ttft_p50_ms" in r else "- | - | -")
+        lines.append(f"| {r['instance']} | {r['phase']} | {r['requests']} | "
+                     f"{r['peak_mapped_gib']} | {r['end_mapped_gib']} | "
+                     f"{r['end_reserved_pages']} | {lat} |")
+    lines += latency_lines({f"seed {r['seed']} (first: instance {r['first']})": [r["run"]]
+                            for r in data["runs"]}, "Latency per run and phase")
+    c0 = checks[0]
+    lines += ["", "## Reading it", "",
+              f"* In C the drained instance ({c0['first']}) keeps its null block's page and a "
+              "reserve of up to max_reserved_pages parked pages: that much of what it held at "
+              "its peak does not move to the other instance until it exits (E).",
+              "* In D nothing divides the headroom: whoever allocates first holds the pages until "
+              "its requests finish; the other misses, preempts and queues. Nothing here is fair "
+              "by design (the cross-engine lab shows one instance starving the other).",
+              "* TTFT is the scheduler's queueing plus the roofline step times; both instances "
+              "time-slice one simulated GPU, so D is slower also for compute, not only memory."]
+    if ipc:
+        lines += ["", "## Same vs separate IPC names (the workbench's control plane)", "",
+                  "| seed 000 §4.2 / §7.1 | measured |", "|---|---|"]
+        for text, keys in IPC_EXPECT:
+            lines.append(f"| {text} | {'yes' if all(ipc[k] for k in keys) else 'no'} |")
+        lines += ["", f"The refusal reads: `{ipc['same_name_error']}`.", "",
+                  "What the workbench does **not** model: a name shared by several instances as "
+                  "one domain (kvctl seeing their summed usage, one limit over all of them). "
+                  "Here a name is one pool's segment; a group would need a segment with several "
+                  "owners, which does not exist.", "", _refusal_cost(ipc)]
+    return "\n".join(lines) + "\n"
+
+
+def _refusal_cost(ipc: dict) -> str:
+    left = ipc["refused_pool_left_mapped_bytes"]
+    if left:
+        return (f"Observed: the refused pool had already mapped {left} bytes (its null block's "
+                "page) before it claimed the name, and they stay mapped after the refusal: the "
+                "pool maps before it claims its name and does not undo that when the claim "
+                "fails.")
+    return "The refused pool left nothing mapped on the device."
+
+
+def record(p: Any, data: dict, rows: list[dict], ipc: dict | None, ipc_sum: dict | None,
+           backend: str) -> LabRecord:
+    spec = get_model(p.model)
+    runs = data["runs"]
+    checks = [r["checks"] for r in runs]
+    ok = all(all(_ok(c, k) for _, _, keys in EXPECT for k in keys) for c in checks)
+
+    def per(key: str) -> dict:
+        return {f"seed{r['seed']}/{i['name']}": i["summary"][key] for r in runs
+                for i in r["run"]["instances"]}
+
+    first = runs[0]["run"]["instances"][0]["summary"]
+    return LabRecord(
+        experiment_id=f"same-engine-pair-{p.kind}-{p.model}",
+        hypothesis="pages freed by one instance are mapped by the other; together they share "
+                   "one physical headroom; a graceful exit returns everything",
+        environment={"backend": backend, "seeds": [r["seed"] for r in runs],
+                     "kv_budget_gib": p.kv_budget_gib,
+                     "command": "workbench labs run same-engine-pair --backend sim"},
+        model_io={"model": spec.name, "prompt": p.prompt_len, "output": p.output_len},
+        cache_state="prefix cache off (both)",
+        load={"phases": list(("A", "B", "C", "D", "E", "tail")), "peak_rate": p.peak_rate,
+              "phase_s": p.phase_s},
+        samples={"runs": len(runs), "first_peaking": [r["first"] for r in runs]},
+        outcomes=per("finished"), ttft=per("ttft"),
+        tpot_itl={"tpot": per("tpot"), "itl": per("itl")}, e2e=per("e2e"),
+        throughput={k: first[k] for k in ("req_per_s", "input_tok_per_s", "output_tok_per_s")},
+        slo_goodput={"goodput_req_per_s": per("goodput_req_per_s")},
+        hits={"local": 0, "denominator": "prefix caching off"},
+        transfer_bytes=None, phase_times=None,
+        kv={"checks": checks, "preemptions": per("preemptions")}, correctness=None,
+        raw_data={"timeline": "results.timeline (first run, 0.1 s)"},
+        verdict=("supported" if ok else "refuted: see kv.checks") + (
+            "" if ipc_sum is None else "; IPC: separate names isolate observation and limits, "
+            "a second owner of one name is refused"),
+        mechanism="pages are unmapped only when empty and beyond the reserve; the device's free "
+                  "memory is the one headroom both pools map from, first come first served",
+        open_questions=["a shared IPC name as one domain is not modelled",
+                        "GPU compute sharing is step-granular time slicing"],
+        applicability=f"two {p.kind}-like instances, TP 1, a {p.kv_budget_gib:g} GiB headroom",
+        manifest=Manifest.collect(
+            hardware={"gpu": f"simulated {p.gpu}", "kv_budget_gib": p.kv_budget_gib},
+            engine_config={"engine": f"{p.kind}-like (sim)", "model": spec.name,
+                           "instances": 2},
+            kvcached_config={"ipc_name": "separate (demo: both cases)", "page_size": 2 << 20,
+                             "min_reserved_pages": 5, "max_reserved_pages": 10,
+                             "max_cached_tokens": -1}),
+        results={"phases": rows, "timeline": runs[0]["run"]["timeline"],
+                 "windows": runs[0]["run"]["windows"], "ipc": ipc, "ipc_summary": ipc_sum})

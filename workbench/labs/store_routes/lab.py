@@ -1,0 +1,51 @@
+"""The store-routes lab: its parameters and the Lab that runs them (the experiment:
+:mod:`.sim`; the record and the Markdown: :mod:`.report`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workbench.labs.kit.base import Lab, LabResult, Progress
+from workbench.labs.store_routes.sim import (
+    sweep,
+)
+
+
+@dataclass(slots=True)
+class StoreRoutesParams:
+    quick: bool = False  # 2 seeds instead of 3
+    seed: int = 0
+    repeats: int | None = None
+    model: str = "llama-3.1-8b"
+    gpu: str = "a100"
+    doc_len: int = 2048
+    question_len: int = 64
+    output_len: int = 4
+    docs: int = 6  # documents written in miss / warm / pressure
+    hot_docs: int = 2
+    hot_reads: int = 12
+    store_docs: int = 4  # pressure: the store holds this many documents' chunks
+    dram_docs: int = 8  # the cache layer's DRAM tier, in documents
+    chunk_tokens: int = 256
+    direct_chunk: int | None = None  # None: the same chunk as the cache layer
+    meta_batch: int = 0  # keys per metadata request (0: one per lookup)
+    direct_meta_batch: int | None = None
+    remote_gbps: float = 5.0
+    meta_ms: float = 0.3
+    spacing_s: float = 0.5
+
+
+class StoreRoutesLab(Lab):
+    name = "store-routes"
+    description = ("Mooncake-style store (modelled) reached directly or through an LMCache-style "
+                   "cache layer: metadata requests, payload bytes, effective bandwidth, "
+                   "cross-instance reads, eviction under pressure (seed 003 E6)")
+    params_type = StoreRoutesParams
+    backends = ("sim",)
+
+    def run(self, params: StoreRoutesParams, backend: str = "sim",
+            progress: Progress | None = None) -> LabResult:
+        from workbench.labs.store_routes.report import build
+
+        self.check_backend(backend)
+        return build(params, sweep(params, progress), backend)
