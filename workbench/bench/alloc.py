@@ -10,6 +10,7 @@ from __future__ import annotations
 import statistics
 import time
 
+from workbench.bench.params import check
 from workbench.config import PoolConfig
 from workbench.core.geometry import KVGeometry
 from workbench.core.ledger import KVCacheManager
@@ -18,6 +19,8 @@ from workbench.sim.device import SimDevice
 
 def alloc_throughput(sizes=(1, 16, 256, 1024), seconds: float = 0.5, repeats: int = 5) -> dict:
     """Median allocs/s (an alloc + its free = one op) per request size, over ``repeats`` runs."""
+    ok = check("alloc", sizes=sizes, seconds=seconds, repeats=repeats)
+    sizes, seconds, repeats = ok["sizes"], ok["seconds"], ok["repeats"]
     geo = KVGeometry(num_layers=32, kv_heads=8, head_dim=128, block_size=16, num_blocks=65536)
     out = {}
     for n in sizes:

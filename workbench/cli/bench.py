@@ -10,6 +10,7 @@ from pathlib import Path
 
 import typer
 
+from workbench.bench.params import parser as _p
 from workbench.cli import app
 
 bench = typer.Typer(help="Benchmarks: the allocator itself, and VMM on a real GPU.",
@@ -36,20 +37,17 @@ def _emit(res: dict, out: str, as_json: bool, lines) -> bool:
 
 
 @bench.command()
-def alloc(sizes: str = typer.Option("1,16,256,1024", help="Request sizes in blocks."),
-          seconds: float = typer.Option(0.5, help="Seconds per measurement."),
-          repeats: int = typer.Option(5, help="Measurements per size (the median is shown)."),
+def alloc(sizes=typer.Option("1,16,256,1024", parser=_p("alloc", "sizes"),
+                             help="Request sizes in blocks."),
+          seconds: float = typer.Option(0.5, parser=_p("alloc", "seconds"),
+                                        help="Seconds per measurement."),
+          repeats: int = typer.Option(5, parser=_p("alloc", "repeats"),
+                                      help="Measurements per size (the median is shown)."),
           as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Allocator throughput on the simulated backend: alloc+free pairs per second by size."""
     from workbench.bench.alloc import alloc_throughput
 
-    try:
-        ns = tuple(int(x) for x in sizes.split(","))
-    except ValueError:
-        typer.echo(f"error: --sizes {sizes!r} is not a comma-separated list of integers",
-                   err=True)
-        raise typer.Exit(2) from None
-    res = alloc_throughput(ns, seconds=seconds, repeats=repeats)
+    res = alloc_throughput(sizes, seconds=seconds, repeats=repeats)
     if as_json:
         typer.echo(json.dumps(res))
         return
@@ -59,10 +57,14 @@ def alloc(sizes: str = typer.Option("1,16,256,1024", help="Request sizes in bloc
 
 
 @bench.command()
-def vmm(pages: int = typer.Option(40, help="Page ids grown and shrunk per subject and round."),
-        rounds: int = typer.Option(10, help="Interleaved rounds (the ratio spread is over them)."),
-        bw_gib: int = typer.Option(4, help="GiB of KV for the bandwidth kernels."),
-        bw_repeats: int = typer.Option(10, help="Interleaved repeats of each bandwidth pairing."),
+def vmm(pages: int = typer.Option(40, parser=_p("vmm", "pages"),
+                                  help="Page ids grown and shrunk per subject and round."),
+        rounds: int = typer.Option(10, parser=_p("vmm", "rounds"),
+                                   help="Interleaved rounds (the ratio spread is over them)."),
+        bw_gib: int = typer.Option(4, parser=_p("vmm", "bw_gib"),
+                                   help="GiB of KV for the bandwidth kernels."),
+        bw_repeats: int = typer.Option(10, parser=_p("vmm", "bw_repeats"),
+                                       help="Interleaved repeats of each bandwidth pairing."),
         bandwidth: bool = typer.Option(True, help="Run the bandwidth kernels."),
         out: str = typer.Option("", help="Also write the JSON record to this file."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
@@ -103,9 +105,12 @@ def vmm(pages: int = typer.Option(40, help="Page ids grown and shrunk per subjec
 
 
 @bench.command()
-def overhead(pages: int = typer.Option(40, help="Page ids per subject and round."),
-             rounds: int = typer.Option(8, help="Interleaved rounds per repeat."),
-             repeats: int = typer.Option(5, help="Repeats (the median is shown)."),
+def overhead(pages: int = typer.Option(40, parser=_p("overhead", "pages"),
+                                       help="Page ids per subject and round."),
+             rounds: int = typer.Option(8, parser=_p("overhead", "rounds"),
+                                        help="Interleaved rounds per repeat."),
+             repeats: int = typer.Option(5, parser=_p("overhead", "repeats"),
+                                         help="Repeats (the median is shown)."),
              out: str = typer.Option("", help="Also write the JSON record to this file."),
              as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """The Python the workbench adds per page id, on a CPU: ``bench vmm``'s subjects over an
@@ -119,18 +124,18 @@ def overhead(pages: int = typer.Option(40, help="Page ids per subject and round.
 
 
 @bench.command()
-def scale(repeats: int = typer.Option(3, help="Runs per point (seeds 0..repeats-1)."),
-          requests: int = typer.Option(20, help="Requests per instance in the base trace."),
-          longer: int = typer.Option(10, help="How many times longer the long traces are."),
+def scale(repeats: int = typer.Option(3, parser=_p("scale", "repeats"),
+                                     help="Runs per point (seeds 0..repeats-1)."),
+          requests: int = typer.Option(20, parser=_p("scale", "requests"),
+                                       help="Requests per instance in the base trace."),
+          longer: int = typer.Option(10, parser=_p("scale", "longer"),
+                                     help="How many times longer the long traces are."),
           profile: bool = typer.Option(False, help="Also print a cProfile of the biggest point."),
           out: str = typer.Option("", help="Also write the JSON record to this file."),
           as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Simulated seconds per CPU second at 1, 3, 16 and 64 instances and on longer traces."""
     from workbench.bench.scale import default_points, profile_point, run_scale, summary_lines
 
-    if repeats < 1 or requests < 1 or longer < 1:
-        typer.echo("error: --repeats, --requests and --longer must be at least 1", err=True)
-        raise typer.Exit(2)
     points = default_points(requests, longer)
     say = _say(as_json)
     res = run_scale(points, repeats, progress=say)
@@ -140,22 +145,22 @@ def scale(repeats: int = typer.Option(3, help="Runs per point (seeds 0..repeats-
         typer.echo(profile_point(max(points, key=lambda p: p.instances * p.requests)))
 
 
-def _ints(opt: str, text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(x) for x in text.split(","))
-    except ValueError:
-        typer.echo(f"error: --{opt} {text!r} is not a comma-separated list of integers", err=True)
-        raise typer.Exit(2) from None
-
-
 @bench.command()
-def crossover(backend: str = typer.Option("gpu", help="gpu (CUDA) or host (CPU)."),
-              model: str = typer.Option("llama-3.1-8b", help="Model shape (random weights)."),
-              lens: str = typer.Option("256,1024,4096,8192", help="Prompt lengths."),
-              chunks: str = typer.Option("256,1024", help="Host-tier chunk sizes (tokens)."),
-              concurrency: str = typer.Option("1,4,16", help="Prompts admitted together."),
-              repeats: int = typer.Option(3, help="Interleaved repeats per cell."),
-              max_cell_tokens: int = typer.Option(32768, help="Skip cells over this many "
+def crossover(backend: str = typer.Option("gpu", parser=_p("crossover", "backend"),
+                                          help="gpu (CUDA) or host (CPU)."),
+              model: str = typer.Option("llama-3.1-8b", parser=_p("crossover", "model"),
+                                        help="Model shape (random weights)."),
+              lens=typer.Option("256,1024,4096,8192", parser=_p("crossover", "lens"),
+                                help="Prompt lengths."),
+              chunks=typer.Option("256,1024", parser=_p("crossover", "chunks"),
+                                  help="Host-tier chunk sizes (tokens)."),
+              concurrency=typer.Option("1,4,16", parser=_p("crossover", "concurrency"),
+                                       help="Prompts admitted together."),
+              repeats: int = typer.Option(3, parser=_p("crossover", "repeats"),
+                                          help="Interleaved repeats per cell."),
+              max_cell_tokens: int = typer.Option(32768, parser=_p("crossover",
+                                                                   "max_cell_tokens"),
+                                                  help="Skip cells over this many "
                                                   "tokens (sizes the tier and the KV)."),
               out: str = typer.Option("", help="Also write the JSON record to this file."),
               as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
@@ -164,9 +169,8 @@ def crossover(backend: str = typer.Option("gpu", help="gpu (CUDA) or host (CPU).
     crossover, the effective H2D bandwidth (logic in :mod:`workbench.bench.crossover`)."""
     from workbench.bench.crossover import CrossoverConfig, run_crossover, summary_lines
 
-    cfg = CrossoverConfig(backend=backend, model=model, lens=_ints("lens", lens),
-                          chunks=_ints("chunks", chunks),
-                          concurrency=_ints("concurrency", concurrency), repeats=repeats,
+    cfg = CrossoverConfig(backend=backend, model=model, lens=lens, chunks=chunks,
+                          concurrency=concurrency, repeats=repeats,
                           max_cell_tokens=max_cell_tokens)
     res = run_crossover(cfg, progress=_say(as_json))
     _emit(res, out, as_json, summary_lines)
