@@ -53,6 +53,10 @@ class Spec:
         return parse
 
 
+def _fmt(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
 def _number(value: Any) -> float | int | None:
     if isinstance(value, bool):
         return None
@@ -83,7 +87,7 @@ class Num(Spec):
     def accepted(self) -> str:
         what = "an integer" if self.kind is int else "a finite number"
         unit = f" {self.unit}" if self.unit else ""
-        return f"{what} from {self.lo:g} to {self.hi:g}{unit}"
+        return f"{what} from {_fmt(self.lo)} to {_fmt(self.hi)}{unit}"
 
     def unlike(self) -> str:
         return "not an integer" if self.kind is int else "not a finite number"
@@ -100,7 +104,7 @@ class Num(Spec):
         else:
             n = float(n)
         if not self.lo <= n <= self.hi:
-            raise self.refuse(value, name, f"outside {self.lo:g}..{self.hi:g}")
+            raise self.refuse(value, name, f"outside {_fmt(self.lo)}..{_fmt(self.hi)}")
         return n
 
 
