@@ -2,37 +2,46 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import typer
 
 from workbench.cli import app
+from workbench.errors import ConfigError
+from workbench.ranges import Choice, Num
 
 
 @app.command()
 def serve(
     model: str = typer.Option("tiny", help="Model preset: tiny or llama-3.1-8b (random weights)."),
     device: str = typer.Option("auto", help="cuda, cpu, or auto (cuda when available)."),
-    kv: str = typer.Option("vmm", help="KV memory: vmm (workbench pool pages) or static."),
-    style: str = typer.Option("block", help="KV indexing: block (vLLM) or token (SGLang)."),
+    kv: str = typer.Option("vmm", parser=Choice(("vmm", "static")).parser("--kv"),
+                           help="KV memory: vmm (workbench pool pages) or static."),
+    style: str = typer.Option("block", parser=Choice(("block", "token")).parser("--style"),
+                              help="KV indexing: block (vLLM) or token (SGLang)."),
     kv_memory: str = typer.Option("1GiB", help="KV pool capacity, e.g. 512MiB, 20G."),
-    block_size: int = typer.Option(0, help="Tokens per block; per SGLang page for token style. "
-                                     "0: 16 for block, 1 for token."),
-    max_num_seqs: int = typer.Option(64, help="Most sequences in one batch."),
-    max_batched_tokens: int = typer.Option(2048, help="Token budget per step."),
+    block_size: int = typer.Option(0, parser=Num(int, 0, 4096).parser("--block-size"),
+                                   help="Tokens per block; per SGLang page for token style. "
+                                   "0: 16 for block, 1 for token."),
+    max_num_seqs: int = typer.Option(64, parser=Num(int, 1, 4096).parser("--max-num-seqs"),
+                                     help="Most sequences in one batch."),
+    max_batched_tokens: int = typer.Option(2048, parser=Num(int, 1, 1 << 20).parser(
+        "--max-batched-tokens"), help="Token budget per step."),
     host: str = typer.Option("127.0.0.1", help="Address to listen on."),
-    port: int = typer.Option(8000, help="Port (0 picks a free one)."),
-    queue_capacity: int = typer.Option(256, min=1, help="Most requests admitted at once "
-                                       "(waiting + running); more get 503 with Retry-After."),
-    body_timeout: float = typer.Option(10.0, min=0.1, help="Seconds a request body may take "
-                                       "to arrive (then 408)."),
+    port: int = typer.Option(8000, parser=Num(int, 0, 65535).parser("--port"),
+                             help="Port (0 picks a free one)."),
+    queue_capacity: int = typer.Option(256, parser=Num(int, 1, 1 << 16).parser(
+        "--queue-capacity"), help="Most requests admitted at once (waiting + running); more "
+        "get 503 with Retry-After."),
+    body_timeout: float = typer.Option(10.0, parser=Num(float, 0.1, 3600).parser(
+        "--body-timeout"), help="Seconds a request body may take to arrive (then 408)."),
     verbose: bool = typer.Option(False, help="Log every HTTP request."),
 ) -> None:
     """Serve the mini engine over HTTP (OpenAI /v1/completions, SSE streaming, /metrics).
 
     Prompts are strings (one token per UTF-8 byte) or token-id lists; see docs/server.md.
     """
-    from workbench.errors import ConfigError
     from workbench.mini.server import ServerConfig, shutdown_server, start_server
 
     try:
@@ -72,10 +81,28 @@ def _engine(model: str, device: str, kv: str, style: str, kv_memory: str, block_
     from workbench.mini.kv import KVSpec
     from workbench.mini.model import get_config
 
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = _device(device, torch)
     spec = KVSpec(style=style, backend=kv, kv_bytes=parse_size(kv_memory),
                   block_size=block_size or (16 if style == "block" else 1))
     engine = Engine(get_config(model), spec, device,
                     EngineConfig(max_num_seqs, max_batched_tokens))
     return engine, device
+
+
+def _device(name: str, torch) -> str:
+    """The torch device to serve on; a name this host cannot honour is one ConfigError line."""
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cpu":
+        return name
+    if re.fullmatch(r"cuda(:[0-9]{1,3})?", name):
+        if not torch.cuda.is_available():
+            raise ConfigError(f"--device {name}", "this host has no usable CUDA device "
+                              "(torch.cuda.is_available() is false)", "pass --device cpu or auto")
+        index, count = int(name.partition(":")[2] or 0), torch.cuda.device_count()
+        if index >= count:
+            raise ConfigError(f"--device {name}", f"this host has {count} CUDA device(s)",
+                              f"pass cuda:0..cuda:{count - 1}")
+        return name
+    shown = name if name.isprintable() else ascii(name)
+    raise ConfigError(f"--device {shown[:40]}", "not a device", "pass auto, cpu, cuda or cuda:N")
