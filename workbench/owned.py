@@ -20,9 +20,10 @@ import itertools
 import os
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
-__all__ = ["own", "disown", "undo_all", "owned", "SIGNALS"]
+__all__ = ["own", "disown", "undo_all", "owned", "ended_by_signals", "Interrupted", "SIGNALS"]
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _owned: dict[int, tuple[int, str, Callable[[], None]]] = {}  # token -> (pid, what, undo)
@@ -83,6 +84,37 @@ def _install() -> None:
         if now in (signal.SIG_DFL, signal.default_int_handler):  # someone else's: theirs
             _previous[sig] = now
             signal.signal(sig, _on_signal)
+
+
+class Interrupted(BaseException):
+    """A signal, raised where the main thread was (so every ``finally`` runs)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextmanager
+def ended_by_signals() -> Iterator[None]:
+    """For a command with its own orderly shutdown (a server): inside, SIGTERM, SIGINT and SIGHUP
+    raise :class:`Interrupted`; once the shutdown in the ``finally`` blocks has run, the process
+    ends by that signal (exit status 128 + N)."""
+    def interrupt(signum: int, frame) -> None:  # noqa: ARG001
+        raise Interrupted(signum)
+
+    before = {sig: signal.signal(sig, interrupt) for sig in SIGNALS}
+    try:
+        yield
+    except Interrupted as sig:
+        undo_all()
+        for s, h in before.items():
+            signal.signal(s, h)
+        signal.signal(sig.signum, signal.SIG_DFL)
+        os.kill(os.getpid(), sig.signum)
+        raise SystemExit(128 + sig.signum) from None  # not reached: the signal ends us
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h)
 
 
 def _forget_in_child() -> None:

@@ -42,9 +42,11 @@ def wait_until(cond, timeout: float = 60.0, what: str = "condition") -> None:
         time.sleep(0.01)
 
 
-def died_by(p: subprocess.Popen, sig: int, timeout: float = 60.0) -> None:
+def died_by(p: subprocess.Popen, sig: int, timeout: float = 60.0, exact: bool = True) -> None:
+    """Ended by ``sig`` (or, where not ``exact``, exited 128 + sig: the shell's same code)."""
     rc = p.wait(timeout=timeout)
-    assert rc == -sig, f"exit status {rc}, expected death by {signal.Signals(sig).name}"
+    ok = (-sig,) if exact else (-sig, 128 + sig)
+    assert rc in ok, f"exit status {rc}, expected death by {signal.Signals(sig).name}"
 
 
 @pytest.fixture
@@ -267,3 +269,28 @@ def test_a_missing_shm_folder_is_one_line(tmp_path):
                        text=True, timeout=60)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "ENOENT" in r.stderr
+
+
+SERVERS = {
+    "serve": ["serve", "--port", "0", "--device", "cpu", "--kv-memory", "8MiB"],
+    "export": ["kvctl", "export", "--port", "0"],
+}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
+@pytest.mark.parametrize("cmd", list(SERVERS))
+def test_servers_shut_down_in_order_and_end_by_the_signal(shm, cmd, sig):
+    if cmd == "serve":
+        pytest.importorskip("torch")
+    p = subprocess.Popen([sys.executable, "-m", "workbench", *SERVERS[cmd]], env=env_for(shm),
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = p.stdout.readline()
+        assert "http://" in line, p.stderr.read() if p.poll() is not None else line
+        p.send_signal(sig)
+        died_by(p, sig, timeout=60, exact=cmd == "serve")  # uvicorn's own exit for export
+        assert "Traceback" not in p.stderr.read()
+    finally:
+        p.kill()
+        p.wait()
+    assert entries(shm) == []

@@ -9,6 +9,7 @@ import typer
 
 from workbench.cli import app
 from workbench.errors import ConfigError
+from workbench.owned import ended_by_signals
 from workbench.ranges import Choice, Num
 
 
@@ -58,14 +59,13 @@ def serve(
     typer.echo(f"serving {engine.model_cfg.name} on {device} ({kv} KV, {style} style, "
                f"{g.num_blocks} blocks of {g.block_size} tokens) at {srv.url}/v1/completions "
                f"(metrics at {srv.url}/metrics)")
-    try:
-        while srv.loop.is_alive() and srv.thread.is_alive():
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        shutdown_server(srv)
-        engine.close()
+    with ended_by_signals():  # SIGTERM/SIGINT: shut down in order, then end by the signal
+        try:
+            while srv.loop.is_alive() and srv.thread.is_alive():
+                time.sleep(0.5)
+        finally:
+            shutdown_server(srv)
+            engine.close()
 
 
 def _engine(model: str, device: str, kv: str, style: str, kv_memory: str, block_size: int,
