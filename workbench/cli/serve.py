@@ -45,21 +45,24 @@ def serve(
     """
     from workbench.mini.server import ServerConfig, shutdown_server, start_server
 
-    try:
-        engine, device = _engine(model, device, kv, style, kv_memory, block_size, max_num_seqs,
-                                 max_batched_tokens)
-        srv = start_server(engine, host, port, config=ServerConfig(
-            queue_capacity=queue_capacity, body_timeout_s=body_timeout, verbose=verbose))
-    except ConfigError as err:
-        if "engine" in locals():
-            engine.close()
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
-    g = engine.kv.geometry
-    typer.echo(f"serving {engine.model_cfg.name} on {device} ({kv} KV, {style} style, "
-               f"{g.num_blocks} blocks of {g.block_size} tokens) at {srv.url}/v1/completions "
-               f"(metrics at {srv.url}/metrics)")
     with ended_by_signals():  # SIGTERM/SIGINT: shut down in order, then end by the signal
+        engine = None
+        try:
+            engine, device = _engine(model, device, kv, style, kv_memory, block_size,
+                                     max_num_seqs, max_batched_tokens)
+            srv = start_server(engine, host, port, config=ServerConfig(
+                queue_capacity=queue_capacity, body_timeout_s=body_timeout, verbose=verbose))
+        except BaseException as err:
+            if engine is not None:
+                engine.close()
+            if not isinstance(err, ConfigError):
+                raise
+            typer.echo(f"error: {err}", err=True)
+            raise typer.Exit(2) from None
+        g = engine.kv.geometry
+        typer.echo(f"serving {engine.model_cfg.name} on {device} ({kv} KV, {style} style, "
+                   f"{g.num_blocks} blocks of {g.block_size} tokens) at {srv.url}/v1/completions"
+                   f" (metrics at {srv.url}/metrics)")
         try:
             while srv.loop.is_alive() and srv.thread.is_alive():
                 time.sleep(0.5)

@@ -100,7 +100,13 @@ class ControlSegment:
         pid, start = my_identity()
         tmp = SHM_DIR / f"{PARTIAL_PREFIX}{pid}_{start}_{secrets.token_hex(4)}_{name}"
         fd = _create_file(tmp, name)
-        undo = owned.own(f"segment file {tmp}", lambda: tmp.unlink(missing_ok=True))
+        mine = os.fstat(fd)  # the same inode under both names once linked
+
+        def undo() -> None:  # a signal at any point from here on leaves neither name behind
+            tmp.unlink(missing_ok=True)
+            unlink_if_same(path, mine)
+
+        token = owned.own(f"segment {path}", undo)
         seg = self = None
         try:
             os.fchmod(fd, 0o600)  # umask-proof
@@ -116,9 +122,9 @@ class ControlSegment:
             self = cls(name, path, seg, pool)
             self.publish()
             _claim(tmp, path, name)
-            mine = os.fstat(fd)
-            self._owned = owned.own(f"segment {path}", lambda: unlink_if_same(path, mine))
+            self._owned = token
         except BaseException:
+            owned.disown(token)
             if self is not None:
                 self._unsubscribe()
             if seg is not None:
@@ -128,7 +134,6 @@ class ControlSegment:
             raise
         finally:
             tmp.unlink(missing_ok=True)
-            owned.disown(undo)
         return self
 
     def _on_event(self, e: Event) -> None:
