@@ -5,6 +5,7 @@ they leave any other. Contents are drawn by hypothesis; the CLI cases run real p
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -127,3 +128,26 @@ def test_kvctl_delete_force_in_a_real_process_leaves_another_programs_file(tmp_p
     r = cli("kvctl", "gc", "--verbose", env=env)
     assert r.returncode == 0 and str(victim) in r.stderr
     assert snapshot(victim) == before
+
+
+@pytest.mark.parametrize("kind", ["file", "directory", "symlink"])
+def test_a_worker_leaves_what_is_not_its_socket_at_its_path(tmp_path, kind):
+    """A stale socket of a dead worker is replaced; a file, directory or link is refused."""
+    path = tmp_path / "w0.sock"
+    if kind == "file":
+        path.write_text("another program's file\n")
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        path.symlink_to(tmp_path / "elsewhere")
+    cfg = {"geometry": {"num_layers": 2, "kv_heads": 2, "head_dim": 64, "num_blocks": 64},
+           "path": str(path), "parent": os.getpid(), "name": "w"}
+    r = subprocess.run([sys.executable, "-m", "workbench.transport.server", json.dumps(cfg)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "not this user's socket" in lines[0], \
+        r.stderr
+    assert path.is_symlink() if kind == "symlink" else path.exists()
+    if kind == "file":
+        assert path.read_text() == "another program's file\n"

@@ -29,10 +29,12 @@ range) is refused with ``bad_request`` and arms nothing.
 
 from __future__ import annotations
 
+import errno
 import os
 import selectors
 import signal
 import socket
+import stat
 import struct
 import sys
 import time
@@ -103,9 +105,9 @@ class Server:
         old = os.umask(0o077)
         try:
             self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            if self.path.exists():
-                self.path.unlink()  # a stale socket of a dead worker with our name
+            _remove_stale_socket(self.path)
             self.sock.bind(str(self.path))
+            self.bound = os.lstat(self.path)  # shutdown removes this socket, nothing else
         finally:
             os.umask(old)
         self.sock.listen(BACKLOG)
@@ -270,8 +272,10 @@ class Server:
         self.sel.close()
         self.sock.close()
         try:
-            self.path.unlink()
-        except FileNotFoundError:
+            now = os.lstat(self.path)
+            if (now.st_dev, now.st_ino) == (self.bound.st_dev, self.bound.st_ino):
+                self.path.unlink()
+        except (FileNotFoundError, AttributeError):
             pass
         if not self.state.closed:
             self.state.close()
@@ -281,6 +285,18 @@ class Server:
                 close()
             except Exception:  # noqa: BLE001 - exiting anyway; the driver frees the rest
                 pass
+
+
+def _remove_stale_socket(path: Path) -> None:
+    """A dead worker's socket under our name is removed; anything else there (a file, a
+    directory, a link) is not ours to remove: OSError, reported by ``main`` in one line."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.getuid():
+        raise FileExistsError(errno.EEXIST, "something that is not this user's socket is there")
+    path.unlink()
 
 
 def _peer_pid(sock: socket.socket) -> int:
