@@ -132,7 +132,7 @@ def test_a_shm_folder_that_is_gone_is_one_line(monkeypatch, tmp_path):
         monkeypatch.setattr(control, "SHM_DIR", where)
         with pytest.raises(ConfigError) as err:
             KVCacheManager(geo, SimDevice(), name="p", config=PoolConfig(ipc_name="p"))
-        assert str(err.value).startswith(f"shm directory {where}: cannot hold pool 'p''s "
+        assert str(err.value).startswith(f"IPC name 'p': the shm folder {where} takes no "
                                          "segment (")
         assert str(err.value).endswith("Fix: set WORKBENCH_KV_SHM_DIR to an existing directory "
                                        "you can write, or unset it for /dev/shm")

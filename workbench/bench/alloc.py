@@ -11,6 +11,7 @@ import statistics
 import time
 from collections.abc import Callable
 
+from workbench.bench.params import check
 from workbench.config import PoolConfig
 from workbench.core.geometry import KVGeometry
 from workbench.core.ledger import KVCacheManager
@@ -21,6 +22,8 @@ def alloc_throughput(sizes=(1, 16, 256, 1024), seconds: float = 0.5, repeats: in
                      progress: Callable[[str], None] | None = None) -> dict:
     """Median allocs/s (an alloc + its free = one op) per request size, over ``repeats`` runs;
     ``progress(message)`` hears each measurement start."""
+    ok = check("alloc", sizes=sizes, seconds=seconds, repeats=repeats)
+    sizes, seconds, repeats = ok["sizes"], ok["seconds"], ok["repeats"]
     geo = KVGeometry(num_layers=32, kv_heads=8, head_dim=128, block_size=16, num_blocks=65536)
     out = {}
     for n in sizes:

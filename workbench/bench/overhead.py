@@ -18,6 +18,7 @@ import pstats
 import time
 from collections.abc import Callable
 
+from workbench.bench.params import check
 from workbench.core.geometry import Layout
 from workbench.gpu.driver import use_driver
 from workbench.gpu.fakedriver import FakeDriver
@@ -56,6 +57,7 @@ def measure(layout: Layout, pages: int = 40, rounds: int = 8, repeats: int = 5) 
 
 def run_overhead(pages: int = 40, rounds: int = 8, repeats: int = 5,
                  progress: Callable[[str], None] | None = None) -> dict:
+    check("overhead", pages=pages, rounds=rounds, repeats=repeats)
     say = progress or (lambda _m: None)
     out = {}
     for layout in (Layout.CONTIGUOUS, Layout.PER_LAYER):

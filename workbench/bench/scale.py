@@ -21,6 +21,7 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from workbench.bench.params import check
 from workbench.engines.sim.cluster import ClusterConfig, run_cluster
 from workbench.engines.sim.workloads import poisson
 
@@ -40,6 +41,7 @@ class ScalePoint:
 
 
 def default_points(requests: int = 20, longer: int = 10) -> list[ScalePoint]:
+    check("scale", requests=requests, longer=longer)
     """1, 3, 16 and 64 instances on a base trace, then 1, 3 and 16 on a ``longer``x one."""
     pts = [ScalePoint(n, requests) for n in (1, 3, 16, 64)]
     return pts + [ScalePoint(n, requests * longer) for n in (1, 3, 16)]
@@ -82,6 +84,7 @@ def _spread(xs: list[float]) -> dict:
 def run_scale(points: list[ScalePoint] | None = None, repeats: int = 3,
               progress: Callable[[str], None] | None = None) -> dict:
     """Every point ``repeats`` times (seeds 0..repeats-1): medians and spread of each figure."""
+    check("scale", repeats=repeats)
     say = progress or (lambda _m: None)
     rows = []
     for p in points or default_points():

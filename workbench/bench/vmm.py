@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from workbench.bench.params import check
 from workbench.bench.vmm_raw import _Raw, raw_subjects  # noqa: F401 - _Raw: vmm_probe, tests
 from workbench.config import PoolConfig
 from workbench.core.geometry import KVGeometry, Layout
@@ -252,6 +253,7 @@ def reserve_cost(gib: int = 16) -> dict:
 def run_vmm(pages: int = 40, rounds: int = 10, bw_gib: int = 4, with_bandwidth: bool = True,
             bw_repeats: int = 10, progress: Callable[[str], None] | None = None) -> dict:
     """Every figure of ``workbench bench vmm`` in one dict."""
+    check("vmm", pages=pages, rounds=rounds, bw_gib=bw_gib, bw_repeats=bw_repeats)
     say = progress or (lambda _msg: None)
     dev = CudaDevice(0)
     out: dict[str, Any] = {"device": dev.name, "granularity": dev.granularity,

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import typer
 
+from workbench.bench.params import parser as _p
 from workbench.cli import app
 from workbench.cli.common import (
     Model,
@@ -29,14 +30,6 @@ OUT = typer.Option(None, "--out", help="Write the JSON record to this file.")
 JSON = typer.Option(False, "--json", help="Print the result as JSON on stdout.")
 
 
-def _ints(opt: str, text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise fail(f"--{opt} {text!r} is not a comma-separated list of integers. "
-                   "Fix: write e.g. 1,16,256") from None
-
-
 def _alloc_lines(res: dict) -> list[str]:
     return [f"{n:>5} blocks: {r['allocs_per_s']:>9,.0f} allocs/s  "
             f"{r['blocks_per_s']:>11,.0f} blocks/s  {r['us_per_alloc_free']:.1f} us"
@@ -44,16 +37,18 @@ def _alloc_lines(res: dict) -> list[str]:
 
 
 @bench.command(short_help='Allocator throughput (simulated backend).')
-def alloc(sizes: str = typer.Option("1,16,256,1024", help="Request sizes in blocks."),
-          seconds: float = typer.Option(0.5, help="Seconds per measurement."),
-          repeats: int = typer.Option(5, help="Measurements per size (the median is shown)."),
+def alloc(sizes=typer.Option("1,16,256,1024", parser=_p("alloc", "sizes"),
+                             help="Request sizes in blocks."),
+          seconds: float = typer.Option(0.5, parser=_p("alloc", "seconds"),
+                                        help="Seconds per measurement."),
+          repeats: int = typer.Option(5, parser=_p("alloc", "repeats"),
+                                      help="Measurements per size (the median is shown)."),
           out: Path | None = OUT, as_json: bool = JSON) -> None:
     """Allocator throughput on the simulated backend: alloc+free pairs per second by size."""
     from workbench.bench.alloc import alloc_throughput
 
-    ns = _ints("sizes", sizes)
     with progress("bench alloc") as say:
-        res = alloc_throughput(ns, seconds=seconds, repeats=repeats, progress=say)
+        res = alloc_throughput(sizes, seconds=seconds, repeats=repeats, progress=say)
     emit(res, out, as_json, _alloc_lines)
 
 
@@ -69,10 +64,14 @@ def _vmm_lines(res: dict) -> list[str]:
 
 
 @bench.command(short_help='Grow/shrink and bandwidth on a CUDA GPU.')
-def vmm(pages: int = typer.Option(40, help="Page ids grown and shrunk per subject and round."),
-        rounds: int = typer.Option(10, help="Interleaved rounds (the ratio spread is over them)."),
-        bw_gib: int = typer.Option(4, help="GiB of KV for the bandwidth kernels."),
-        bw_repeats: int = typer.Option(10, help="Interleaved repeats of each bandwidth pairing."),
+def vmm(pages: int = typer.Option(40, parser=_p("vmm", "pages"),
+                                  help="Page ids grown and shrunk per subject and round."),
+        rounds: int = typer.Option(10, parser=_p("vmm", "rounds"),
+                                   help="Interleaved rounds (the ratio spread is over them)."),
+        bw_gib: int = typer.Option(4, parser=_p("vmm", "bw_gib"),
+                                   help="GiB of KV for the bandwidth kernels."),
+        bw_repeats: int = typer.Option(10, parser=_p("vmm", "bw_repeats"),
+                                       help="Interleaved repeats of each bandwidth pairing."),
         no_bandwidth: bool = typer.Option(False, "--no-bandwidth",
                                           help="Skip the bandwidth kernels."),
         out: Path | None = OUT, as_json: bool = JSON) -> None:
@@ -99,9 +98,12 @@ def vmm(pages: int = typer.Option(40, help="Page ids grown and shrunk per subjec
 
 
 @bench.command(short_help='The Python added per page id (a CPU).')
-def overhead(pages: int = typer.Option(40, help="Page ids per subject and round."),
-             rounds: int = typer.Option(8, help="Interleaved rounds per repeat."),
-             repeats: int = typer.Option(5, help="Repeats (the median is shown)."),
+def overhead(pages: int = typer.Option(40, parser=_p("overhead", "pages"),
+                                       help="Page ids per subject and round."),
+             rounds: int = typer.Option(8, parser=_p("overhead", "rounds"),
+                                        help="Interleaved rounds per repeat."),
+             repeats: int = typer.Option(5, parser=_p("overhead", "repeats"),
+                                         help="Repeats (the median is shown)."),
              out: Path | None = OUT, as_json: bool = JSON) -> None:
     """The Python the workbench adds per page id, on a CPU: the subjects of bench vmm over an
     instant fake driver, against the H200's raw cost (the budget for a 1.10 ratio)."""
@@ -113,10 +115,13 @@ def overhead(pages: int = typer.Option(40, help="Page ids per subject and round.
 
 
 @bench.command(short_help='Simulated seconds per CPU second.')
-def scale(repeats: int = typer.Option(3, min=1, help="Runs per point (seeds 0..repeats-1)."),
-          requests: int = typer.Option(20, min=1, help="Requests per instance in the base "
+def scale(repeats: int = typer.Option(3, parser=_p("scale", "repeats"),
+                                      help="Runs per point (seeds 0..repeats-1)."),
+          requests: int = typer.Option(20, parser=_p("scale", "requests"),
+                                       help="Requests per instance in the base "
                                        "trace."),
-          longer: int = typer.Option(10, min=1, help="How many times longer the long traces "
+          longer: int = typer.Option(10, parser=_p("scale", "longer"),
+                                     help="How many times longer the long traces "
                                      "are."),
           profile: bool = typer.Option(False, "--profile",
                                        help="Also print a cProfile of the biggest point."),
@@ -135,11 +140,16 @@ def scale(repeats: int = typer.Option(3, min=1, help="Runs per point (seeds 0..r
 def crossover(backend: str = backend_option("gpu", ("gpu", "host"),
                                             "gpu (CUDA) or host (the CPU)."),
               model: Model = typer.Option("llama-3.1-8b", help="Model shape (random weights)."),
-              lens: str = typer.Option("256,1024,4096,8192", help="Prompt lengths."),
-              chunks: str = typer.Option("256,1024", help="Host-tier chunk sizes (tokens)."),
-              concurrency: str = typer.Option("1,4,16", help="Prompts admitted together."),
-              repeats: int = typer.Option(3, help="Interleaved repeats per cell."),
-              max_cell_tokens: int = typer.Option(32768, help="Skip cells over this many "
+              lens=typer.Option("256,1024,4096,8192", parser=_p("crossover", "lens"),
+                                help="Prompt lengths."),
+              chunks=typer.Option("256,1024", parser=_p("crossover", "chunks"),
+                                  help="Host-tier chunk sizes (tokens)."),
+              concurrency=typer.Option("1,4,16", parser=_p("crossover", "concurrency"),
+                                       help="Prompts admitted together."),
+              repeats: int = typer.Option(3, parser=_p("crossover", "repeats"),
+                                          help="Interleaved repeats per cell."),
+              max_cell_tokens: int = typer.Option(32768, parser=_p("crossover", "max_cell_tokens"),
+                                                  help="Skip cells over this many "
                                                   "tokens (sizes the tier and the KV)."),
               out: Path | None = OUT, as_json: bool = JSON) -> None:
     """Retrieve a prefix from pinned host memory (host-to-device copies into VMM KV: lookup,
@@ -149,9 +159,9 @@ def crossover(backend: str = backend_option("gpu", ("gpu", "host"),
     from workbench.bench.crossover import CrossoverConfig, run_crossover, summary_lines
     from workbench.errors import WorkbenchError
 
-    cfg = CrossoverConfig(backend=backend, model=model.value, lens=_ints("lens", lens),
-                          chunks=_ints("chunks", chunks),
-                          concurrency=_ints("concurrency", concurrency), repeats=repeats,
+    cfg = CrossoverConfig(backend=backend, model=model.value, lens=lens,
+                          chunks=chunks,
+                          concurrency=concurrency, repeats=repeats,
                           max_cell_tokens=max_cell_tokens)
     try:
         with progress("bench crossover") as say:

@@ -20,11 +20,16 @@ from workbench.config import format_size, parse_size
 from workbench.core import control, limit_requests
 from workbench.core.segment import SHM_DIR
 from workbench.errors import ConfigError, ControlError
+from workbench.ranges import Num
 from workbench.units import align_down
 
 kvctl = typer.Typer(help="Control elastic KV pools through their shared-memory segments.",
                     no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(kvctl, name="kvctl")
+WAIT = Num(float, 0, 3600, "seconds")  # declared ranges: refused in one line before anything
+INTERVAL = Num(float, 0.01, 3600, "seconds")
+DURATION = Num(float, 0, 366 * 86400, "seconds")
+COUNT = Num(int, 0, 1 << 40)
 EXIT_CODES = {limit_requests.ACKNOWLEDGED: 0, limit_requests.PENDING: 0,
               limit_requests.SUPERSEDED: 3, limit_requests.REFUSED: 4}
 
@@ -113,7 +118,8 @@ def _say(a: limit_requests.LimitAnswer) -> str:
 def limit(name: str = typer.Argument(..., help="IPC name of the pool."),
           size: str = typer.Argument(..., help="New limit, e.g. 8G, 512MiB, 1073741824."),
           as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-          wait: float = typer.Option(2.0, help="Seconds to wait for the owner's answer.")) -> None:
+          wait: float = typer.Option(2.0, parser=WAIT.parser("--wait"),
+                                     help="Seconds to wait for the owner's answer.")) -> None:
     """Set a pool's memory limit in bytes (all layers and buffers).
 
     Exit status: 0 acknowledged (or still pending after --wait), 2 bad request (nothing
@@ -129,7 +135,8 @@ def limit(name: str = typer.Argument(..., help="IPC name of the pool."),
 def limit_percent(name: str = typer.Argument(..., help="IPC name of the pool."),
                   percent: float = typer.Argument(..., help="Percent of the pool's capacity."),
                   as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-                  wait: float = typer.Option(2.0, help="Seconds to wait for the answer.")) -> None:
+                  wait: float = typer.Option(2.0, parser=WAIT.parser("--wait"),
+                                             help="Seconds to wait for the answer.")) -> None:
     """Set a pool's limit as a percentage of its capacity, rounded down to whole page ids (exit
     status as for `limit`)."""
     if not 0 <= percent <= 100:
@@ -153,9 +160,11 @@ def _sample(name: str | None, seen: set[str]) -> list[control.SegmentInfo]:
 
 @kvctl.command(short_help="Print a pool's bytes as they change.")
 def watch(name: str = typer.Argument(None, help="One pool, or every pool."),
-          interval: float = typer.Option(1.0, help="Seconds between samples."),
-          count: int = typer.Option(0, min=0, help="Samples to print; 0 = until Ctrl-C."),
-          duration: float = typer.Option(0.0, min=0.0,
+          interval: float = typer.Option(1.0, parser=INTERVAL.parser("--interval"),
+                                         help="Seconds between samples."),
+          count: int = typer.Option(0, parser=COUNT.parser("--count"),
+                                    help="Samples to print; 0 = until Ctrl-C."),
+          duration: float = typer.Option(0.0, parser=DURATION.parser("--duration"),
                                          help="Stop after this many seconds; 0 = no limit."),
           as_json: bool = typer.Option(False, "--json", help="One JSON object per line.")) -> None:
     """Print used/reserved/limit lines as they change (until --count or --duration)."""

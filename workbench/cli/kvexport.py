@@ -12,6 +12,9 @@ import typer
 from workbench.cli.common import fail
 from workbench.cli.kvctl import kvctl
 
+HEADER_TIMEOUT_S = 5.0
+PER_CLIENT = 16
+
 
 @kvctl.command("export", short_help="Serve every pool's bytes for Prometheus.")
 def export(
@@ -33,5 +36,7 @@ def export(
     shown = f"[{host}]" if ":" in host else host
     typer.echo(f"exporting KV pool metrics at http://{shown}:{sock.getsockname()[1]}/metrics",
                nl=True)
-    make_server(make_asgi_app(registry=export_registry()), verbose,
-                max_connections=64).run(sockets=[sock])
+    # a scrape is one short request: half-sent headers are dropped after HEADER_TIMEOUT_S and one
+    # address holds at most PER_CLIENT connections, so no client keeps the scraper out
+    make_server(make_asgi_app(registry=export_registry()), verbose, max_connections=1024,
+                header_timeout_s=HEADER_TIMEOUT_S, per_client=PER_CLIENT).run(sockets=[sock])

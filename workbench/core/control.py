@@ -15,6 +15,7 @@ name) removes it once that process is gone. The file format and the reader's che
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import mmap
 import os
@@ -24,13 +25,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from workbench import owned
 from workbench.core.events import Event, PageState
 from workbench.core.segment import (
     HEAD,
     HEADER_SIZE,
     MAGIC,
+    MALFORMED,
     MAX_PAGES,
     OFF,
+    OTHER_VERSION,
     OUTCOMES,
     PARTIAL_PREFIX,
     PREFIX,
@@ -40,6 +44,7 @@ from workbench.core.segment import (
     SegmentRefused,
     check_stat,
     entry_name,
+    foreign_header,
     owner_alive,
     partial_owner,
     read_checked,
@@ -81,6 +86,7 @@ class ControlSegment:
     def __init__(self, name: str, path: Path, seg: _Mapped, pool):
         self.name, self.path, self.seg, self.pool = name, path, seg, pool
         self._seen = 0
+        self._owned = 0  # the owned-registry token once the segment is in place
         self._unsubscribe = pool.events.subscribe(self._on_event, pool=pool.name)
 
     @classmethod
@@ -93,19 +99,19 @@ class ControlSegment:
         gc_segments(only=name)  # a crashed predecessor's half-written file
         pid, start = my_identity()
         tmp = SHM_DIR / f"{PARTIAL_PREFIX}{pid}_{start}_{secrets.token_hex(4)}_{name}"
-        try:
-            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         0o600)
-        except OSError as err:  # the folder went away, is a file, or is not ours to write
-            raise ConfigError(f"shm directory {SHM_DIR}", f"cannot hold pool {name!r}'s segment "
-                              f"({err.strerror})", "set WORKBENCH_KV_SHM_DIR to an existing "
-                              "directory you can write, or unset it for /dev/shm") from None
+        fd = _create_file(tmp, name)
+        mine = os.fstat(fd)  # the same inode under both names once linked
+
+        def undo() -> None:  # a signal at any point from here on leaves neither name behind
+            tmp.unlink(missing_ok=True)
+            unlink_if_same(path, mine)
+
+        token = owned.own(f"segment {path}", undo)
         seg = self = None
         try:
             os.fchmod(fd, 0o600)  # umask-proof
-            os.ftruncate(fd, HEADER_SIZE + n)
+            _reserve(fd, HEADER_SIZE + n, name)
             seg = _Mapped(fd, HEADER_SIZE + n)
-            HEAD.pack_into(seg.mm, 0, MAGIC, VERSION, HEADER_SIZE)
             g = pool.geometry
             for k, v in (("owner_pid", pid), ("owner_start", start), ("num_pages", n),
                          ("capacity", pool.capacity_bytes), ("block_size", g.block_size),
@@ -116,7 +122,9 @@ class ControlSegment:
             self = cls(name, path, seg, pool)
             self.publish()
             _claim(tmp, path, name)
+            self._owned = token
         except BaseException:
+            owned.disown(token)
             if self is not None:
                 self._unsubscribe()
             if seg is not None:
@@ -169,7 +177,33 @@ class ControlSegment:
         try:
             unlink_if_same(self.path, os.fstat(self.seg.fd))  # only if it is still ours
         finally:
+            owned.disown(getattr(self, "_owned", 0))
             self.seg.close()
+
+
+def _create_file(tmp: Path, name: str) -> int:
+    """The new segment file, or one ConfigError line saying why the folder will not take it."""
+    try:
+        return os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                       0o600)
+    except OSError as err:
+        code = errno.errorcode.get(err.errno or 0, "?")
+        raise ConfigError(f"IPC name {name!r}", f"the shm folder {SHM_DIR} takes no segment "
+                          f"({code}: {err.strerror})", "set WORKBENCH_KV_SHM_DIR to an existing "
+                          "directory you can write, or unset it for /dev/shm") from None
+
+
+def _reserve(fd: int, size: int, name: str) -> None:
+    """Write the magic, then give the file its blocks now: a mapping of a sparse file on a full
+    tmpfs would raise SIGBUS at the first write, where no code can answer it."""
+    try:
+        os.pwrite(fd, HEAD.pack(MAGIC, VERSION, HEADER_SIZE), 0)  # ours from its first byte
+        os.posix_fallocate(fd, 0, size)
+    except OSError as err:
+        code = errno.errorcode.get(err.errno or 0, "?")
+        raise ConfigError(f"IPC name {name!r}", f"the shm folder {SHM_DIR} has no room for a "
+                          f"{size}-byte segment ({code}: {err.strerror})",
+                          "free space there (or set WORKBENCH_KV_SHM_DIR elsewhere)") from None
 
 
 def _claim(tmp: Path, path: Path, name: str) -> None:
@@ -283,6 +317,9 @@ def _check_partial(entry: str) -> tuple[bool, os.stat_result]:
         raise SegmentRefused(f"{SHM_DIR}/{ascii(entry)[1:-1]}", HALF_WRITTEN,
                              "named like a segment being written, but not by a workbench")
     check_stat(path, st)
+    why, st = foreign_header(path, empty_ok=True)  # written from its first byte: magic or none
+    if why is not None:
+        raise SegmentRefused(path, MALFORMED, f"named like a segment being written, but {why}")
     return pid_alive(owner[0], owner[1] or None), st
 
 
@@ -315,16 +352,27 @@ def read_all() -> list[SegmentInfo]:
 
 
 def delete_segment(name: str, force: bool = False) -> None:
+    """Remove pool ``name``'s segment. Without ``force`` only a well-formed one whose owner is
+    gone; with it also a live owner's, or one of ours this workbench cannot read (this user's
+    regular file carrying the segment magic and header). Anything else is refused and left."""
     path = segment_path(name)
     try:
         got = read_checked(path)
     except SegmentRefused as err:
-        if force and err.kind in ("malformed", "other version"):  # a regular file of ours
-            path.unlink(missing_ok=True)
-            return
-        hint = "; --force removes it" if err.kind in ("malformed", "other version") else ""
-        raise ControlError(f"{path} is not a segment this workbench can read: {err.detail}"
-                           f"{hint}") from None
+        if err.kind not in (MALFORMED, OTHER_VERSION):
+            raise ControlError(f"{path} is not a segment this workbench can read: {err.detail}; "
+                               f"left alone") from None
+        why, st = foreign_header(path)
+        if why is not None:
+            raise ControlError(f"{path} is not a segment this workbench can read: {err.detail}; "
+                               f"left alone, even with --force: {why}") from None
+        if not force:
+            raise ControlError(f"{path} is not a segment this workbench can read: {err.detail}"
+                               f"; --force removes it") from None
+        if not unlink_if_same(path, st):
+            raise ControlError(f"{path} changed while it was being removed; left alone") \
+                from None
+        return
     if got is None:
         raise ControlError(f"no pool named {name!r}")
     v, _, st = got

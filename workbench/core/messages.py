@@ -70,8 +70,17 @@ def targets_for(tp_size: int, pp_size: int = 1, pp_rank: int = -1) -> list[Worke
 
 
 # -- field checks, keyed by the annotation string (``from __future__ import annotations``) -------
-def _int(v: Any) -> bool:
+# a scalar integer (seq, epoch, a count) fits 64 bits, signed or not: nothing bigger is echoed;
+# a list's ids are checked against the pool by the worker, which names the bad one
+INT_MIN, INT_MAX = -(1 << 63), (1 << 64) - 1
+
+
+def _whole(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _int(v: Any) -> bool:
+    return _whole(v) and INT_MIN <= v <= INT_MAX
 
 
 def _str(v: Any) -> bool:
@@ -83,7 +92,7 @@ def _opt(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
 
 
 def _ints(v: Any) -> bool:
-    return isinstance(v, list) and all(_int(x) for x in v)
+    return isinstance(v, list) and all(_whole(x) for x in v)
 
 
 def _float(v: Any) -> bool:

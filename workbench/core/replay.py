@@ -119,7 +119,7 @@ class _Run:
     def __init__(self, device: _TracedDevice, events: EventLog):
         self.device, self.events = device, events
         self.pools: dict[str, KVCacheManager] = {}
-        self.tags: dict[tuple[str, str], list[int]] = {}
+        self.tags: dict[tuple[str, str], list[int] | int] = {}  # ids, or a missed alloc's line
         self.occupied: set[str] = set()
         self.results: list[OpResult] = []
 
@@ -148,13 +148,18 @@ class _Run:
 
     def _alloc(self, op: dict) -> Any:
         ids = self.pool_of(op).alloc(op["n"])
-        if ids is not None and "tag" in op:
-            self.tags[(op["pool"], op["tag"])] = ids
+        if "tag" in op:  # a miss is remembered too: its free says so instead of freeing []
+            self.tags[(op["pool"], op["tag"])] = ids if ids is not None else op["_line"]
         return None if ids is None else len(ids)
 
     def _free(self, op: dict) -> Any:
         kv = self.pool_of(op)
         ids = self.tags.get((op["pool"], op["tag"]), []) if "tag" in op else op["ids"]
+        if isinstance(ids, int):
+            self.tags.pop((op["pool"], op["tag"]), None)
+            raise ConfigError(f"line {op['_line']}: free tag {op['tag']!r}", f"its alloc on "
+                              f"line {ids} missed (answered null), so it holds no blocks",
+                              "nothing was freed; check the alloc's result first")
         kv.free(ids)
         if "tag" in op:  # forgotten only once freed: a refused free can be retried
             self.tags.pop((op["pool"], op["tag"]), None)

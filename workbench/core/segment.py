@@ -209,6 +209,34 @@ def read_checked(path: Path) -> tuple[dict[str, int], bytes, os.stat_result] | N
     return v, codes, st
 
 
+def foreign_header(path: Path, empty_ok: bool = False) -> tuple[str | None, os.stat_result | None]:
+    """(None, stat) when ``path`` is this user's regular file that starts with the segment magic
+    and a plausible header (so the control plane may remove exactly that file); else (why it is
+    someone else's, None). An empty file passes with ``empty_ok`` (a creator that died before
+    its first write)."""
+    try:
+        opened = open_checked(path)
+    except SegmentRefused as err:
+        return err.detail, None
+    if opened is None:
+        return "it is gone", None
+    fd, st = opened
+    try:
+        head = os.pread(fd, HEAD.size, 0)
+    except OSError as err:
+        return f"it cannot be read ({err.strerror})", None
+    finally:
+        os.close(fd)
+    if not head and empty_ok:
+        return None, st
+    if len(head) < HEAD.size or head[:len(MAGIC)] != MAGIC:
+        return "it does not carry the workbench's segment magic (another program's file?)", None
+    _, version, hsize = HEAD.unpack(head)
+    if not 1 <= version <= 255 or not HEAD.size <= hsize <= 4096:
+        return f"its header (version {version}, size {hsize}) is not a segment header", None
+    return None, st
+
+
 def unlink_if_same(path: Path, st: os.stat_result) -> bool:
     """Unlink ``path`` only if it still names the file ``st`` describes (a successor may have
     taken the name in between)."""

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from workbench import strictjson
 from workbench.config import PoolConfig
 from workbench.core.device import VMM_OPS
 from workbench.core.geometry import KVGeometry, Layout
@@ -205,6 +206,7 @@ def check_trace(ops: Iterable[Any], source: str = "trace") -> list[dict]:
     Ops may carry ``_line`` (their line in ``source``); others are numbered from 1."""
     out: list[dict] = []
     names: dict[str, int] = {}
+    tags = _Tags()
     for i, op in enumerate(ops, 1):
         line = op.get("_line", i) if isinstance(op, dict) else i
         line = line if isinstance(line, int) and not isinstance(line, bool) else i
@@ -220,9 +222,41 @@ def check_trace(ops: Iterable[Any], source: str = "trace") -> list[dict]:
                 raise ConfigError(where, f"pool {name!r} is already created on line "
                                   f"{names[name]}", "give each pool its own name")
             names[name] = line
+        tags.check(checked, where, line)
         checked["_line"] = line
         out.append(checked)
     return out
+
+
+class _Tags:
+    """Which tags hold blocks, line by line: a free of a tag never allocated, a second free of
+    one, and a tag allocated again while it still holds blocks are refused (each would be a
+    guess: free nothing, or leak the first ids)."""
+
+    def __init__(self) -> None:
+        self.live: dict[tuple[str, str], int] = {}  # -> line of its alloc
+        self.freed: dict[tuple[str, str], int] = {}  # -> line of its free
+
+    def check(self, op: dict, where: str, line: int) -> None:
+        if "tag" not in op:
+            return
+        key = (op["pool"], op["tag"])
+        tag = f"tag {_short(op['tag'])} of pool {_short(op['pool'])}"
+        if op["op"] == "alloc":
+            if key in self.live:
+                raise ConfigError(where, f"{tag} still holds the blocks allocated on line "
+                                  f"{self.live[key]}", "free it first, or use another tag")
+            self.live[key] = line
+            self.freed.pop(key, None)
+            return
+        if key in self.freed:
+            raise ConfigError(where, f"{tag} was already freed on line {self.freed[key]}",
+                              "free a tag once per alloc")
+        if key not in self.live:
+            raise ConfigError(where, f"{tag} was never allocated", "alloc it with this tag "
+                              "on an earlier line, or free by \"ids\"")
+        self.freed[key] = line
+        del self.live[key]
 
 
 def load_trace(path: str | Path) -> list[dict]:
@@ -245,9 +279,10 @@ def load_trace(path: str | Path) -> list[dict]:
         if not line or line.startswith("#"):
             continue
         try:
-            op = json.loads(line)
+            op = strictjson.loads(line)
         except (ValueError, RecursionError) as err:  # a 5000-digit number is a ValueError
             why = f"not JSON ({err.msg})" if isinstance(err, json.JSONDecodeError) else \
+                f"ambiguous JSON ({err})" if isinstance(err, strictjson.AmbiguousJSON) else \
                 f"not readable JSON ({type(err).__name__})"
             raise ConfigError(f"{path}:{i}", why, "write one JSON object per line") from None
         if not isinstance(op, dict):

@@ -124,6 +124,29 @@ async def _read_body(request: Request, cfg: ServerConfig) -> bytes:
         raise ApiError(400, "body: the client closed the connection mid-body", "body") from None
 
 
+class _HungUp(Exception):
+    """The client closed its connection before its answer was ready."""
+
+
+async def _hung_up(request: Request) -> None:
+    """Return once the client hangs up: after the body, the next ASGI message is the
+    disconnect."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _unless_gone(work: Any, gone: asyncio.Future, loop: EngineLoop, rid: str) -> Any:
+    """``work``'s result, or, when the client hangs up first, the request cancelled in the
+    engine (its blocks freed) and :class:`_HungUp`."""
+    task = asyncio.ensure_future(work)
+    done, _ = await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    if task in done:
+        return task.result()
+    task.cancel()
+    loop.cancel(rid)
+    raise _HungUp
+
+
 def _as_api_error(err: BaseException) -> ApiError:
     """The engine's refusal of one request is the client's 400; a stopped engine is a 503."""
     if isinstance(err, ApiError):
@@ -183,24 +206,34 @@ async def _complete(request: Request) -> Response:
     st.admitted += 1
     rid = st.loop.submit(ids, req.max_tokens, stream.sink, temperature=req.sampling_temperature(),
                          seed=req.seed, stop_ids=list(req.stop_token_ids or []))
-    first = await stream.get()
-    if isinstance(first, BaseException):
-        raise _as_api_error(first)
-    ttft = time.perf_counter() - arrived
-    st.metrics.prompted.inc(len(ids))
-    done_timing = lambda: st.metrics.finished(  # noqa: E731
-        ttft, time.perf_counter() - arrived, n_tokens[0])
-    created, n_tokens = int(time.time()), [0]
-    usage = lambda: {"prompt_tokens": len(ids), "completion_tokens": n_tokens[0],  # noqa: E731
-                     "total_tokens": len(ids) + n_tokens[0]}
-    if not req.stream:
-        text, finish = [], None
-        async for piece, finish in _pieces(stream, first, req, rid, n_tokens):  # noqa: B007
-            text.append(piece)
-        done_timing()
-        body = _chunk(rid, created, st.model_name, "".join(text), finish)
-        body["usage"] = usage()
-        return JSONResponse(body)
+    gone = asyncio.ensure_future(_hung_up(request))
+    try:  # until a response streams, a client that hangs up cancels its request (and its KV)
+        first = await _unless_gone(stream.get(), gone, st.loop, rid)
+        if isinstance(first, BaseException):
+            raise _as_api_error(first)
+        ttft = time.perf_counter() - arrived
+        st.metrics.prompted.inc(len(ids))
+        created, n_tokens = int(time.time()), [0]
+        done_timing = lambda: st.metrics.finished(  # noqa: E731
+            ttft, time.perf_counter() - arrived, n_tokens[0])
+        usage = lambda: {"prompt_tokens": len(ids),  # noqa: E731
+                         "completion_tokens": n_tokens[0], "total_tokens": len(ids) + n_tokens[0]}
+        if not req.stream:
+            async def collect() -> tuple[list[str], str | None]:
+                text, finish = [], None
+                async for piece, finish in _pieces(stream, first, req, rid, n_tokens):  # noqa: B007
+                    text.append(piece)
+                return text, finish
+
+            text, finish = await _unless_gone(collect(), gone, st.loop, rid)
+            done_timing()
+            body = _chunk(rid, created, st.model_name, "".join(text), finish)
+            body["usage"] = usage()
+            return JSONResponse(body)
+    except _HungUp:
+        return Response(status_code=499)  # nobody reads it: the request was cancelled
+    finally:
+        gone.cancel()  # a streamed response watches for the hang-up itself
 
     async def events() -> AsyncIterator[bytes]:
         done = False

@@ -10,6 +10,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections import Counter
 from typing import Any
 
 from workbench.errors import ConfigError
@@ -26,26 +27,87 @@ def bind_socket(host: str, port: int, backlog: int = 2048) -> socket.socket:
                           "pick another port (0 picks a free one) or address") from None
 
 
-def make_server(app: Any, verbose: bool = False, max_connections: int | None = None) -> Any:
-    """uvicorn has no timeout for a request's headers or body (only keep-alive between
-    requests): apps time their own body reads, and ``max_connections`` caps what idle or slow
-    clients can hold (past it uvicorn answers 503)."""
+def make_server(app: Any, verbose: bool = False, max_connections: int | None = None,
+                header_timeout_s: float = 10.0, per_client: int | None = None) -> Any:
+    """uvicorn has no timeout for a request's headers (only keep-alive between requests): a
+    connection whose request headers are not complete within ``header_timeout_s`` of its start
+    (or of its previous response) is closed, and one address holds at most ``per_client``
+    connections (more are closed at once), so a client that opens many and sends half a header
+    keeps nobody else out. ``max_connections`` is the global cap (past it uvicorn answers 503);
+    apps time their own body reads."""
     import uvicorn
 
-    cfg = uvicorn.Config(app, http="h11", lifespan="off", log_level="info" if verbose
-                         else "warning", access_log=verbose, timeout_keep_alive=5,
-                         timeout_graceful_shutdown=3, limit_concurrency=max_connections)
+    cfg = uvicorn.Config(app, http=guarded_h11(header_timeout_s, per_client), lifespan="off",
+                         log_level="info" if verbose else "warning", access_log=verbose,
+                         timeout_keep_alive=5, timeout_graceful_shutdown=3,
+                         limit_concurrency=max_connections)
     return uvicorn.Server(cfg)
+
+
+def guarded_h11(header_timeout_s: float, per_client: int | None) -> type:
+    """uvicorn's h11 protocol with a header deadline and a per-address connection cap (one
+    count per server: the class is made per call)."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    held: Counter[str] = Counter()
+
+    class Guarded(H11Protocol):
+        _timer: Any = None
+        _peer: str | None = None
+
+        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            peer = transport.get_extra_info("peername")
+            self._peer = str(peer[0]) if isinstance(peer, tuple) and peer else "?"
+            held[self._peer] += 1
+            if per_client is not None and held[self._peer] > per_client:
+                transport.close()  # this address holds its share already
+                return
+            self._arm()
+
+        def _arm(self) -> None:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = self.loop.call_later(header_timeout_s, self._headers_late)
+
+        def _headers_late(self) -> None:
+            self._timer = None
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                self.transport.close()  # still no complete request headers
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self._timer is not None and self.conn.their_state is not h11.IDLE:
+                self._timer.cancel()  # the headers are in: the app times the body
+                self._timer = None
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                self._arm()  # the next request's headers have the same deadline
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._timer is not None:
+                self._timer.cancel()
+            if self._peer is not None:
+                held[self._peer] -= 1
+                if held[self._peer] <= 0:
+                    del held[self._peer]
+                self._peer = None
+            super().connection_lost(exc)
+
+    return Guarded
 
 
 def serve_in_thread(app: Any, host: str, port: int, backlog: int = 2048,
                     verbose: bool = False, start_timeout_s: float = 30.0,
-                    max_connections: int | None = None):
+                    max_connections: int | None = None, header_timeout_s: float = 10.0):
     """Start uvicorn on a daemon thread; returns (server, thread, bound port). Stop it with
     ``server.should_exit = True`` and ``thread.join()``."""
     sock = bind_socket(host, port, backlog)
     bound = sock.getsockname()[1]
-    uv = make_server(app, verbose, max_connections)
+    uv = make_server(app, verbose, max_connections, header_timeout_s)
     thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, name="uvicorn",
                               daemon=True)
     thread.start()

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from workbench import owned
 from workbench.core.coordinator import (
     Answer,
     FanOutSpace,
@@ -170,6 +171,7 @@ class WorkerGroup:
         self.procs: dict[WorkerId, subprocess.Popen] = {}
         self.closed = False
         atexit.register(self.shutdown)  # a normal exit cleans up too (SIGKILL needs gc_sockets)
+        self._owned = owned.own(f"workers of {self.dir}", self._undo)  # and a signal
         geo = {f.name: getattr(geometry, f.name) for f in dataclasses.fields(geometry)}
         geo["layout"] = geometry.layout.value
         skip = set(missing)
@@ -248,6 +250,7 @@ class WorkerGroup:
             return
         self.closed = True
         atexit.unregister(self.shutdown)
+        owned.disown(self._owned)
         transport = getattr(self, "transport", None)
         for t, proc in self.procs.items():
             if proc.poll() is None and transport is not None:
@@ -270,6 +273,20 @@ class WorkerGroup:
                     break
                 except subprocess.TimeoutExpired:
                     continue
+        remove_pool_dir(self.dir)
+
+    def _undo(self) -> None:
+        """The quick way out, for a signal: no exit messages, just TERM, a moment, KILL."""
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+        deadline = time.monotonic() + 2.0
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=max(0.05, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
         remove_pool_dir(self.dir)
 
     def __enter__(self) -> WorkerGroup:

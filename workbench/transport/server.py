@@ -8,8 +8,13 @@ thread, so the state machine never runs concurrently with itself. It exits (and 
 socket) on ``exit``, on SIGTERM/SIGINT, or when its parent process goes away.
 
 One bad peer never stops it serving the others: every connection is non-blocking with its own
-frame buffer, and a frame begun must be complete within :data:`FRAME_TIMEOUT` or the connection
-is dropped. A frame that cannot be decoded (too long, nested too deep, not a JSON object) drops
+frame buffer and its own reply buffer, a frame begun must be complete within
+:data:`FRAME_TIMEOUT` and a reply begun must be taken within :data:`SEND_TIMEOUT` (a peer that
+never reads stops being read, and is dropped; nobody else waits for it), else the connection is
+dropped. The coordinator (the peer whose pid, from ``SO_PEERCRED``, is the worker's parent) is
+always let in; other peers share :data:`MAX_CONNS` places and are dropped after
+:data:`IDLE_TIMEOUT` without a frame, so idle peers cannot keep the coordinator out. A frame
+that cannot be decoded (too long, nested too deep, not a JSON object, a key named twice) drops
 its connection (the peer's framing can no longer be trusted); a well-framed JSON object that is
 not a request of a known op is answered with a typed ``bad_request`` error frame and the
 connection stays open.
@@ -24,18 +29,20 @@ range) is refused with ``bad_request`` and arms nothing.
 
 from __future__ import annotations
 
-import json
+import errno
 import os
 import selectors
 import signal
 import socket
+import stat
+import struct
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench import backends
+from workbench import backends, strictjson
 from workbench.core.device import FaultyDevice
 from workbench.core.geometry import KVGeometry
 from workbench.core.messages import (
@@ -47,12 +54,14 @@ from workbench.core.messages import (
     echo_of,
 )
 from workbench.core.worker import WorkerState
-from workbench.errors import FrameError, ProtocolError, WorkbenchError
+from workbench.errors import ConfigError, FrameError, ProtocolError, WorkbenchError
 from workbench.transport import wire
 
 FRAME_TIMEOUT = 5.0  # seconds from a frame's first byte to its last; a stalled peer is dropped
-SEND_TIMEOUT = 5.0  # a peer that does not read its replies is dropped after this
-MAX_CONNS = 64  # connections beyond this are closed at once (the coordinator keeps one each)
+SEND_TIMEOUT = 5.0  # a peer that does not take a reply within this is dropped
+MAX_OUT = 4 << 20  # reply bytes a peer may leave unread before it is dropped
+IDLE_TIMEOUT = 10.0  # a peer other than the coordinator with no frame for this long is dropped
+MAX_CONNS = 64  # places for peers other than the coordinator; more are closed at once
 BACKLOG = 128
 TICK = 0.5  # how often the parent and overdue frames are checked while idle
 
@@ -62,8 +71,17 @@ class Conn:
     """One peer: its socket, its partial frame, and when that frame must be complete."""
 
     sock: socket.socket
+    coordinator: bool = False
     reader: wire.FrameReader = field(default_factory=wire.FrameReader)
-    deadline: float | None = None
+    deadline: float | None = None  # the frame begun must be complete by then
+    out: bytearray = field(default_factory=bytearray)  # replies not yet taken by the peer
+    send_deadline: float | None = None  # the reply begun must be taken by then
+    active: float = field(default_factory=time.monotonic)  # last frame byte or reply taken
+
+    def due(self) -> float:
+        """When this connection must next be looked at (inf: never on its own)."""
+        idle = self.active + IDLE_TIMEOUT if not self.coordinator else float("inf")
+        return min(self.deadline or idle, self.send_deadline or idle, idle)
 
 
 class Server:
@@ -87,9 +105,9 @@ class Server:
         old = os.umask(0o077)
         try:
             self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            if self.path.exists():
-                self.path.unlink()  # a stale socket of a dead worker with our name
+            _remove_stale_socket(self.path)
             self.sock.bind(str(self.path))
+            self.bound = os.lstat(self.path)  # shutdown removes this socket, nothing else
         finally:
             os.umask(old)
         self.sock.listen(BACKLOG)
@@ -102,11 +120,11 @@ class Server:
             while self.running:
                 if os.getppid() != self.parent:
                     break  # the coordinator died: our tensors have no owner
-                for key, _ in self.sel.select(timeout=self._wait()):
+                for key, events in self.sel.select(timeout=self._wait()):
                     if key.data is None:
                         self._accept()
-                    else:
-                        self._readable(key.data)
+                    elif key.data.sock in self.conns:
+                        self._ready(key.data, events)
                     if not self.running:
                         break
                 self._expire()
@@ -114,13 +132,14 @@ class Server:
             self.shutdown()
 
     def _wait(self) -> float:
-        due = [c.deadline for c in self.conns.values() if c.deadline is not None]
-        return max(0.0, min([TICK, *(d - time.monotonic() for d in due)]))
+        now = time.monotonic()
+        return max(0.0, min([TICK, *(c.due() - now for c in self.conns.values())]))
 
     def _expire(self) -> None:
-        """Drop every peer whose frame is overdue: half a frame then silence wedges nobody."""
+        """Drop every peer whose frame or reply is overdue, and idle strangers: half a frame
+        then silence, a reply never read, or a connection held open wedge nobody."""
         now = time.monotonic()
-        for c in [c for c in self.conns.values() if c.deadline is not None and c.deadline <= now]:
+        for c in [c for c in self.conns.values() if c.due() <= now]:
             self._drop(c)
 
     def _accept(self) -> None:
@@ -130,11 +149,13 @@ class Server:
                 sock, _ = self.sock.accept()
             except OSError:  # backlog empty, or the peer gave up before we got to it
                 return
-            if len(self.conns) >= MAX_CONNS:
+            coordinator = _peer_pid(sock) == self.parent
+            strangers = sum(not c.coordinator for c in self.conns.values())
+            if not coordinator and strangers >= MAX_CONNS:
                 sock.close()
                 continue
             sock.setblocking(False)
-            c = Conn(sock)
+            c = Conn(sock, coordinator)
             self.conns[sock] = c
             self.sel.register(sock, selectors.EVENT_READ, c)
 
@@ -143,7 +164,14 @@ class Server:
             self.sel.unregister(c.sock)
         c.sock.close()
 
+    def _ready(self, c: Conn, events: int) -> None:
+        if events & selectors.EVENT_WRITE:
+            self._flush(c)
+        elif events & selectors.EVENT_READ:
+            self._readable(c)
+
     def _readable(self, c: Conn) -> None:
+        c.active = time.monotonic()
         try:
             data = c.sock.recv(65536)
         except BlockingIOError:
@@ -194,14 +222,38 @@ class Server:
         return self._send(c, reply.to_json())
 
     def _send(self, c: Conn, obj: dict[str, Any]) -> bool:
+        """Queue a reply and send what the peer takes now; never waits for it."""
         try:
-            c.sock.settimeout(SEND_TIMEOUT)
-            wire.send(c.sock, obj)
-            c.sock.setblocking(False)
-        except (OSError, FrameError):
+            c.out += wire.encode(obj)
+        except FrameError:
             self._drop(c)
             return False
-        return True
+        if len(c.out) > MAX_OUT:  # it reads nothing: keep no more for it
+            self._drop(c)
+            return False
+        return self._flush(c)
+
+    def _flush(self, c: Conn) -> bool:
+        try:
+            sent = c.sock.send(c.out) if c.out else 0
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            self._drop(c)
+            return False
+        del c.out[:sent]
+        if sent:
+            c.active = time.monotonic()
+        if not c.out:  # all taken: read from it again
+            if c.send_deadline is not None:
+                c.send_deadline = None
+                self.sel.modify(c.sock, selectors.EVENT_READ, c)
+        elif c.send_deadline is None:  # stop reading it until it takes its replies
+            c.send_deadline = time.monotonic() + SEND_TIMEOUT
+            self.sel.modify(c.sock, selectors.EVENT_WRITE, c)
+        elif sent:
+            c.send_deadline = time.monotonic() + SEND_TIMEOUT  # progress: its own deadline
+        return c.sock in self.conns
 
     def _inject(self, req: InjectRequest) -> Reply:
         for call, k in req.device.items():
@@ -220,8 +272,10 @@ class Server:
         self.sel.close()
         self.sock.close()
         try:
-            self.path.unlink()
-        except FileNotFoundError:
+            now = os.lstat(self.path)
+            if (now.st_dev, now.st_ino) == (self.bound.st_dev, self.bound.st_ino):
+                self.path.unlink()
+        except (FileNotFoundError, AttributeError):
             pass
         if not self.state.closed:
             self.state.close()
@@ -233,8 +287,34 @@ class Server:
                 pass
 
 
+def _remove_stale_socket(path: Path) -> None:
+    """A dead worker's socket under our name is removed; anything else there (a file, a
+    directory, a link) is not ours to remove: OSError, reported by ``main`` in one line."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.getuid():
+        raise FileExistsError(errno.EEXIST, "something that is not this user's socket is there")
+    path.unlink()
+
+
+def _peer_pid(sock: socket.socket) -> int:
+    """The connecting process's pid (Linux ``SO_PEERCRED``), or -1 where it cannot be known."""
+    try:
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        return struct.unpack("3i", creds)[0]
+    except (OSError, AttributeError):
+        return -1
+
+
 def main(argv: list[str] | None = None) -> int:
-    cfg = json.loads((argv or sys.argv[1:])[0])
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        cfg = _config(args)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        return 2
     if cfg.get("cuda_visible_devices") is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(cfg["cuda_visible_devices"])
 
@@ -248,9 +328,40 @@ def main(argv: list[str] | None = None) -> int:
     except WorkbenchError as err:  # e.g. a backend this host cannot honour: one line, no trace
         print(f"{type(err).__name__}: {err}", file=sys.stderr, flush=True)
         return 1
+    except OSError as err:  # the socket's folder is missing or not ours to write
+        print(f"error: worker socket {cfg['path']}: cannot listen there ({err.strerror}). Fix: "
+              "pass a path in an existing folder this user may write", file=sys.stderr,
+              flush=True)
+        return 2
+    except (TypeError, ValueError, KeyError) as err:  # a geometry field the device refuses
+        print(f"error: worker config: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+        return 2
     print("ready", flush=True)
     server.serve()
     return 0
+
+
+CONFIG_FIELDS = {"geometry": dict, "path": str, "parent": int, "name": str}
+
+
+def _config(args: list[str]) -> dict[str, Any]:
+    """The worker's one argument: a JSON object with at least ``CONFIG_FIELDS``, or one line."""
+    if len(args) != 1:
+        raise ConfigError("worker arguments", f"{len(args)} given, expected one JSON config",
+                          "run it as `python -m workbench.transport.server '<json>'`")
+    try:
+        cfg = strictjson.loads(args[0])
+    except (ValueError, RecursionError) as err:
+        raise ConfigError("worker config", f"not JSON ({err})", "pass one JSON object") from None
+    if not isinstance(cfg, dict):
+        raise ConfigError("worker config", f"a JSON {type(cfg).__name__}, not an object",
+                          "pass one JSON object")
+    for key, kind in CONFIG_FIELDS.items():
+        v = cfg.get(key)
+        if not isinstance(v, kind) or isinstance(v, bool):
+            raise ConfigError(f"worker config {key}", f"{v!r:.40} is not a {kind.__name__}",
+                              f"give {', '.join(CONFIG_FIELDS)}")
+    return cfg
 
 
 if __name__ == "__main__":
