@@ -24,12 +24,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from workbench.bench.vmm import GOAL_BANDWIDTH, GiB, MiB, _stats, model_geometry
+from workbench.bench.vmm import GOAL_BANDWIDTH, _stats, model_geometry
 from workbench.config import PoolConfig
 from workbench.core.geometry import Layout
 from workbench.core.ledger import KVCacheManager
 from workbench.errors import DeviceError
 from workbench.gpu.device import CudaDevice
+from workbench.units import GiB, MiB
 
 KERNELS = ("sum", "add")
 PAIRINGS = (("contiguous", Layout.CONTIGUOUS, 2 * MiB), ("per_layer", Layout.PER_LAYER, 2 * MiB),
