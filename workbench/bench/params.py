@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workbench.engines.models import MODELS
+from workbench.engines.models import mini_models
 from workbench.ranges import Choice, Ints, Num, Spec, check_all
 
 ALLOC: dict[str, Spec] = {
@@ -34,7 +34,7 @@ VMM: dict[str, Spec] = {
 }
 CROSSOVER: dict[str, Spec] = {
     "backend": Choice(("gpu", "host")),
-    "model": Choice(tuple(MODELS)),
+    "model": Choice(mini_models()),  # what the mini engine builds
     "lens": Ints(1, 1 << 17),
     "chunks": Ints(1, 1 << 17),
     "concurrency": Ints(1, 1024),

@@ -30,6 +30,18 @@ class _SettingsFirst(TyperGroup):
                 raise typer.Exit(2) from None
         return name, cmd, rest
 
+    def invoke(self, ctx):  # noqa: ANN001 - click's signature
+        """A usage error anywhere below (a missing argument, an unknown option) is one line too,
+        like every other refusal, instead of click's usage block."""
+        usage_error = typer.BadParameter.__mro__[1]  # click's UsageError, wherever typer keeps it
+        try:
+            return super().invoke(ctx)
+        except usage_error as err:
+            where = err.ctx.command_path if err.ctx is not None else ctx.command_path
+            typer.echo(f"error: {' '.join(err.format_message().split())} "
+                       f"Fix: see {where} --help", err=True)
+            raise typer.Exit(2) from None
+
 
 app = typer.Typer(
     name="workbench",

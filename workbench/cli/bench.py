@@ -13,10 +13,11 @@ import typer
 from workbench.bench.params import parser as _p
 from workbench.cli import app
 from workbench.cli.common import (
-    Model,
     backend_option,
+    choice_option,
     emit,
     fail,
+    model_names,
     progress,
     requires,
     requires_torch,
@@ -139,7 +140,8 @@ def scale(repeats: int = typer.Option(3, parser=_p("scale", "repeats"),
 @bench.command(short_help='Host-tier retrieve against recompute.')
 def crossover(backend: str = backend_option("gpu", ("gpu", "host"),
                                             "gpu (CUDA) or host (the CPU)."),
-              model: Model = typer.Option("llama-3.1-8b", help="Model shape (random weights)."),
+              model: str = choice_option("llama-3.1-8b", model_names(), "--model",
+                                         "Model shape (random weights)."),
               lens=typer.Option("256,1024,4096,8192", parser=_p("crossover", "lens"),
                                 help="Prompt lengths."),
               chunks=typer.Option("256,1024", parser=_p("crossover", "chunks"),
@@ -159,7 +161,7 @@ def crossover(backend: str = backend_option("gpu", ("gpu", "host"),
     from workbench.bench.crossover import CrossoverConfig, run_crossover, summary_lines
     from workbench.errors import WorkbenchError
 
-    cfg = CrossoverConfig(backend=backend, model=model.value, lens=lens,
+    cfg = CrossoverConfig(backend=backend, model=model, lens=lens,
                           chunks=chunks,
                           concurrency=concurrency, repeats=repeats,
                           max_cell_tokens=max_cell_tokens)

@@ -14,7 +14,6 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -78,25 +77,21 @@ def console() -> Console:
     return Console() if sys.stdout.isatty() else Console(width=1000, soft_wrap=True)
 
 
-class Style(str, Enum):
-    block = "block"
-    token = "token"
-
-
-class KVMemory(str, Enum):
-    vmm = "vmm"
-    static = "static"
-
-
-def model_names() -> list[str]:
+def model_names() -> tuple[str, ...]:
     """Registry models the mini engine can build (a Llama-shaped decoder)."""
-    from workbench.engines.models import MODELS
+    from workbench.engines.models import mini_models
 
-    return [n for n, m in MODELS.items() if m.decoder is not None and not m.mla]
+    return mini_models()
 
 
-Model = Enum("Model", {n.replace("-", "_").replace(".", "_"): n for n in model_names()},
-             type=str)
+def choice_option(default: str, values: tuple[str, ...] | list[str], flag: str, what: str) -> Any:
+    """An option with a fixed set of values, shown in ``--help`` as ``[a|b]``; any other value
+    is the one ``error:`` line every declared range gives (:mod:`workbench.ranges`)."""
+    from workbench.ranges import Choice
+
+    return typer.Option(default, flag, metavar="[" + "|".join(values) + "]",
+                        parser=Choice(tuple(values)).parser(flag), help=what)
+
 
 _CUDA_N = re.compile(r"cuda:\d+")
 
@@ -109,14 +104,14 @@ def backend_option(default: str, allowed: tuple[str, ...], what: str) -> Any:
     def check(value: str) -> str:
         from workbench.backends import kind
         from workbench.errors import WorkbenchError
+        from workbench.ranges import Choice
 
         try:
-            k = kind(value)  # an unknown name: the registry's own one-line refusal
-        except WorkbenchError as err:
-            raise fail(err) from None
-        if k not in allowed:
-            raise fail(f"--backend {value}: this command runs on {', '.join(shown)}. "
-                       f"Fix: use --backend {allowed[0]}")
+            k = kind(value)
+        except WorkbenchError:
+            k = None
+        if k not in allowed:  # an unknown name, or one this command does not run on
+            raise fail(Choice(tuple(shown)).refuse(value, "--backend"))
         return value
 
     return typer.Option(default, "--backend", metavar="[" + "|".join(shown) + "]",
@@ -128,8 +123,10 @@ def device_option() -> Any:
     def check(value: str) -> str:
         if value in ("auto", "cpu", "cuda") or _CUDA_N.fullmatch(value):
             return value
-        raise fail(f"--device {value!r}: is not a device the mini engine runs on. "
-                   "Fix: use one of auto, cpu, cuda, cuda:N")
+        from workbench.ranges import Choice
+
+        raise fail(Choice(("auto", "cpu", "cuda", "cuda:N")).refuse(
+            value, "--device", "not a device the mini engine runs on"))
 
     return typer.Option("auto", metavar="[auto|cpu|cuda|cuda:N]", callback=check,
                         help="Where the model runs: auto (cuda when available), cpu, cuda, "

@@ -8,7 +8,7 @@ import time
 import typer
 
 from workbench.cli import app
-from workbench.cli.common import KVMemory, Model, Style, device_option, fail, requires_torch
+from workbench.cli.common import choice_option, device_option, fail, model_names, requires_torch
 from workbench.errors import ConfigError
 from workbench.owned import ended_by_signals
 from workbench.ranges import Num
@@ -16,10 +16,12 @@ from workbench.ranges import Num
 
 @app.command(short_help='Serve the mini engine, OpenAI-compatible.')
 def serve(
-    model: Model = typer.Option("tiny", help="Model preset (random weights)."),
+    model: str = choice_option("tiny", model_names(), "--model", "Model preset (random weights)."),
     device: str = device_option(),
-    kv: KVMemory = typer.Option("vmm", help="KV memory: vmm (workbench pool pages) or static."),
-    style: Style = typer.Option("block", help="KV indexing: block (vLLM) or token (SGLang)."),
+    kv: str = choice_option("vmm", ("vmm", "static"), "--kv",
+                            "KV memory: vmm (workbench pool pages) or static."),
+    style: str = choice_option("block", ("block", "token"), "--style",
+                               "KV indexing: block (vLLM) or token (SGLang)."),
     kv_memory: str = typer.Option("1GiB", help="KV pool capacity, e.g. 512MiB, 20G."),
     block_size: int = typer.Option(0, parser=Num(int, 0, 4096).parser("--block-size"),
                                    help="Tokens per block (per SGLang page for token style); "
@@ -50,7 +52,7 @@ def serve(
     with ended_by_signals():  # SIGTERM/SIGINT: shut down in order, then end by the signal
         engine = None
         try:
-            engine, device = _engine(model.value, device, kv.value, style.value, kv_memory,
+            engine, device = _engine(model, device, kv, style, kv_memory,
                                      block_size, max_num_seqs, max_batched_tokens)
             srv = start_server(engine, host, port, config=ServerConfig(
                 queue_capacity=queue_capacity, body_timeout_s=body_timeout, verbose=verbose))
@@ -61,7 +63,7 @@ def serve(
                 raise
             raise fail(err) from None
         g = engine.kv.geometry
-        typer.echo(f"serving {engine.model_cfg.name} on {device} ({kv.value} KV, {style.value} "
+        typer.echo(f"serving {engine.model_cfg.name} on {device} ({kv} KV, {style} "
                    f"style, {g.num_blocks} blocks of {g.block_size} tokens) at "
                    f"{srv.url}/v1/completions (metrics at {srv.url}/metrics)")
         try:

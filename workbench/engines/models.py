@@ -92,6 +92,11 @@ MODELS: dict[str, ModelSpec] = {
 ALIASES: dict[str, str] = {"llama3-8b": "llama-3.1-8b"}
 
 
+def mini_models() -> tuple[str, ...]:
+    """The registry's models the mini engine can build (a Llama-shaped decoder, not MLA)."""
+    return tuple(n for n, m in MODELS.items() if m.decoder is not None and not m.mla)
+
+
 def get_model(name: str | ModelSpec) -> ModelSpec:
     if isinstance(name, ModelSpec):
         return name
