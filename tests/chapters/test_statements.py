@@ -193,3 +193,100 @@ def test_ch04_colocation_contends_on_a_gpu_budget(monkeypatch):
     assert sum(on_sim.misses.values()) > 0
     assert on_gpu.misses == on_sim.misses and on_gpu.finished == on_sim.finished
     assert "budget 0.80 GiB" in on_gpu.rec.managers["a"].device.name
+
+
+# -- polish seen in the browser
+def test_ch00_experiment_table_is_one_table():
+    text = cell("00_start_here", "c07")
+    start = text.index("| handbook (")
+    table = text[start:text.index("\n\n", start)]
+    rows = table.splitlines()  # header, rule, 12 rows: no blank line breaks it in two
+    assert len(rows) == 14 and all(r.startswith("| ") or r.startswith("|---") for r in rows)
+    assert "#seed-003-e5)–[E9]" in table.splitlines()[-1]
+
+
+def test_ch06_cases_are_an_html_table_with_every_outcome_in_full():
+    from workbench.viz.transactions import CaseResult, case_html
+
+    long = "abort sent to every target; " * 6 + "<the end>"
+    r = CaseResult(name="prepare lost", fault="drop_reply", outcome=long, page="reclaimed",
+                   failed=None, messages=[], participants=[], workers={}, disagree=[])
+    out = case_html([r])
+    assert out.startswith("<table") and "&lt;the end&gt;" in out and "..." not in out
+    assert "case_html(results)" in cell("06_tp_pp_transactions", "c610")
+
+
+def test_message_times_read_in_ms_not_seven_digit_us():
+    from workbench.viz.sequence import _when
+
+    assert _when(2e-5) == "20 µs" and _when(1.2345678) == "1,234.6 ms"
+
+
+def test_kvtop_legend_explains_the_bar_glyphs():
+    from workbench.cli.kvtop import legend
+
+    text = legend().plain
+    assert "░ not mapped" in text and "█ used" in text and "█ reserved" in text
+
+
+@pytest.mark.parametrize("qid, other", [("09-page-size-bytes", "01-vllm-page"),
+                                        ("09-group-hash", "03-group-hash")])
+def test_chapter_09_does_not_repeat_an_earlier_question(qid, other):
+    q, earlier = question(qid), question(other)
+    assert q.prompt != earlier.prompt and q.kind != earlier.kind or \
+        {c.text for c in q.choices}.isdisjoint({c.text for c in earlier.choices})
+    assert "Chapter 0" in q.explanation  # says how it differs from the earlier one
+
+
+# -- the mechanism in view: cells built from the core's own calls
+def run_cell(chapter: str, cid: str, capsys) -> str:
+    src = cell(chapter, cid)
+    exec(compile(src, f"{chapter}:{cid}", "exec"), {"backend": "sim"})
+    return capsys.readouterr().out
+
+
+def test_ch02_builds_the_page_state_machine_call_by_call(capsys):
+    src = cell("02_elastic_memory", "c03b")
+    assert "KVCacheManager(geo, make_device(backend)" in src and "explore" not in src
+    out = run_cell("02_elastic_memory", "c03b", capsys).splitlines()
+    assert out[0].startswith("reserved 48.00 MiB of virtual space")  # before any page is backed
+    assert "2:reserved" in out[4] and "1:in_use" in out[4]  # parked: the reserve has room
+    assert "1:free" in out[5] and "mapped 16.00 MiB" in out[5]  # unmapped: the reserve is full
+    assert "page 1 mapped: False" in out[6]
+    before, after = out[6].split("the unmap: ")[1].split()
+    assert before == after  # the tensor's address survives the unmap (self-test Q4)
+    assert "2:in_use" in out[7] and "mapped 16.00 MiB" in out[7]  # the parked page reused
+
+
+def test_ch03_builds_insert_match_lock_evict_by_hand(capsys):
+    src = cell("03_prefix_ownership", "c06b")
+    for call in ("rc.insert(", "rc.match_prefix(", "rc.inc_lock_ref(", "rc.evict(",
+                 "rc.dec_lock_ref("):
+        assert call in src, call
+    out = run_cell("03_prefix_ownership", "c06b", capsys)
+    assert "B matches 8 tokens" in out and "evictable 4 tokens, locked 8" in out
+    assert "frees 4 tokens (A's own suffix only); B's prefix still cached: True" in out
+    assert "B done: evict(100) frees 8 tokens; tree 0 tokens, ledger blocks held 0" in out
+
+
+def test_ch06_builds_prepare_abort_commit_by_hand(capsys):
+    src = cell("06_tp_pp_transactions", "c604b")
+    for call in ("space.prepare_unmap(3)", "space.abort_unmap(3)", "space.commit_unmap(3)"):
+        assert call in src, call
+    out = run_cell("06_tp_pp_transactions", "c604b", capsys).splitlines()
+    assert "mapped False handles kept 1  physical 8 MiB" in out[1]  # prepare: handle kept
+    assert "mapped True  handles kept 0  physical 8 MiB" in out[2]  # abort: put back
+    assert "mapped False handles kept 0  physical 0 MiB" in out[3]  # commit: released
+    assert out[4].endswith("physical 0 MiB")  # a repeated commit changes nothing
+
+
+def test_ch05_walks_one_request_down_the_chain_by_hand(capsys):
+    src = cell("05_one_request", "c506b")
+    for call in ("BlockPool(ledger)", "VLLMKVManager(pool)", "kvm.get_computed_blocks(",
+                 "kvm.allocate_slots(", "kvm.free(a)"):
+        assert call in src, call
+    out = run_cell("05_one_request", "c506b", capsys).splitlines()
+    assert "page map 0:in_use 1:free" in out[0]
+    assert "A: 0 hit" in out[1] and "on VMM pages [0, 1]" in out[1] and "1:in_use" in out[1]
+    assert "10 blocks cached" in out[2] and "1:in_use" in out[2]  # cached: still mapped
+    assert "B: 8 hit, allocate_slots(32)" in out[3] and "[1, 2, 3, 4, 5, 6, 7, 8, 11, 12]" in out[3]
