@@ -290,3 +290,14 @@ def test_ch05_walks_one_request_down_the_chain_by_hand(capsys):
     assert "A: 0 hit" in out[1] and "on VMM pages [0, 1]" in out[1] and "1:in_use" in out[1]
     assert "10 blocks cached" in out[2] and "1:in_use" in out[2]  # cached: still mapped
     assert "B: 8 hit, allocate_slots(32)" in out[3] and "[1, 2, 3, 4, 5, 6, 7, 8, 11, 12]" in out[3]
+
+
+def test_ch05_runs_vllm_preemption_against_sglang_retract(capsys):
+    src = cell("05_one_request", "c519b")
+    assert "VLLMScheduler(" in src and "SGLangScheduler(" in src
+    out = run_cell("05_one_request", "c519b", capsys)
+    assert "vllm, step" in out and "preempts request" in out
+    assert "vllm: 1 gave way" in out
+    assert "sglang (defaults): 0 gave way" in out
+    assert "sglang (optimistic admission), step" in out and "retracts request" in out
+    assert out.count("3 of 3 finished") == 3
