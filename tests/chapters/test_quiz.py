@@ -26,7 +26,7 @@ from workbench.quiz.schema import parse_question
 
 from .nbrun import NOTEBOOKS, QUIZZES
 
-SEED_13 = "seed 001 §13"
+SEED_13 = "[001 §13](../docs/sources.md#seed-001-s13)"
 
 
 def _single(**kw):

@@ -53,6 +53,10 @@ def legend() -> Text:
     t = Text("pages: ")
     for st, (glyph, style) in GLYPHS.items():
         t.append(f"{glyph} {st}  ", style=style)
+    t.append("\nbar:   ")
+    t.append("█ used  ", style="green")
+    t.append("█ reserved  ", style="yellow")
+    t.append("░ not mapped", style="grey30")
     return t
 
 

@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping
 from typing import NamedTuple, Protocol, runtime_checkable
 
 from workbench.errors import ConfigError, DeviceError, InjectedFault
+from workbench.units import GiB
 
 VMM_OPS = ("reserve", "create", "map", "set_access", "unmap", "release")
 
@@ -324,6 +325,10 @@ class BudgetDevice:
     """
 
     def __init__(self, inner, budget: int):
+        if budget <= 0 or budget % inner.granularity:
+            raise ConfigError(f"budget {budget}", "it must be a positive multiple of the "
+                              f"device's granularity ({inner.granularity} bytes)",
+                              "round the budget to whole pages")
         self.inner = inner
         self.budget = budget
         self.used = 0
@@ -355,7 +360,8 @@ class BudgetDevice:
     def _create(self, size: int) -> int:  # under the lock
         if self.used + size > self.budget:
             self.refused += 1
-            raise DeviceError("create", "out of memory", "CUDA_ERROR_OUT_OF_MEMORY")
+            raise DeviceError("create", f"out of memory (the {self.budget / GiB:.2f} GiB budget "
+                              "the pools share is used up)", "CUDA_ERROR_OUT_OF_MEMORY")
         h = self.inner.create(size)
         self._sizes[h] = size
         self.used += size
@@ -379,7 +385,7 @@ class BudgetDevice:
         self.used -= self._sizes.pop(handle)
 
     def mem_info(self) -> MemInfo:
-        return MemInfo(self.budget - self.used, self.budget)
+        return MemInfo(min(self.inner.mem_info().free, self.budget - self.used), self.budget)
 
     def take_counts(self) -> dict:
         """The call counts since the last take (then cleared), and the refusals."""

@@ -115,7 +115,8 @@ class Cluster:
 
                 # the backend of the engines' torch device (zero_page: ignored on the host)
                 gpu_device = make_device(for_torch_device(cfg.device), zero_page=False)
-            self.budget_dev = BudgetDevice(gpu_device, budget)
+            gran = gpu_device.granularity  # creates are whole pages: the same creates succeed
+            self.budget_dev = BudgetDevice(gpu_device, budget // gran * gran)
         for i, model in enumerate(models):
             if mode == "static":
                 spec = KVSpec("block", "static", budget // cfg.instances)

@@ -6,11 +6,12 @@ A quiz file::
     {"chapter": "02", "title": "...", "questions": [QUESTION, ...]}
 
 A question has ``id``, ``kind`` (``single`` | ``multiple`` | ``numeric``), ``prompt`` and
-``explanation`` (shown after any answer), optionally ``source`` (e.g. "seed 001 §13"). Choice
-questions carry ``choices``: ``{"text", "correct", "feedback"}`` each, with feedback for every
-choice; ``single`` has exactly one correct choice, ``multiple`` at least one. A numeric question
-carries ``answer``, ``tolerance`` (absolute, >= 0), optional ``unit`` and ``feedback`` with
-``correct``, ``low`` and ``high`` texts.
+``explanation`` (shown after any answer), optionally ``source`` (a Markdown link into
+docs/sources.md, e.g. "[001 §13](../docs/sources.md#seed-001-s13)"). Choice questions carry
+``choices``: ``{"text", "correct", "feedback"}`` each, with feedback for every choice;
+``single`` has exactly one correct choice, ``multiple`` at least one. A numeric question carries
+``answer``, ``tolerance`` (absolute, >= 0), optional ``unit`` and ``feedback`` with ``correct``,
+``low`` and ``high`` texts.
 """
 
 from __future__ import annotations
@@ -107,7 +108,8 @@ def parse_question(d: Any, where: str = "question") -> Question:
     prompt, explanation = _text(d, "prompt", where), _text(d, "explanation", where)
     source = d.get("source", "")
     if not isinstance(source, str):
-        raise _fail(f"{where}: source", "must be a string", 'e.g. "seed 001 §13"')
+        raise _fail(f"{where}: source", "must be a string",
+                    'e.g. "[001 §13](../docs/sources.md#seed-001-s13)"')
     if kind == "numeric":
         if "choices" in d:
             raise _fail(where, "a numeric question has no choices", "drop choices")

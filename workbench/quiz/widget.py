@@ -11,6 +11,7 @@ prints the questions as text.
 from __future__ import annotations
 
 import html
+import re
 
 from workbench.errors import ConfigError
 from workbench.quiz.bank import load_chapter_quiz
@@ -30,16 +31,32 @@ _CSS = """<style>
 </style>"""
 
 
-def _feedback_html(g: Grade, kept: float | None = None) -> str:
+_LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+)\)")
+
+
+def inline_html(text: str) -> str:
+    """Escaped text whose Markdown links (a citation of ``docs/sources.md``) become links."""
+    out, at = [], 0
+    for m in _LINK.finditer(text):
+        out.append(html.escape(text[at:m.start()]))
+        out.append(f"<a href='{html.escape(m[2], quote=True)}' target='_blank'>"
+                   f"{html.escape(m[1])}</a>")
+        at = m.end()
+    return "".join(out) + html.escape(text[at:])
+
+
+def _feedback_html(g: Grade, kept: float | None = None, source: str = "") -> str:
     head = "✔ Correct." if g.correct else ("Partly right." if g.score > 0 else "✘ Not quite.")
     color = "#1a7f37" if g.correct else "#b35900"
-    lines = "".join(f"<li>{html.escape(f)}</li>" for f in g.feedback)
+    lines = "".join(f"<li>{inline_html(f)}</li>" for f in g.feedback)
     note = "" if kept is None else (
         f"<div class='wb-quiz-kept'><b>Already answered, first score kept: {kept:g} / 1.</b> "
         "This retry is graded for your understanding and does not change the score.</div>")
     return (f"<div style='border-left:4px solid {color};padding-left:8px'>{note}"
             f"<b style='color:{color}'>{head}</b><ul style='margin:2px 0'>{lines}</ul>"
-            f"<i>Why:</i> {html.escape(g.explanation)}</div>")
+            f"<i>Why:</i> {inline_html(g.explanation)}"
+            + (f"<div class='wb-quiz-source'><i>Source:</i> {inline_html(source)}</div>"
+               if source else "") + "</div>")
 
 
 def _refusal_html(text: str) -> str:
@@ -59,7 +76,7 @@ class QuestionCard:
         self.grade: Grade | None = None
         hint = {"single": "(one answer)", "multiple": "(tick every correct answer)",
                 "numeric": f"(a number{', in ' + q.unit if q.unit else ''})"}[q.kind]
-        prompt = w.HTML(f"<b>Q{number}.</b> {html.escape(q.prompt)} <i>{hint}</i>")
+        prompt = w.HTML(f"<b>Q{number}.</b> {inline_html(q.prompt)} <i>{hint}</i>")
         texts = [q.choices[i].text for i in self.order.order]
         if q.kind == "single":
             self.input = w.RadioButtons(options=[(t, j) for j, t in enumerate(texts)],
@@ -122,7 +139,7 @@ class QuestionCard:
             return None
         kept = self.book.first[self.q.id] if self.book.is_answered(self.q.id) else None
         self.grade = self.book.answer(self.q.id, r)
-        self.feedback.value = _feedback_html(self.grade, kept)
+        self.feedback.value = _feedback_html(self.grade, kept, self.q.source)
         if self.on_graded:
             self.on_graded()
         return self.grade

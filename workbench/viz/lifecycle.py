@@ -141,6 +141,25 @@ class SteppedEngine:
         return names
 
 
+# what each workbench object stands for upstream; vLLM and kvcached both have a KVCacheManager,
+# one above the block pool and one below it, so the chain names which is which
+UPSTREAM = {
+    "VLLMScheduler": "vLLM Scheduler",
+    "VLLMKVManager": "vLLM KVCacheManager with its KVCacheCoordinator folded in (one KV group)",
+    "BlockPool": "vLLM BlockPool (elastic: its block ids come from the ledger below)",
+    "SGLangScheduler": "SGLang Scheduler",
+    "RadixCache": "SGLang RadixCache with its token allocator",
+    "KVCacheManager": "the elastic layer's block ledger (kvcached's KVCacheManager)",
+    "PageAllocator": "the elastic layer's page allocator",
+    "KVSpace": "the reserved virtual range and its tensor views",
+}
+
+
+def roles(engine: SteppedEngine) -> list[tuple[str, str]]:
+    """(workbench object, what it stands for upstream) down the chain; a device is the driver."""
+    return [(n, UPSTREAM.get(n, "the device: the driver's VMM calls")) for n in engine.chain()]
+
+
 def _pool(device, rec: Recording, geometry: KVGeometry) -> KVCacheManager:
     # no background refill and a reserve of one page: every map and park shows in the page map
     cfg = PoolConfig(prealloc=False, min_reserved_pages=0, max_reserved_pages=1)

@@ -57,14 +57,15 @@ def cli_while_owning(kv, *args: str, poll_s: float = 0.02,
 
 
 def pool_panel(frame: str, name: str) -> str:
-    """The lines of ``kvtop --once`` output that draw pool ``name`` (its legend line first); an
+    """The lines of ``kvtop --once`` output that draw pool ``name`` (its legend lines first); an
     empty string when the frame has no such pool."""
     lines = frame.splitlines()
     start = next((i for i, ln in enumerate(lines) if ln.startswith(f"╭─ {name} ")), None)
     if start is None:
         return ""
     end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("╰")), start)
-    legend = [ln for ln in lines[:start] if ln.startswith("pages:")][:1]
+    legend = ([ln for ln in lines[:start] if ln.startswith("pages:")][:1]
+              + [ln for ln in lines[:start] if ln.startswith("bar:")][:1])
     return "\n".join(legend + lines[start:end + 1])
 
 

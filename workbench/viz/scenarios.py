@@ -11,8 +11,10 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from workbench.backends import kind as backend_kind
 from workbench.backends import make_device
 from workbench.config import PoolConfig
+from workbench.core.device import BudgetDevice
 from workbench.core.geometry import KVGeometry
 from workbench.core.ledger import KVCacheManager
 from workbench.errors import ConfigError
@@ -170,8 +172,11 @@ def colocation(*, steps: int = 48, phase: int = 8, busy: int = 6, idle: int = 1,
     :func:`request_stream`, in order: a refused request waits and is offered again next step, so
     ``res.offered[pool]`` is always a prefix of that pool's stream."""
     rec = Recording()
-    # a device of device_gib: sim and host honour the capacity, a real GPU is what it is
+    # a device of device_gib: sim and host honour the capacity; on a real GPU the three pools
+    # share a budget of device_gib instead, so they contend as they would on a GPU that size
     dev = make_device(backend, **{"capacity": int(device_gib * GiB), **device_kw})
+    if backend_kind(backend) == "gpu":
+        dev = BudgetDevice(dev, int(device_gib * GiB) // dev.granularity * dev.granularity)
     names = ["a", "b", "c"]
     pools: dict[str, KVCacheManager] = {}
     for n in names:  # each pool could take 2/3 of the device: together they oversubscribe it

@@ -36,6 +36,11 @@ def as_message(m: Any) -> Message:
                    getattr(m, "t", None), bool(getattr(m, "ok", True)))
 
 
+def _when(t: float) -> str:
+    """A message's time: µs under a millisecond, ms above (no seven-digit µs on a lifeline)."""
+    return f"{t * 1e6:.0f} µs" if abs(t) < 1e-3 else f"{t * 1e3:,.1f} ms"
+
+
 def sequence_figure(messages: Iterable[Any], participants: Sequence[str] | None = None,
                     title: str = "Transaction sequence", upto: int | None = None) -> go.Figure:
     """Draw ``messages`` top to bottom in order; ``upto`` shows only the first N (a step slider).
@@ -57,7 +62,7 @@ def sequence_figure(messages: Iterable[Any], participants: Sequence[str] | None 
     for k, m in enumerate(shown, 1):
         color = "#2b8a3e" if m.ok else "#e03131"
         y = -k
-        when = f" (t={m.t * 1e6:.0f} µs)" if isinstance(m.t, (int, float)) else ""
+        when = f" (t={_when(m.t)})" if isinstance(m.t, (int, float)) else ""
         if m.src == m.dst:  # a local step: a note on the lifeline
             ann.append(dict(x=x[m.src], y=y, text=m.label + when, showarrow=False,
                             bgcolor="#fff9db", bordercolor=color, font=dict(size=10)))

@@ -218,6 +218,22 @@ def case_table(results: list[CaseResult]) -> str:
     return "\n".join(rows)
 
 
+def case_html(results: list[CaseResult]) -> str:
+    """The same rows as :func:`case_table` as an HTML table, each outcome in full (it wraps)."""
+    import html
+
+    cells = ["case", "page 1", "pool", "workers", "outcome"]
+    head = "".join(f"<th style='text-align:left'>{c}</th>" for c in cells)
+    body = []
+    for r in results:
+        agree = "one is gone" if r.disagree is None else \
+            ("agree" if not r.disagree else f"differ: {r.disagree[0]}")
+        row = [r.name, r.page, "FAILED" if r.failed else "ok", agree, r.outcome]
+        body.append("<tr>" + "".join(f"<td style='text-align:left;vertical-align:top'>"
+                                     f"{html.escape(str(v))}</td>" for v in row) + "</tr>")
+    return f"<table class='wb-cases'><tr>{head}</tr>{''.join(body)}</table>"
+
+
 def case_explorer(results: list[CaseResult], *, live: bool | None = None):
     """A case picker and a message slider over the cases' sequence diagrams (live), or every
     diagram one after another (static)."""
