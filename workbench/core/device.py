@@ -331,6 +331,7 @@ class BudgetDevice:
                               "round the budget to whole pages")
         self.inner = inner
         self.budget = budget
+        self.name = f"{inner.name} (budget {budget / GiB:.2f} GiB)"
         self.used = 0
         self.peak = 0
         self.refused = 0
