@@ -92,3 +92,14 @@ def test_engine_vllm_without_vllm_is_refused_in_one_line(monkeypatch):
     with pytest.raises(ConfigError) as err:
         kind.require_vllm("lab 'output-equality' with engine=vllm")
     assert "make engine-vllm" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_chapters_real_walk_says_in_one_line_what_it_would_run(monkeypatch, capsys):
+    from workbench.engines.real.walk import real_request_walk
+
+    text = real_request_walk("sim")
+    assert "\n" not in text and "real vLLM" in text and "'sim'" in text
+    monkeypatch.setattr(kind, "_has_vllm", lambda python: False)
+    text = real_request_walk("host")
+    assert "\n" not in text and "make engine-vllm" in text
+    assert capsys.readouterr().out.count("\n") == 2

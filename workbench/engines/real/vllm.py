@@ -47,7 +47,11 @@ def _has_vllm(python: str) -> bool:
 
 
 def vllm_python() -> str | None:
-    """The interpreter that has vLLM: this one, else the host venv ``make engine-vllm`` built."""
+    """The interpreter that has vLLM: ``WORKBENCH_VLLM_PYTHON`` when set, else this one, else
+    the host venv ``make engine-vllm`` built."""
+    chosen = os.environ.get("WORKBENCH_VLLM_PYTHON")
+    if chosen:
+        return chosen if _has_vllm(chosen) else None
     if _has_vllm(sys.executable):
         return sys.executable
     if HOST_VENV.exists() and _has_vllm(str(HOST_VENV)):
@@ -238,11 +242,15 @@ class VllmEngine:
         raise RuntimeError(f"vLLM server {self.name!r} not healthy after "
                            f"{self.spec.startup_timeout_s:.0f} s:\n{self.log_tail()}")
 
-    def log_tail(self, n: int = 4000) -> str:
+    def log_tail(self, n: int = 2000) -> str:
+        """The server log's error lines (the root cause sits far above the last traceback of a
+        failed start) and its end."""
         try:
-            return self.log.read_text(errors="replace")[-n:]
+            text = self.log.read_text(errors="replace")
         except OSError:
             return ""
+        errs = [ln for ln in text.splitlines() if "Error" in ln or "error:" in ln]
+        return "\n".join(dict.fromkeys(errs[-12:])) + "\n...\n" + text[-n:]
 
     def close(self) -> None:
         self._stop.set()
