@@ -13,6 +13,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -135,9 +136,10 @@ class SegmentPool:
         self.name = ipc_name
 
     def info(self):
+        """The segment's state; None for a stock engine (no segment) or one not published."""
         from workbench.core import control
 
-        return control.read_segment(self.name)
+        return control.read_segment(self.name) if self.name else None
 
     def _get(self, attr: str) -> int:
         i = self.info()
@@ -166,7 +168,8 @@ class VllmEngine:
     kind = "vllm"
 
     def __init__(self, name: str, spec: VllmSpec, *, sampling: Sampling | None = None,
-                 sample_every_s: float = 0.05, workdir: str | Path | None = None):
+                 sample_every_s: float = 0.05, workdir: str | Path | None = None,
+                 keep_log: str | Path | None = None):
         self.name, self.spec = name, spec
         self.sampling = sampling or Sampling()
         self.ipc_name = f"{name}-{os.getpid()}" if spec.elastic else ""
@@ -175,6 +178,7 @@ class VllmEngine:
         self.dir = Path(tempfile.mkdtemp(prefix=f"wb-vllm-{name}-", dir=workdir))
         self.reaper.folders.append(self.dir)
         self.log = self.dir / "server.log"
+        self.keep_log = Path(keep_log) if keep_log else None  # a folder the log is copied to
         self.port = free_port()
         self.requests: list[Request] = []
         self.samples: list[MemorySample] = []
@@ -197,14 +201,15 @@ class VllmEngine:
             env.setdefault("VLLM_TARGET_DEVICE", "cpu")
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         if self.spec.elastic:
-            sockets = self.dir / "sockets"
-            sockets.mkdir()
+            sockets = self.dir / "sockets"  # the adapters create it (private, mode 0700)
             env.update(WORKBENCH_KV_AUTOPATCH="1", WORKBENCH_KV_IPC_NAME=self.ipc_name,
                        WORKBENCH_KV_SOCKET_DIR=str(sockets))
             env.update({f"WORKBENCH_KV_{k.upper()}": str(v) for k, v in self.spec.knobs.items()})
         return env
 
-    def start(self) -> VllmEngine:
+    def launch(self) -> VllmEngine:
+        """Start the server process. From the thread that will outlive it: the process gets
+        SIGTERM when the thread that started it ends (its parent-death signal)."""
         try:
             if self.spec.elastic:
                 self.reaper.segments.append(self.ipc_name)
@@ -213,6 +218,14 @@ class VllmEngine:
                 "-m", "vllm.entrypoints.openai.api_server"]
             self.process = self.reaper.spawn(cmd + self.spec.args(self.port, self.name),
                                              self.env(), self.log)
+            return self
+        except BaseException:
+            self.close()
+            raise
+
+    def ready(self) -> VllmEngine:
+        """Wait for the launched server's health check; then the clock and sampler start."""
+        try:
             self._wait_healthy()
             self.t0 = time.monotonic()
             self._sender = Sender(self.url, self.name, self.sampling, self.clock)
@@ -222,6 +235,9 @@ class VllmEngine:
         except BaseException:
             self.close()
             raise
+
+    def start(self) -> VllmEngine:
+        return self.launch().ready()
 
     @property
     def url(self) -> str:
@@ -254,6 +270,10 @@ class VllmEngine:
 
     def close(self) -> None:
         self._stop.set()
+        if self.keep_log is not None and self.log.exists():
+            with contextlib.suppress(OSError):
+                self.keep_log.mkdir(parents=True, exist_ok=True)
+                shutil.copy(self.log, self.keep_log / f"{self.name}.log")
         if self._sender is not None:
             self._sender.close()
         self.reaper.close()

@@ -8,6 +8,7 @@ import importlib
 import json
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from workbench.errors import ConfigError
@@ -24,6 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="results/vllm")
     a = ap.parse_args(argv)
     out_dir, rc = Path(a.out), 0
+    from workbench.labs.vllm_runs import rig
+
+    rig.LOGS[:] = [out_dir / "logs"]
     for lab in a.labs:
         mod = importlib.import_module(f"workbench.labs.vllm_runs.{MODULES[lab]}")
         t0 = time.monotonic()
@@ -33,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
             print(err, file=sys.stderr)
             return 2
         except Exception as err:  # one lab's failure is reported; the next still runs
-            print(f"{lab}: FAILED: {type(err).__name__}: {str(err)[-3000:]}", flush=True)
+            print(f"{lab}: FAILED: {type(err).__name__}: {str(err)[-3000:]}\n"
+                  f"{traceback.format_exc()[-1500:]}", flush=True)
             rc = 1
             continue
         rec, md = report.REPORTS[lab](raw)

@@ -72,6 +72,28 @@ def _steps(eng, page: int, free_of) -> list[dict[str, Any]]:
     return steps
 
 
+class Feeder(threading.Thread):
+    """Keeps ``n`` requests in flight until stopped, so the pool allocates and frees (and so
+    polls its control segment) through every limit step."""
+
+    def __init__(self, eng, prompts: list[list[int]], tokens: int):
+        super().__init__(daemon=True)
+        self.eng, self.prompts, self.tokens = eng, prompts, tokens
+        self.reqs: list[Request] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        n = len(self.prompts)
+        while not self.stop.is_set():
+            live = sum(1 for r in self.reqs if r.finish is None and r.state.value != "rejected")
+            for _ in range(n - live):
+                i = len(self.reqs)
+                r = Request(rid=i, prompt=self.prompts[i % n], max_new_tokens=self.tokens)
+                self.reqs.append(r)
+                self.eng.submit([r])
+            self.stop.wait(0.02)
+
+
 def run(backend: str, quick: bool = False) -> dict[str, Any]:
     py = rig.python_for("dynamic-limit")
     root = rig.workroot()
@@ -84,17 +106,19 @@ def run(backend: str, quick: bool = False) -> dict[str, Any]:
         info = eng.kv_pool.info()
         page = info.page_id_bytes
         free_idle, mapped_idle = rig.device_free(dev), info.mapped
-        prompts = rig.prompts(n, shared=0, tail=96, seed=1)
         eng.sampling = eng._sender.sampling = Sampling()
-        reqs = [Request(rid=i, prompt=p, max_new_tokens=tokens) for i, p in enumerate(prompts)]
-        eng.submit(reqs)
+        feed = Feeder(eng, rig.prompts(n, shared=0, tail=96, seed=1), tokens)
+        feed.start()
         peak = _wait_mapped(eng, mapped_idle + 4 * page, 300)
         steps = _steps(eng, page, lambda: rig.device_free(dev))
+        feed.stop.set()
+        feed.join()
         eng.advance()
-        done = [eng.outcome(r.rid) for r in reqs]
-        return {"backend": backend, "device": dev, "requests": n, "max_tokens": tokens,
-                "page_id_bytes": page, "capacity": info.capacity, "mapped_idle": mapped_idle,
-                "free_idle": free_idle, "mapped_at_first_limit": peak, "steps": steps,
+        done = [eng.outcome(r.rid) for r in feed.reqs]
+        return {"backend": backend, "device": dev, "requests": len(done), "max_tokens": tokens,
+                "in_flight": n, "page_id_bytes": page, "capacity": info.capacity,
+                "mapped_idle": mapped_idle, "free_idle": free_idle,
+                "mapped_at_first_limit": peak, "steps": steps,
                 "finished": sum(1 for o in done if not o.error and len(o.token_ids) == tokens),
                 "lost": [o.error for o in done if o.error][:3],
                 "mapped_end": eng.kv_pool.mapped_bytes, "free_end": rig.device_free(dev),

@@ -51,9 +51,9 @@ def run(backend: str, quick: bool = False, limit: str | None = None) -> dict[str
         n_prompts, n_tokens = (4, 24) if quick else (8, 48)
         prompts = rig.prompts(n_prompts, shared=64, tail=8, seed=0)
         big = _pair("default", backend, model, py, root, prompts, n_tokens, WAVES)
-        # a pool of few blocks: stock and elastic preempt; elastic also under a memory limit
-        blocks = 24 if rig.device_of(backend) == "cpu" else 48
-        lim = limit or ("2MiB" if rig.device_of(backend) == "cpu" else "4MiB")
+        # the same pool size for both; elastic under a one-page limit that forces preemption
+        blocks = 64 if rig.device_of(backend) == "cpu" else 256
+        lim = limit or "2MiB"
         small = _pair("small", backend, model, py, root, prompts, 2 * n_tokens, WAVES[:1],
                       num_gpu_blocks=blocks, max_num_seqs=n_prompts,
                       knobs={"memory_limit": lim, "min_reserved_pages": "0",

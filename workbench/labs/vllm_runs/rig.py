@@ -14,6 +14,7 @@ from workbench.engines.real.vllm import VllmEngine, VllmSpec, require_vllm
 from workbench.engines.sched.request import Request
 
 VOCAB_LO, VOCAB_HI = 3, 1000  # the tiny model's ids past its special tokens
+LOGS: list[Path] = []  # where engine logs are kept (set by the command line: OUT/logs)
 
 
 def device_of(backend: str) -> str:
@@ -40,12 +41,20 @@ def prompts(n: int, shared: int, tail: int, seed: int) -> list[list[int]]:
 
 
 def start_all(engines: list[VllmEngine]) -> list[VllmEngine]:
-    """Start every engine at once (imports and start-up overlap); close all if one fails."""
+    """Start every engine at once (imports and start-up overlap); close all if one fails. The
+    processes are launched from this thread (they die with the thread that started them)."""
     errors: list[BaseException] = []
+    try:
+        for e in engines:
+            e.launch()
+    except BaseException:
+        for e in engines:
+            e.close()
+        raise
 
     def go(e: VllmEngine) -> None:
         try:
-            e.start()
+            e.ready()
         except BaseException as err:  # noqa: BLE001 - reported below
             errors.append(err)
 
@@ -89,7 +98,7 @@ def counters(eng: VllmEngine) -> dict[str, float]:
 def engine(name: str, backend: str, model: str, python: str, root: Path, *, elastic: bool,
            **kw) -> VllmEngine:
     spec = VllmSpec(model=model, device=device_of(backend), elastic=elastic, python=python, **kw)
-    return VllmEngine(name, spec, workdir=root)
+    return VllmEngine(name, spec, workdir=root, keep_log=LOGS[0] if LOGS else None)
 
 
 def workroot() -> Path:
