@@ -103,3 +103,20 @@ def test_the_chapters_real_walk_says_in_one_line_what_it_would_run(monkeypatch, 
     text = real_request_walk("host")
     assert "\n" not in text and "make engine-vllm" in text
     assert capsys.readouterr().out.count("\n") == 2
+
+
+def test_engines_started_side_by_side_outlive_the_threads_that_waited_for_them():
+    from workbench.labs.vllm_runs import rig
+
+    engines = [VllmEngine(f"side{i}", VllmSpec(model="fake", server_cmd=FAKE, elastic=False,
+                                               startup_timeout_s=60)) for i in range(2)]
+    try:
+        rig.start_all(engines)
+        time.sleep(1.0)  # a parent-death signal tied to a finished thread would have fired
+        for e in engines:
+            assert e.process.poll() is None
+            assert rig.send(e, [[3, 4]], 3, e.sampling) == [[4, 5, 6]]
+            assert e.kv_pool.info() is None  # stock: no segment
+    finally:
+        for e in engines:
+            e.close()
