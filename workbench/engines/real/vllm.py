@@ -270,6 +270,8 @@ class VllmEngine:
 
     def close(self) -> None:
         self._stop.set()
+        if self._sampler is not None:  # a daemon thread inside a CUDA call aborts the exit
+            self._sampler.join(5.0)
         if self.keep_log is not None and self.log.exists():
             with contextlib.suppress(OSError):
                 self.keep_log.mkdir(parents=True, exist_ok=True)

@@ -33,10 +33,17 @@ def kvctl_limit(pool: str, size: int, wait: float = 20.0) -> dict[str, Any]:
             "limit_in_force": info.get("limit"), "s": round(time.monotonic() - t0, 3)}
 
 
-def _wait_mapped(eng, at_least: int, timeout_s: float) -> int:
+def _wait_mapped(eng, at_least: int, timeout_s: float, still_s: float = 3.0) -> int:
+    """Until ``at_least`` bytes are mapped, or mapped bytes have not grown for ``still_s``."""
     end = time.monotonic() + timeout_s
-    while time.monotonic() < end and eng.has_work():
-        if eng.kv_pool.mapped_bytes >= at_least:
+    best, since = 0, time.monotonic()
+    while time.monotonic() < end:
+        m = eng.kv_pool.mapped_bytes
+        if m >= at_least:
+            break
+        if m > best:
+            best, since = m, time.monotonic()
+        elif time.monotonic() - since > still_s and best > 0:
             break
         time.sleep(0.05)
     return eng.kv_pool.mapped_bytes
@@ -98,7 +105,7 @@ def run(backend: str, quick: bool = False) -> dict[str, Any]:
     py = rig.python_for("dynamic-limit")
     root = rig.workroot()
     dev = rig.device_of(backend)
-    n, tokens = (8, 96) if quick else (16, 192)
+    n, tokens = (8, 96) if quick else (32, 224)
     eng = rig.engine("dl-elastic", backend, rig.model_dir(py, root), py, root, elastic=True,
                      max_num_seqs=n, knobs={"min_reserved_pages": "0", "max_reserved_pages": "0"})
     try:

@@ -21,14 +21,9 @@ def _compare(case: str, ref: list[list[int]], got: list[list[int]]) -> dict[str,
             "lost": sum(1 for t in got if not t) + sum(1 for t in ref if not t)}
 
 
-def _pair(tag: str, backend: str, model: str, py: str, root, prompts, n: int, waves, *,
-          knobs: dict[str, str] | None = None, **kw) -> dict[str, Any]:
-    stock = rig.engine(f"oe-{tag}-stock", backend, model, py, root, elastic=False, **kw)
-    elastic = rig.engine(f"oe-{tag}-elastic", backend, model, py, root, elastic=True,
-                         knobs=knobs or {}, **kw)
-    rows, extra = [], {}
+def _waves(tag: str, stock, elastic, prompts, n: int, waves) -> dict[str, Any]:
+    rows = []
     try:
-        rig.start_all([stock, elastic])
         for w, (label, sampling) in enumerate(waves):
             outs = [rig.send(e, prompts, n, sampling, first_rid=1000 * w)
                     for e in (stock, elastic)]
@@ -37,30 +32,42 @@ def _pair(tag: str, backend: str, model: str, py: str, root, prompts, n: int, wa
                  "elastic_peak_mapped": max((s.mapped_bytes for s in elastic.samples),
                                             default=0),
                  "elastic_capacity": elastic.kv_pool.capacity_bytes}
-    finally:
-        stock.close()
-        elastic.close()
+    except Exception as err:  # the rows so far stay; the failure is one row of its own
+        rows.append({"pool": tag, "case": "error", "prompts": 0, "equal": 0,
+                     "first_diff": None, "lost": 1, "error": f"{type(err).__name__}: {err}"})
+        extra = {}
     return {"rows": rows, "engines": extra}
 
 
 def run(backend: str, quick: bool = False, limit: str | None = None) -> dict[str, Any]:
     py = rig.python_for("output-equality")
     root = rig.workroot()
+    cpu = rig.device_of(backend) == "cpu"
+    n_prompts, n_tokens = (4, 24) if quick else (8, 48)
+    prompts = rig.prompts(n_prompts, shared=64, tail=8, seed=0)
+    # a small pool, the same for both; elastic also under a one-page-id limit (4 MiB for the
+    # tiny model: 2 layers of 2 MiB pages on the CPU, one CONTIGUOUS page id on CUDA) that its
+    # requests outgrow (192 new tokens each), so it preempts and recomputes
+    blocks, lim = (64 if cpu else 256), (limit or "4MiB")
+    small_kw = {"num_gpu_blocks": blocks, "max_num_seqs": n_prompts}
+    knobs = {"memory_limit": lim, "min_reserved_pages": "0", "max_reserved_pages": "1"}
+    engines: list = []
     try:
         model = rig.model_dir(py, root)
-        n_prompts, n_tokens = (4, 24) if quick else (8, 48)
-        prompts = rig.prompts(n_prompts, shared=64, tail=8, seed=0)
-        big = _pair("default", backend, model, py, root, prompts, n_tokens, WAVES)
-        # the same pool size for both; elastic under a one-page limit that forces preemption
-        blocks = 64 if rig.device_of(backend) == "cpu" else 256
-        lim = limit or "2MiB"
-        small = _pair("small", backend, model, py, root, prompts, 2 * n_tokens, WAVES[:1],
-                      num_gpu_blocks=blocks, max_num_seqs=n_prompts,
-                      knobs={"memory_limit": lim, "min_reserved_pages": "0",
-                             "max_reserved_pages": "1"})
+        engines = [rig.engine("oe-default-stock", backend, model, py, root, elastic=False),
+                   rig.engine("oe-default-elastic", backend, model, py, root, elastic=True),
+                   rig.engine("oe-small-stock", backend, model, py, root, elastic=False,
+                              **small_kw),
+                   rig.engine("oe-small-elastic", backend, model, py, root, elastic=True,
+                              knobs=knobs, **small_kw)]
+        rig.start_all(engines)
+        big = _waves("default", *engines[:2], prompts, n_tokens, WAVES)
+        small = _waves("small", *engines[2:], prompts, 192, WAVES[:1])
         return {"backend": backend, "device": rig.device_of(backend), "model": "tiny-llama",
                 "prompts": n_prompts, "max_tokens": n_tokens, "small_blocks": blocks,
                 "limit": lim, "rows": big["rows"] + small["rows"],
                 "engines": {"default": big["engines"], "small": small["engines"]}}
     finally:
+        for e in engines:
+            e.close()
         shutil.rmtree(root, ignore_errors=True)
