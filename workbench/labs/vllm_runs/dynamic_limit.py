@@ -24,8 +24,9 @@ def kvctl_limit(pool: str, size: int, wait: float = 20.0) -> dict[str, Any]:
                         "--json", "--wait", str(wait)], capture_output=True, text=True)
     try:
         a = json.loads(p.stdout)
-    except json.JSONDecodeError:
-        return {"requested": size, "answer": "error", "rc": p.returncode,
+    except json.JSONDecodeError:  # exit 2: refused by kvctl before anything was written
+        return {"requested": size, "answer": "refused" if p.returncode == 2 else "error",
+                "outcome": "not written", "rc": p.returncode,
                 "detail": (p.stderr or p.stdout).strip()[-300:]}
     info = a.get("info") or {}
     return {"requested": size, "answer": a.get("answer"), "outcome": a.get("outcome"),

@@ -86,7 +86,9 @@ def dynamic_limit(out: dict[str, Any]) -> tuple[LabRecord, str]:
         ("no request is lost", f"{out['finished']}/{out['requests']} finished in full"),
         ("device free memory moves by the pages freed",
          f"pages freed {freed / MiB:.0f} MiB ({freed // page if page else 0} page ids), "
-         f"device free moved {moved / MiB:+.0f} MiB"),
+         f"device free moved {moved / MiB:+.0f} MiB"
+         + (" (host MemAvailable: other processes move it too)" if out["device"] == "cpu"
+            else "")),
         ("a superseded request says by which", next((s.get("answer", "") for s in steps
                                                    if s["step"] == "two writers"), "-")),
     ], [{k: s.get(k) for k in ("step", "requested", "answer", "outcome", "mapped_before",
