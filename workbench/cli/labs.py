@@ -44,6 +44,12 @@ def _param_text(lab, params: list[str], shared: dict[str, str | None]) -> dict[s
     return text
 
 
+def _real_engine(name: str, items: list[str]):
+    from workbench.labs.vllm_runs.lab import for_engine
+
+    return for_engine(name, dict(i.partition("=")[::2] for i in items if "=" in i))
+
+
 @labs.command("list")
 def list_labs() -> None:
     """List the labs and the backends each runs on."""
@@ -73,6 +79,7 @@ def run_lab(
     try:
         lab = get_lab(name)
         shared = {"quick": str(quick), "seed": str(seed), "peaks": peaks, "steptime": steptime}
+        lab = _real_engine(name, param or []) or lab  # engine=vllm: the real vLLM's run
         params = lab.parse_params(_param_text(lab, param or [], shared))
         lab.check_backend(backend, params)
     except ConfigError as err:

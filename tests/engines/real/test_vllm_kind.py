@@ -120,3 +120,16 @@ def test_engines_started_side_by_side_outlive_the_threads_that_waited_for_them()
     finally:
         for e in engines:
             e.close()
+
+
+def test_labs_run_engine_vllm_without_vllm_stops_in_one_line():
+    env = {**ENV, "WORKBENCH_VLLM_PYTHON": "/nonexistent/python"}
+    r = subprocess.run([sys.executable, "-m", "workbench", "labs", "run", "output-equality",
+                        "--backend", "host", "--param", "engine=vllm"], capture_output=True,
+                       text=True, env=env, timeout=120)
+    assert r.returncode == 2 and "make engine-vllm" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    r = subprocess.run([sys.executable, "-m", "workbench", "labs", "run", "dynamic-limit",
+                        "--backend", "sim", "--param", "engine=vllm"], capture_output=True,
+                       text=True, env=env, timeout=120)
+    assert r.returncode == 2 and "--backend host or gpu" in r.stderr, r.stderr
