@@ -14,19 +14,31 @@ WAVES = (("greedy", Sampling()), ("greedy, prefix hits", Sampling()),
          ("seeded sampling", Sampling(temperature=0.8, seed=1234)))
 
 
-def _compare(case: str, ref: list[list[int]], got: list[list[int]]) -> dict[str, Any]:
+def _diverge(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)
+
+
+def _compare(case: str, ref: list[list[int]], got: list[list[int]],
+             control: list[list[int]] | None = None) -> dict[str, Any]:
+    """Prompts whose tokens match; where the first mismatch sits (output token index); and, with
+    a second stock engine's tokens, how many stock itself reproduces (batching noise)."""
     diff = [i for i, (a, b) in enumerate(zip(ref, got, strict=True)) if a != b]
-    return {"case": case, "prompts": len(ref), "equal": len(ref) - len(diff),
-            "first_diff": diff[0] if diff else None,
-            "lost": sum(1 for t in got if not t) + sum(1 for t in ref if not t)}
+    row = {"case": case, "prompts": len(ref), "equal": len(ref) - len(diff),
+           "first_diff": diff[0] if diff else None,
+           "diverges_at": [_diverge(ref[i], got[i]) for i in diff][:8],
+           "lost": sum(1 for t in got if not t) + sum(1 for t in ref if not t)}
+    if control is not None:
+        row["stock_vs_stock"] = sum(1 for a, b in zip(ref, control, strict=True) if a == b)
+    return row
 
 
-def _waves(tag: str, stock, elastic, prompts, n: int, waves) -> dict[str, Any]:
+def _waves(tag: str, stock, elastic, prompts, n: int, waves, control=None) -> dict[str, Any]:
     rows = []
     try:
         for w, (label, sampling) in enumerate(waves):
             outs = [rig.send(e, prompts, n, sampling, first_rid=1000 * w)
-                    for e in (stock, elastic)]
+                    for e in (stock, elastic, control) if e is not None]
             rows.append({"pool": tag, **_compare(label, *outs)})
         extra = {"stock": rig.counters(stock), "elastic": rig.counters(elastic),
                  "elastic_peak_mapped": max((s.mapped_bytes for s in elastic.samples),
@@ -60,8 +72,12 @@ def run(backend: str, quick: bool = False, limit: str | None = None) -> dict[str
                               **small_kw),
                    rig.engine("oe-small-elastic", backend, model, py, root, elastic=True,
                               knobs=knobs, **small_kw)]
+        if not quick:  # a second stock engine: what stock itself reproduces under batching
+            engines.append(rig.engine("oe-default-stock-b", backend, model, py, root,
+                                      elastic=False))
         rig.start_all(engines)
-        big = _waves("default", *engines[:2], prompts, n_tokens, WAVES)
+        big = _waves("default", *engines[:2], prompts, n_tokens, WAVES,
+                     control=engines[4] if not quick else None)
         small = _waves("small", *engines[2:], prompts, 192, WAVES[:1])
         return {"backend": backend, "device": rig.device_of(backend), "model": "tiny-llama",
                 "prompts": n_prompts, "max_tokens": n_tokens, "small_blocks": blocks,

@@ -102,7 +102,13 @@ def engine(name: str, backend: str, model: str, python: str, root: Path, *, elas
 
 
 def workroot() -> Path:
-    return Path(tempfile.mkdtemp(prefix="wb-vllm-lab-"))
+    """A scratch folder for one run, removed with its engines also on SIGTERM/SIGINT/exit."""
+    from workbench.engines.real.procs import Reaper, install_handlers
+
+    root = Path(tempfile.mkdtemp(prefix="wb-vllm-lab-"))
+    install_handlers()
+    Reaper(folders=[root])  # registered; closed by the handlers (run() also removes it)
+    return root
 
 
 def python_for(lab: str) -> str:
