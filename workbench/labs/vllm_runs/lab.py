@@ -10,7 +10,8 @@ from typing import Any
 
 from workbench.labs.base import Lab, LabResult, Progress
 
-MODULES = {"output-equality": "output_equality", "dynamic-limit": "dynamic_limit"}
+MODULES = {"output-equality": "output_equality", "dynamic-limit": "dynamic_limit",
+           "kv-capacity": "kv_capacity"}
 
 
 @dataclass(slots=True)

@@ -110,4 +110,34 @@ def dynamic_limit(out: dict[str, Any]) -> tuple[LabRecord, str]:
     return rec, md
 
 
-REPORTS = {"output-equality": output_equality, "dynamic-limit": dynamic_limit}
+def kv_capacity(out: dict[str, Any]) -> tuple[LabRecord, str]:
+    rows = out["rows"]
+    stock, elastic = rows[0], rows[1]
+
+    def fits(r: dict) -> bool:  # vLLM's blocks fill the KV bytes to within one page id/block
+        if r["formula_blocks"] is None:
+            return r["num_gpu_blocks"] > 0
+        slack = (r["page_id_bytes"] or r["bytes_per_block"]) // r["bytes_per_block"] + 1
+        return abs(r["num_gpu_blocks"] - r["formula_blocks"]) <= slack
+
+    ok = all(fits(r) for r in rows)
+    verdict = ("supported: vLLM's num_gpu_blocks is the formula's KV bytes / bytes per block" if
+               ok else "refuted: vLLM's num_gpu_blocks is not KV bytes / bytes per block")
+    headline = (f"stock {stock['num_gpu_blocks']} blocks (formula {stock['formula_blocks']}), "
+                f"elastic {elastic['num_gpu_blocks']} (formula {elastic['formula_blocks']})")
+    md = _md("KV capacity", [
+        ("num_gpu_blocks = KV bytes / (2 x layers x KV heads x head dim x block x dtype)",
+         headline),
+        ("the elastic pool's virtual capacity covers vLLM's blocks",
+         f"{elastic['kv_bytes'] / MiB:.0f} MiB for {elastic['blocks_x_bytes'] / MiB:.0f} MiB "
+         f"of blocks"),
+    ], rows, verdict)
+    rec = _record("kv-capacity", out, "vLLM sizes its block pool by the capacity formula",
+                  verdict, headline, "KV bytes (the CPU's KV space, or the elastic pool's "
+                  "virtual budget) divided by one block's K and V over all layers",
+                  {}, {"capacity": rows})
+    return rec, md
+
+
+REPORTS = {"output-equality": output_equality, "dynamic-limit": dynamic_limit,
+           "kv-capacity": kv_capacity}
