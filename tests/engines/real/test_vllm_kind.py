@@ -95,7 +95,7 @@ def test_engine_vllm_without_vllm_is_refused_in_one_line(monkeypatch):
 
 
 def test_the_chapters_real_walk_says_in_one_line_what_it_would_run(monkeypatch, capsys):
-    from workbench.engines.real.walk import real_request_walk
+    from workbench.labs.vllm_runs.walk import real_request_walk
 
     text = real_request_walk("sim")
     assert "\n" not in text and "real vLLM" in text and "'sim'" in text
