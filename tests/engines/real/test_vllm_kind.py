@@ -133,3 +133,19 @@ def test_labs_run_engine_vllm_without_vllm_stops_in_one_line():
                         "--backend", "sim", "--param", "engine=vllm"], capture_output=True,
                        text=True, env=env, timeout=120)
     assert r.returncode == 2 and "--backend host or gpu" in r.stderr, r.stderr
+
+
+def test_the_real_lab_turns_a_runners_rows_into_a_record_and_markdown(monkeypatch):
+    from workbench.labs.vllm_runs import lab, output_equality
+
+    assert lab.for_engine("output-equality", {"engine": "mini"}) is None
+    assert lab.for_engine("baseline", {"engine": "vllm"}) is None
+    real = lab.for_engine("output-equality", {"engine": "vllm"})
+    row = {"pool": "default", "case": "greedy", "prompts": 2, "equal": 1, "first_diff": 1,
+           "diverges_at": [5], "lost": 0, "stock_vs_stock": 1}
+    raw = {"backend": "host", "device": "cpu", "small_blocks": 64, "limit": "4MiB",
+           "rows": [row], "engines": {"small": {}}}
+    monkeypatch.setattr(output_equality, "run", lambda backend, quick=False: raw)
+    res = real.run(real.parse_params({"engine": "vllm", "quick": "true"}), "host")
+    assert res.record.verdict.startswith("inconclusive") and "| the seed expects |" in res.markdown
+    assert res.record.results["equality"] == [row]
