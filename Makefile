@@ -4,8 +4,9 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.ready
 PYTEST_ARGS ?=
+LAB_ARGS ?=
 
-.PHONY: lab test test-gpu setup browser-deps lint clean vmmfast
+.PHONY: lab test test-gpu setup browser-deps lint clean vmmfast torch
 
 # --system-site-packages: on a GPU host the venv sees the host's CUDA torch and cuda-python.
 $(STAMP): pyproject.toml
@@ -29,7 +30,8 @@ vmmfast:
 workbench/gpu/_%.so: workbench/gpu/%.c
 	$(CC) -O2 -Wall -Wextra -shared -fPIC -o $@ $< -ldl
 
-# CPU torch for the tests of the mini engine and the host device's tensor views. 2.13.0 is the
+# `make torch`: torch for the mini engine (`serve`, `bench crossover`, the mini labs) and the host
+# device's tensor views. CPU torch for the tests of the mini engine and the host device's tensor views. 2.13.0 is the
 # CPU build that lies on this project's machines; elsewhere set TORCH_SPEC to what suits you.
 TORCH_SPEC ?= torch==2.13.0
 TORCH_STAMP := $(VENV)/.torch
@@ -37,24 +39,29 @@ $(TORCH_STAMP): $(STAMP)
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
 	touch $(TORCH_STAMP)
 
+torch: $(TORCH_STAMP)
+
 # Debian's chromium for the real-browser test (Playwright drives it; it downloads no browser).
 browser-deps:
 	@command -v chromium >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "chromium missing: the browser test will be skipped (sudo apt-get install chromium)"; fi; }
 
+# JupyterLab rooted here, opening chapters/00_start_here.ipynb (the URL it prints goes there).
 lab: $(STAMP)
-	$(VENV)/bin/workbench lab
+	$(VENV)/bin/workbench lab $(LAB_ARGS)
 
+# Plugin autoload off: only the plugins pyproject's addopts names (-p timeout, -p hypothesispytest)
+# load, not whatever a GPU host's system site-packages holds.
 test: $(STAMP) $(TORCH_STAMP) browser-deps
-	$(PY) -m pytest -m "not gpu and not engine" $(PYTEST_ARGS)
+	PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 $(PY) -m pytest -m "not gpu and not engine" $(PYTEST_ARGS)
 
 # Uses the venv when there is one, else the host's python (a bare GPU box without network).
 test-gpu: vmmfast
 	@py=$(PY); [ -x "$$py" ] || py=$(PYTHON); \
 	$$py -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else \
 	  'make test-gpu: no CUDA GPU is visible to this python')" && \
-	$$py -m pytest -m gpu $(PYTEST_ARGS)
+	PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 $$py -m pytest -m gpu $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check workbench tests

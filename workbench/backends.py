@@ -74,7 +74,7 @@ REGISTRY: dict[str, Backend] = {
 BACKENDS = tuple(REGISTRY)  # the names a CLI offers; "cuda:N" is accepted too
 
 
-def _unavailable(name: str, why: str, fix: str = "use backend='sim'") -> BackendUnavailable:
+def _unavailable(name: str, why: str, fix: str = 'use backend="sim"') -> BackendUnavailable:
     return BackendUnavailable(f"backend {name!r}", why, fix)
 
 
@@ -86,7 +86,7 @@ def _parse(name: str) -> tuple[Backend, int | None]:
     if kind == "cuda" and sep:
         if not index.isdigit():
             raise _unavailable(name, "the GPU index must be a whole number (cuda:0, cuda:1, ...)",
-                               "write cuda:N with N >= 0, or use backend='sim'")
+                               'write cuda:N with N >= 0, or use backend="sim"')
         return REGISTRY["gpu"], int(index)
     raise _unavailable(name, "unknown device name",
                        f"use one of {', '.join(BACKENDS)} or cuda:N")
@@ -124,13 +124,13 @@ def _gpu_problem(name: str, index: int) -> BackendUnavailable | None:
         return _unavailable(name, "no CUDA GPU is visible here")
     if index >= count:
         return _unavailable(name, f"this host shows {count} CUDA GPU(s), cuda:0 to "
-                            f"cuda:{count - 1}", "pick one of those, or use backend='sim'")
+                            f"cuda:{count - 1}", 'pick one of those, or use backend="sim"')
     has_cuda_python = _has_module("cuda.bindings") or _has_module("cuda.cuda")  # 12.x layout
     for ok, what in ((has_cuda_python, "cuda-python"), (_has_module("torch"), "torch")):
         if not ok:
             return _unavailable(name, f"{what} is not installed",
-                                "pip install 'workbench[gpu]' (and a CUDA build of torch), "
-                                "or use backend='sim'")
+                                "pip install 'kv-cache-workbench[gpu]' (and a CUDA build of "
+                                'torch), or use backend="sim"')
     return None
 
 
@@ -211,7 +211,7 @@ def make_device(backend: str = "sim", **kw: Any) -> Device:
         if chosen.name != "gpu" or isinstance(exc, ConfigError):
             raise
         raise _unavailable(backend, f"the CUDA device cannot be opened ({exc})",
-                           "check the GPU with nvidia-smi, or use backend='sim'") from exc
+                           'check the GPU with nvidia-smi, or use backend="sim"') from exc
 
 
 # -- notebooks: a WorkbenchError is one line, not a traceback -------------------------------------

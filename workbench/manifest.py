@@ -55,12 +55,9 @@ def cpu_model() -> str:
 
 
 def mem_total() -> int | None:
-    try:
-        from workbench.host.device import meminfo
+    from workbench.procs import memory_total
 
-        return meminfo()["MemTotal"]
-    except (OSError, KeyError):
-        return None
+    return memory_total()
 
 
 def host_hardware() -> dict[str, Any]:

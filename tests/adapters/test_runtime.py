@@ -19,8 +19,7 @@ from workbench.adapters.sglang.budget import virtual_budget
 from workbench.config import PoolConfig
 from workbench.core.geometry import KVGeometry, Layout
 from workbench.errors import ConfigError
-
-MiB, GiB = 1 << 20, 1 << 30
+from workbench.units import GiB
 
 
 def test_engine_devices_map_to_backend_names():

@@ -16,6 +16,7 @@ from workbench.core import control
 from workbench.core.geometry import KVGeometry
 from workbench.core.ledger import KVCacheManager
 from workbench.sim.device import SimDevice
+from workbench.units import MiB
 from workbench.viz.operate import (
     FAILURE_TREE,
     cli,
@@ -28,8 +29,6 @@ from workbench.viz.operate import (
     variant_figure,
     variant_matrix,
 )
-
-MiB = 1 << 20
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from workbench.errors import ConfigError
+from workbench.units import KiB
 from workbench.viz.groups import (
     LayerSpec,
     arithmetic,
@@ -18,7 +19,6 @@ from workbench.viz.groups import (
     unify,
 )
 
-KiB = 1 << 10
 GQA = LayerSpec("gqa", "full", 32, kv_heads=8, head_dim=128)
 MLA = LayerSpec("mla", "mla", 27, kv_heads=1, head_dim=576)
 SWA = LayerSpec("swa", "sliding", 32, kv_heads=8, head_dim=128, window=4096)

@@ -251,3 +251,26 @@ def test_quiz_widget_records_score(no_score_file):
         if c.q.kind == "numeric":
             c.select(c.q.answer)
             assert c.check().correct
+
+
+def test_scores_live_in_the_user_data_folder_and_the_quiz_says_where(monkeypatch, tmp_path):
+    from platformdirs import user_data_path
+
+    from workbench.quiz import QuizWidget, default_scores_path
+
+    monkeypatch.delenv("WORKBENCH_SCORES", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    path = default_scores_path()
+    assert path == user_data_path("kv-cache-workbench", appauthor=False) / "scores.json"
+    assert path == tmp_path / "data" / "kv-cache-workbench" / "scores.json"
+    legacy = tmp_path / ".workbench" / "scores.json"  # an earlier version's file stays in use
+    legacy.parent.mkdir()
+    legacy.write_text("{}")
+    assert default_scores_path() == legacy
+    legacy.unlink()
+    qw = QuizWidget(load_chapter_quiz("02_elastic_memory"), token="learner-a")
+    assert str(path) in qw.where.value
+    monkeypatch.setenv("WORKBENCH_SCORES", "")
+    assert "memory only" in QuizWidget(load_chapter_quiz("02_elastic_memory"),
+                                       token="learner-a").where.value

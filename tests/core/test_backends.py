@@ -13,7 +13,7 @@ from workbench.backends import Backend, BackendUnavailable, make_device, probe
 from workbench.errors import ConfigError, DeviceError, WorkbenchError
 from workbench.units import MiB
 
-NO_GPU = "backend 'gpu': no CUDA GPU is visible here. Fix: use backend='sim'"
+NO_GPU = "backend 'gpu': no CUDA GPU is visible here. Fix: use backend=\"sim\""
 
 
 @pytest.fixture
@@ -48,9 +48,9 @@ def test_an_engines_torch_device_maps_to_one_shared_device_per_process():
 @pytest.mark.parametrize("name, message", [
     ("banana", "backend 'banana': unknown device name. Fix: use one of sim, host, gpu or cuda:N"),
     ("cuda:x", "backend 'cuda:x': the GPU index must be a whole number (cuda:0, cuda:1, ...). "
-               "Fix: write cuda:N with N >= 0, or use backend='sim'"),
+               'Fix: write cuda:N with N >= 0, or use backend="sim"'),
     ("cuda:-1", "backend 'cuda:-1': the GPU index must be a whole number (cuda:0, cuda:1, ...). "
-                "Fix: write cuda:N with N >= 0, or use backend='sim'"),
+                'Fix: write cuda:N with N >= 0, or use backend="sim"'),
 ])
 def test_unknown_names_are_one_typed_line(name, message):
     with pytest.raises(BackendUnavailable) as err:
@@ -72,11 +72,11 @@ def test_gpu_on_a_machine_without_one(fake_gpus):
 def test_gpu_index_and_missing_libraries(fake_gpus):
     fake_gpus(2)
     assert probe("cuda:2") == (False, "backend 'cuda:2': this host shows 2 CUDA GPU(s), cuda:0 "
-                                      "to cuda:1. Fix: pick one of those, or use backend='sim'")
+                                      'to cuda:1. Fix: pick one of those, or use backend="sim"')
     fake_gpus(2, modules=False)
     assert probe("cuda:1") == (False, "backend 'cuda:1': cuda-python is not installed. Fix: pip "
-                                      "install 'workbench[gpu]' (and a CUDA build of torch), or "
-                                      "use backend='sim'")
+                                      "install 'kv-cache-workbench[gpu]' (and a CUDA build of "
+                                      'torch), or use backend="sim"')
 
 
 def test_cuda_n_passes_its_index_and_drops_sim_knobs(fake_gpus, monkeypatch):
@@ -103,7 +103,7 @@ def test_a_gpu_that_cannot_be_opened_is_one_line(fake_gpus, monkeypatch):
     assert str(err.value) == (
         "backend 'gpu': the CUDA device cannot be opened (init failed: device 0 does not support "
         "CUDA virtual memory management). Fix: check the GPU with nvidia-smi, or use "
-        "backend='sim'")
+        'backend="sim"')
 
 
 def test_real_probe_on_this_host_agrees_with_make_device():
@@ -143,7 +143,7 @@ def test_notebook_handler_shows_one_line(monkeypatch):
     monkeypatch.setattr(sys, "last_value", None, raising=False)
     assert backends.install_notebook_errors()
     assert shell.custom_exceptions == (WorkbenchError,)
-    err = BackendUnavailable("backend 'gpu'", "no CUDA GPU is visible here", "use backend='sim'")
+    err = BackendUnavailable("backend 'gpu'", "no CUDA GPU is visible here", 'use backend="sim"')
     shell.handler(shell, type(err), err, None)
     assert shell.shown == [(BackendUnavailable, ["error: " + NO_GPU])]
     assert sys.last_value is err

@@ -140,8 +140,8 @@ POOL = {"op": "pool", "pool": "a", "num_layers": 2, "num_blocks": 256}
     ({"op": "device", "preset": "h200"},
      "a device op is allowed only as the first op. Fix: move it to the top of the trace"),
     ({"op": "pool", "pool": "b", "page_size": "3MiB"},
-     "pool page_size='3MiB': refused. Fix: use a size from 2097152 to 1073741824 bytes in "
-     "multiples of 2 MiB"),
+     "pool page_size='3MiB': not a multiple of the 2 MiB page granularity. Fix: use a "
+     "multiple of 2 MiB from 2 MiB to 1 GiB (e.g. 2MiB, 4MiB)"),
     ({"op": "fail", "call": "explode"}, "fail call='explode': refused. Fix: use one of "
      "\"reserve\", \"create\", \"map\", \"set_access\", \"unmap\", \"release\""),
     ([1, 2], "not a JSON object (list). Fix: write one {\"op\": ...} object per line"),
@@ -289,10 +289,11 @@ def test_a_pool_the_device_cannot_hold_stops_the_replay_and_leaks_nothing():
 
 
 def test_a_memory_limit_below_one_page_id_is_refused_at_load(tmp_path):
-    trace = _trace(tmp_path, {**POOL, "memory_limit": 0})
+    trace = _trace(tmp_path, {**POOL, "memory_limit": "4MiB"})  # 0: the knob's own refusal
     with pytest.raises(ConfigError) as err:
         load_trace(trace)
-    assert str(err.value) == (f"{trace}:1: memory_limit=0: below one page id (8388608 bytes), "
+    assert str(err.value) == (f"{trace}:1: memory_limit=4194304: below one page id (8388608 "
+                              "bytes), "
                               "where the null block lives. Fix: raise it or leave it unset")
 
 
@@ -303,8 +304,8 @@ def test_a_pool_config_limit_is_clamped_to_capacity_or_refused():
     assert kv.limit_bytes == kv.capacity_bytes
     kv.close()
     with pytest.raises(ConfigError) as err:
-        KVCacheManager(geo, dev, name="p", config=PoolConfig(memory_limit=1 << 20))
-    assert str(err.value) == ("memory_limit=1048576 for pool 'p': limit 1048576 is below one "
+        KVCacheManager(geo, dev, name="p", config=PoolConfig(memory_limit=4 << 20))
+    assert str(err.value) == ("memory_limit=4194304 for pool 'p': limit 4194304 is below one "
                               "page id (8388608 bytes); the null block lives on page 0. Fix: "
                               "raise it to at least one page id or leave it unset")
     assert _held(dev) == ({}, {}, {})

@@ -7,8 +7,7 @@ from workbench.core.events import EventLog, PageState
 from workbench.core.geometry import KVGeometry
 from workbench.core.ledger import KVCacheManager
 from workbench.sim.device import SimDevice
-
-GiB = 1 << 30
+from workbench.units import GiB
 
 
 def make_kv(num_blocks: int = 64, *, blocks_per_page: int = 4, block_size: int = 4,

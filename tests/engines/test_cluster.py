@@ -13,8 +13,6 @@ from workbench.engines.sim.workloads import (
     ramp_trace,
 )
 
-GiB = 1 << 30
-
 
 def test_ramp_trace_follows_kvcached_rules():
     peak = 12

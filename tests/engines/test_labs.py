@@ -44,7 +44,7 @@ def test_cli_labs_list_and_run(tmp_path):
     out = runner.invoke(app, ["labs", "list"])
     assert out.exit_code == 0 and "colocation" in out.output
     target = tmp_path / "colo.json"
-    out = runner.invoke(app, ["labs", "run", "colocation", "--peaks", "12", "--json",
+    out = runner.invoke(app, ["labs", "run", "colocation", "--peaks", "12", "--out",
                               str(target)])
     assert out.exit_code == 0, out.output
     assert json.loads(target.read_text())["results"]["points"][0]["peak"] == 12
@@ -105,7 +105,7 @@ def test_cli_refuses_a_backend_in_one_line_and_writes_no_record(tmp_path, lab, b
 
     target = tmp_path / "rec.json"
     out = subprocess.run([sys.executable, "-m", "workbench", "labs", "run", lab, "--backend",
-                          backend, "--json", str(target)], capture_output=True, text=True,
+                          backend, "--out", str(target)], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
@@ -124,11 +124,11 @@ def test_cli_refuses_gpu_colocation_where_no_gpu_is_usable(tmp_path):
 
     target = tmp_path / "rec.json"
     out = subprocess.run([sys.executable, "-m", "workbench", "labs", "run", "colocation",
-                          "--backend", "gpu", "--json", str(target)], capture_output=True,
+                          "--backend", "gpu", "--out", str(target)], capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 2 and not target.exists()
     (line,) = out.stderr.strip().splitlines()
-    assert line.startswith("error: backend 'gpu': ") and "use backend='sim'" in line
+    assert line.startswith("error: backend 'gpu': ") and "use --backend sim" in line
     assert "Traceback" not in out.stderr
 
 

@@ -159,7 +159,7 @@ def test_cuda_n_names_the_gpu_and_bad_indices_are_refused():
     dev.close()
     assert probe(f"cuda:{n}") == (False, f"backend 'cuda:{n}': this host shows {n} CUDA GPU(s), "
                                          f"cuda:0 to cuda:{n - 1}. Fix: pick one of those, or "
-                                         "use backend='sim'")
+                                         'use backend="sim"')
     with pytest.raises(BackendUnavailable, match="shows"):
         make_device(f"cuda:{n}")
 

@@ -20,9 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from workbench.units import MiB
+
 ROOT = Path(__file__).resolve().parents[2]
 SGL = ROOT / "tests" / "engines_real" / "sglang"
-MiB = 1 << 20
 BOOT = ("import runpy, sys; from workbench.adapters import boot; boot.install(); "
         "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
 ELASTIC = {"WORKBENCH_KV_AUTOPATCH": "1", "WORKBENCH_KV_MIN_RESERVED_PAGES": "0",

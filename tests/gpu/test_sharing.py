@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from workbench.units import GiB, MiB
+
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]
-GiB, MiB = 1 << 30, 1 << 20
 # 8 layers x K,V x 2 MiB: a 32 MiB page id; 32 KiB blocks, 64 per page; 6 GiB of capacity
 GEO = dict(num_layers=8, kv_heads=8, head_dim=128, block_size=16, num_blocks=64 * 192)
 

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from workbench import backends
+from workbench.units import MiB
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests/engines_real/vllm/gpu_generate.py"
-MiB = 1 << 20
 
 _ok, _why = backends.probe("cuda:0")
 pytestmark = [pytest.mark.gpu,

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from workbench.core import control
+from workbench.units import MiB
 
 ROOT = Path(__file__).parents[2]
-MiB = 1 << 20
 OWNER = textwrap.dedent("""
     import sys, time
     from workbench.config import PoolConfig

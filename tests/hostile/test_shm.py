@@ -25,8 +25,8 @@ from workbench.core.ledger import KVCacheManager
 from workbench.errors import ConfigError
 from workbench.procs import my_identity
 from workbench.sim.device import SimDevice
+from workbench.units import MiB
 
-MiB = 1 << 20
 ROOT = Path(__file__).parents[2]
 
 

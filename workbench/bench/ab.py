@@ -42,8 +42,7 @@ from workbench.bench.mini import _engine
 from workbench.engines.sched.request import Request
 from workbench.labs.colocation_gpu import Cluster, ColoConfig
 from workbench.mini.model import build_model, get_config
-
-GiB = 1 << 30
+from workbench.units import GiB
 
 
 class _Paused:

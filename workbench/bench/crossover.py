@@ -30,8 +30,8 @@ import numpy as np
 
 from workbench.bench.stats import deciles
 from workbench.errors import ConfigError
+from workbench.units import MiB
 
-MiB = 1 << 20
 MAX_CELL_TOKENS = 1 << 18  # 32 GiB of Llama-3.1-8B KV: more than a cell of this bench needs
 
 

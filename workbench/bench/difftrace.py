@@ -14,8 +14,8 @@ from typing import Any, NamedTuple
 
 from workbench.core.device import VMM_OPS
 from workbench.core.replay import ReplayResult, replay
+from workbench.units import MiB
 
-MiB = 1 << 20
 FAULT_OPS = tuple(op for op in VMM_OPS if op != "reserve")
 
 

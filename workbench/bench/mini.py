@@ -28,8 +28,7 @@ from workbench.mini.attention import paged_decode, reference_decode, softmax_sca
 from workbench.mini.engine import Engine, EngineConfig
 from workbench.mini.kv import KVSpec
 from workbench.mini.model import build_model, get_config
-
-GiB = 1 << 30
+from workbench.units import GiB
 
 
 def _time_ms(fn, reps: int = 50) -> float:

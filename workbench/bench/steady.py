@@ -26,9 +26,9 @@ from workbench.bench.mini import _engine
 from workbench.bench.stats import deciles as spread
 from workbench.mini.engine import Engine, StepStats
 from workbench.mini.model import ModelConfig
+from workbench.units import GiB
 
 COPY_BYTES_PER_S = 4.3e12  # H200, measured device-to-device copy bandwidth
-GiB = 1 << 30
 SUBJECTS = (("vmm", "block", True), ("static", "block", True), ("vmm", "block", False),
             ("static", "block", False), ("vmm", "token", True))
 

@@ -31,9 +31,10 @@ from workbench.core.ledger import KVCacheManager
 from workbench.gpu.device import CudaDevice
 from workbench.gpu.driver import driver
 from workbench.mini.mapper import BackgroundMapper, LockedKVCacheManager
+from workbench.percentiles import NEAREST, spread
 from workbench.sim.device import SimDevice
+from workbench.units import GiB
 
-MiB, GiB = 1 << 20, 1 << 30
 GOAL_RATIO = 1.10  # workbench / raw driver, per page id (issue: a fast path to the driver)
 GOAL_BANDWIDTH = 0.99  # VMM / plain, like for like
 WARM_MODES = ("inline", "deferred", "mapper", "cold")
@@ -77,15 +78,9 @@ class _Workbench:
         self.kv.close()
 
 
-def _q(xs: list[float], q: float) -> float:
-    """The ``q`` quantile of ``xs`` (nearest rank)."""
-    ys = sorted(xs)
-    return ys[min(len(ys) - 1, max(0, round(q * (len(ys) - 1))))]
-
-
 def _stats(xs: list[float]) -> dict:
-    return {"median": statistics.median(xs), "p10": _q(xs, 0.1), "p90": _q(xs, 0.9),
-            "n": len(xs)}
+    """median, and p10/p90 by nearest rank: the definition docs/gpu.md's figures used."""
+    return spread(xs, NEAREST)
 
 
 def _abab(subjects: dict[str, Any], pages: int, rounds: int) -> dict[str, dict]:

@@ -35,8 +35,8 @@ from workbench.core.geometry import Layout
 from workbench.gpu.device import CudaDevice
 from workbench.gpu.driver import call, driver, use_driver
 from workbench.sim.device import SimDevice
+from workbench.units import GiB
 
-GiB = 1 << 30
 HOT = ("cuMemCreate", "cuMemMap", "cuMemSetAccess", "cuMemUnmap", "cuMemRelease",
        "cuMemGetInfo", "cuMemAddressReserve")
 

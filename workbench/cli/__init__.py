@@ -5,15 +5,41 @@ from __future__ import annotations
 import sys
 
 import typer
+from typer.core import TyperGroup
 
 from workbench.errors import WorkbenchError
 
+# commands that read the settings themselves: doctor reports a bad or unknown name, not refuses
+SETTINGS_OWN = ("doctor",)
+
+
+class _SettingsFirst(TyperGroup):
+    """The one reading of ``WORKBENCH_KV_*`` for every command, before it runs: a bad value or an
+    unknown name is one ``error:`` line and exit 2, for ``serve`` and ``replay`` as for
+    ``kvctl``. ``--help`` still shows help."""
+
+    def resolve_command(self, ctx, args):  # noqa: ANN001 - click's signature
+        name, cmd, rest = super().resolve_command(ctx, args)
+        if name not in SETTINGS_OWN and not {"--help", "-h"} & set(rest):
+            from workbench.settings import settings
+
+            try:
+                settings()
+            except WorkbenchError as err:
+                typer.echo(f"error: {' '.join(str(err).split())}", err=True)
+                raise typer.Exit(2) from None
+        return name, cmd, rest
+
+
 app = typer.Typer(
     name="workbench",
+    cls=_SettingsFirst,
     help="KV Cache Workbench: elastic KV-cache memory for LLM serving, simulated and on GPUs.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: full option names and values when piped, as click
+    context_settings={"max_content_width": 100},
 )
 
 # Each import adds its command(s) to ``app``; keep one line per command module. A bad
@@ -41,5 +67,14 @@ def main() -> None:
             raise _startup_error
         app()
     except WorkbenchError as err:
-        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
+        from workbench.cli.common import cli_syntax
+
+        print(f"error: {cli_syntax(' '.join(str(err).split()))}", file=sys.stderr)
         raise SystemExit(2) from None
+    except ImportError as err:  # an optional module (torch, cuda-python) a command needs
+        from workbench.cli.common import missing
+
+        found = missing(err, " ".join(sys.argv[1:3]))
+        if isinstance(found, ImportError):
+            raise
+        raise SystemExit(found.exit_code) from None

@@ -19,13 +19,14 @@ import json
 import os
 import platform
 import sys
-import warnings
 from dataclasses import asdict
 from importlib import metadata
+from pathlib import Path
 
 import typer
 
 from workbench.cli import app
+from workbench.cli.common import write_json
 from workbench.manifest import host_hardware, torch_info, workbench_info
 
 
@@ -47,14 +48,14 @@ def _config() -> dict:
     from workbench.settings import unknown_names
 
     env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIX)}
+    unknown = unknown_names()  # listed below, so the pool config is read without them
     try:
-        with warnings.catch_warnings():  # unknown names are listed below, not warned about
-            warnings.simplefilter("ignore")
-            cfg, enabled = asdict(PoolConfig.from_env()), boot.enabled()
+        known = {k: v for k, v in env.items() if k not in unknown}
+        cfg, enabled = asdict(PoolConfig.from_env(known)), boot.enabled()
         err = None
     except Exception as e:  # noqa: BLE001 - shown, not raised: doctor reports bad config
         cfg, err, enabled = None, str(e), False
-    return {"env": env, "pool_config": cfg, "config_error": err, "unknown_env": unknown_names(),
+    return {"env": env, "pool_config": cfg, "config_error": err, "unknown_env": unknown,
             "autopatch_enabled": enabled, "pth": str(pth.path()),
             "pth_installed": pth.installed()}
 
@@ -224,13 +225,16 @@ def _print(m: dict) -> None:
                                                           else ""))
 
 
-@app.command()
+@app.command(short_help="Version manifest and each engine's patch status.")
 def doctor(as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
+           out: Path | None = typer.Option(None, "--out",
+                                           help="Write the manifest as JSON to this file."),
            check: bool = typer.Option(False, "--check",
                                       help="Import each engine's patch targets and apply the "
                                            "plan here (slow: imports the engines).")) -> None:
     """Version manifest (hardware, Python, torch/CUDA, engines, config) and patch status."""
     m = manifest(check=check)
+    write_json(m, out)
     if as_json:
         typer.echo(json.dumps(m, indent=2, default=str))
     else:

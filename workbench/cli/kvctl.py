@@ -11,19 +11,20 @@ import time
 from collections import Counter
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from workbench.cli import app
+from workbench.cli.common import console as out_console
+from workbench.cli.common import fail
 from workbench.config import format_size, parse_size
 from workbench.core import control, limit_requests
 from workbench.core.segment import SHM_DIR
 from workbench.errors import ConfigError, ControlError
+from workbench.units import align_down
 
 kvctl = typer.Typer(help="Control elastic KV pools through their shared-memory segments.",
-                    no_args_is_help=True)
+                    no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(kvctl, name="kvctl")
-console = Console()
 EXIT_CODES = {limit_requests.ACKNOWLEDGED: 0, limit_requests.PENDING: 0,
               limit_requests.SUPERSEDED: 3, limit_requests.REFUSED: 4}
 
@@ -31,8 +32,7 @@ EXIT_CODES = {limit_requests.ACKNOWLEDGED: 0, limit_requests.PENDING: 0,
 def _fail(err: Exception) -> None:
     if isinstance(err, control.SegmentRefused):  # named on purpose: not "skipped", refused
         err = ControlError(f"{err.path} is not a usable segment: {err.detail}")
-    typer.echo(f"error: {err}", err=True)
-    raise typer.Exit(2)
+    raise fail(err)
 
 
 def _info(name: str) -> control.SegmentInfo:
@@ -64,7 +64,7 @@ def report_skipped(skipped: list[control.SegmentRefused], verbose: bool) -> None
                    err=True)
 
 
-@kvctl.command("list")
+@kvctl.command("list", short_help="List every pool's segment.")
 def list_(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
           verbose: bool = typer.Option(False, "--verbose", "-v",
                                        help="Name every skipped entry and why.")) -> None:
@@ -79,7 +79,7 @@ def list_(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
             t.add_row(i.name, str(i.owner_pid), "yes" if i.alive else "NO", format_size(i.limit),
                       format_size(i.used), format_size(i.reserved), format_size(i.capacity),
                       str(i.revision), i.outcome)
-        console.print(t if infos else "no pools")
+        out_console().print(t if infos else "no pools")
     report_skipped(found.skipped, verbose)
 
 
@@ -109,7 +109,7 @@ def _say(a: limit_requests.LimitAnswer) -> str:
     return f"{head} written; the owner applies it on its next allocation or free"
 
 
-@kvctl.command()
+@kvctl.command(short_help="Set a pool's memory limit in bytes.")
 def limit(name: str = typer.Argument(..., help="IPC name of the pool."),
           size: str = typer.Argument(..., help="New limit, e.g. 8G, 512MiB, 1073741824."),
           as_json: bool = typer.Option(False, "--json", help="Print JSON."),
@@ -125,17 +125,18 @@ def limit(name: str = typer.Argument(..., help="IPC name of the pool."),
     _apply(name, nbytes, as_json, wait)
 
 
-@kvctl.command("limit-percent")
+@kvctl.command("limit-percent", short_help="Set a pool's limit as a percentage.")
 def limit_percent(name: str = typer.Argument(..., help="IPC name of the pool."),
                   percent: float = typer.Argument(..., help="Percent of the pool's capacity."),
                   as_json: bool = typer.Option(False, "--json", help="Print JSON."),
                   wait: float = typer.Option(2.0, help="Seconds to wait for the answer.")) -> None:
-    """Set a pool's limit as a percentage of its capacity (exit status as for `limit`)."""
+    """Set a pool's limit as a percentage of its capacity, rounded down to whole page ids (exit
+    status as for `limit`)."""
     if not 0 <= percent <= 100:
         _fail(ConfigError(f"percent {percent}", "must be between 0 and 100",
                           "pass e.g. 25 for a quarter of the capacity"))
-    info = _info(name)
-    _apply(name, int(info.capacity * percent / 100), as_json, wait)
+    info = _info(name)  # whole page ids, rounded down: the answer names the bytes asked for
+    _apply(name, align_down(int(info.capacity * percent / 100), info.page_id_bytes), as_json, wait)
 
 
 def _sample(name: str | None, seen: set[str]) -> list[control.SegmentInfo]:
@@ -150,7 +151,7 @@ def _sample(name: str | None, seen: set[str]) -> list[control.SegmentInfo]:
     return found.infos
 
 
-@kvctl.command()
+@kvctl.command(short_help="Print a pool's bytes as they change.")
 def watch(name: str = typer.Argument(None, help="One pool, or every pool."),
           interval: float = typer.Option(1.0, help="Seconds between samples."),
           count: int = typer.Option(0, min=0, help="Samples to print; 0 = until Ctrl-C."),
@@ -176,9 +177,10 @@ def watch(name: str = typer.Argument(None, help="One pool, or every pool."),
         pass
 
 
-@kvctl.command()
+@kvctl.command(short_help="Remove a pool's segment.")
 def delete(name: str = typer.Argument(..., help="IPC name of the pool."),
-           force: bool = typer.Option(False, help="Remove even if its owner is alive.")) -> None:
+           force: bool = typer.Option(False, "--force",
+                                      help="Remove even if its owner is alive.")) -> None:
     """Remove a pool's segment (refuses while its owner is alive unless --force)."""
     try:
         control.delete_segment(name, force=force)
@@ -187,7 +189,7 @@ def delete(name: str = typer.Argument(..., help="IPC name of the pool."),
     typer.echo(f"deleted {name}")
 
 
-@kvctl.command()
+@kvctl.command(short_help='Remove what dead owners left behind.')
 def gc(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
        verbose: bool = typer.Option(False, "--verbose", "-v",
                                     help="Name every entry left alone and why.")) -> None:
@@ -197,12 +199,13 @@ def gc(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     removed = control.gc_segments(report=skipped)
     sockets: list[str] = []
     left: list[str] = []
+    problem: Exception | None = None
     try:
         from workbench.transport.paths import gc_sockets  # the transport loads only for gc
 
         sockets = gc_sockets(report=left)
-    except (ConfigError, OSError) as err:
-        left.append(f"socket directories not collected: {err}")
+    except (ConfigError, OSError) as err:  # the socket base itself: an error, not "left alone"
+        problem = err
     if as_json:
         typer.echo(json.dumps({"segments": removed, "socket_dirs": sockets,
                                "skipped": [str(e) for e in skipped] + left}))
@@ -216,3 +219,5 @@ def gc(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     elif left:
         typer.echo(f"left {len(left)} socket director{'y' if len(left) == 1 else 'ies'} alone "
                    f"(not provably yours and dead); --verbose names them", err=True)
+    if problem is not None:
+        _fail(problem)

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import typer
 
+from workbench.cli.common import fail
 from workbench.cli.kvctl import kvctl
 
 
-@kvctl.command("export")
+@kvctl.command("export", short_help="Serve every pool's bytes for Prometheus.")
 def export(
     port: int = typer.Option(9400, help="Port to serve /metrics on (0 picks a free one)."),
     host: str = typer.Option("127.0.0.1", help="Address to listen on (loopback by default)."),
-    verbose: bool = typer.Option(False, help="Log every scrape."),
+    verbose: bool = typer.Option(False, "--verbose", help="Log every scrape."),
 ) -> None:
     """Serve every pool's mapped, reserved, used, limit and capacity bytes for Prometheus."""
     from prometheus_client import make_asgi_app
@@ -28,8 +29,7 @@ def export(
     try:
         sock = bind_socket(host, port)
     except ConfigError as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
+        raise fail(err) from None
     shown = f"[{host}]" if ":" in host else host
     typer.echo(f"exporting KV pool metrics at http://{shown}:{sock.getsockname()[1]}/metrics",
                nl=True)

@@ -13,6 +13,7 @@ from rich.panel import Panel
 from rich.text import Text
 
 from workbench.cli import app
+from workbench.cli.common import console as out_console
 from workbench.config import format_size
 from workbench.core import control
 
@@ -63,9 +64,9 @@ def frame(width: int, found: control.Scan | None = None) -> Group:
     return Group(legend(), *panels, *skipped)
 
 
-@app.command()
+@app.command(short_help='Live view of every pool and its pages.')
 def kvtop(interval: float = typer.Option(0.5, min=0.01, help="Seconds between refreshes."),
-          once: bool = typer.Option(False, help="Draw one frame and exit."),
+          once: bool = typer.Option(False, "--once", help="Draw one frame and exit."),
           width: int = typer.Option(64, min=1, help="Page map width in pages."),
           as_json: bool = typer.Option(False, "--json", help="Print one JSON snapshot.")) -> None:
     """Live view of every pool on this machine: bars and a per-page state map. Entries in the
@@ -77,7 +78,7 @@ def kvtop(interval: float = typer.Option(0.5, min=0.01, help="Seconds between re
         if as_json:
             typer.echo(json.dumps([i.to_dict() for i in found.infos]))
         else:
-            Console().print(frame(width, control.Scan(found.infos)))
+            out_console().print(frame(width, control.Scan(found.infos)))
         return
     console = Console()
     try:

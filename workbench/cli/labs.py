@@ -1,34 +1,42 @@
-"""``workbench labs list|run NAME``: a thin shell over the lab protocol (:mod:`workbench.labs`).
+"""``workbench labs list|run NAME``: a thin shell over the lab protocol (workbench.labs).
 
-Shared options (``--quick``, ``--seed``, ``--peaks``, ``--steptime``) and ``--param key=value``
-fill the lab's parameter dataclass; the backend is checked before anything runs, so a refused
-run writes no record.
+Labs are numbered as their notebooks (``labs/NN_name.ipynb``): ``labs run 00`` is
+``labs run colocation``. Shared options (``--quick``, ``--seed``, ``--peaks``, ``--steptime``)
+and ``--param key=value`` fill the lab's parameter dataclass; the backend is checked before
+anything runs, so a refused run writes no record.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import sys
 import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from workbench.cli import app
+from workbench.cli.common import backend_option, err_console, fail, missing
 from workbench.errors import ConfigError
 from workbench.labs import LABS, get_lab
 
 labs = typer.Typer(help="Run the workbench's labs (experiments with result records).",
-                   no_args_is_help=True)
+                   no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(labs, name="labs")
-err_console = Console(stderr=True)
 
 
-def _fail(err: Exception) -> typer.Exit:
-    err_console.print(f"error: {err}", markup=False, highlight=False, soft_wrap=True)
-    return typer.Exit(2)
+def lab_name(key: str) -> str:
+    """A lab's name from its name or its notebook number (``00``, ``7``)."""
+    names = list(LABS)
+    if key.isdigit():
+        if int(key) < len(names):
+            return names[int(key)]
+        raise ConfigError(f"lab {key}", f"there are labs 00 to {len(names) - 1:02d}",
+                          "see `workbench labs list`")
+    return key
 
 
 def _param_text(lab, params: list[str], shared: dict[str, str | None]) -> dict[str, str]:
@@ -50,43 +58,84 @@ def _real_engine(name: str, items: list[str]):
     return for_engine(name, dict(i.partition("=")[::2] for i in items if "=" in i))
 
 
-@labs.command("list")
-def list_labs() -> None:
-    """List the labs and the backends each runs on."""
-    for name in LABS:
-        lab = get_lab(name)
-        typer.echo(f"{name:16s} [{','.join(lab.backends)}] {lab.description}")
+@labs.command("list", short_help='List the labs, numbered as the notebooks.')
+def list_labs(as_json: bool = typer.Option(False, "--json", help="Print the list as JSON.")
+              ) -> None:
+    """List the labs, numbered as their notebooks, with the backends each runs on."""
+    rows = [(f"{i:02d}", name, ",".join(get_lab(name).backends), get_lab(name).description)
+            for i, name in enumerate(LABS)]
+    if as_json:
+        typer.echo(json.dumps([{"number": n, "name": name, "backends": b.split(","),
+                                "description": d} for n, name, b, d in rows]))
+        return
+    wide = max(len(r[1]) for r in rows)
+    back = max(len(r[2]) for r in rows)
+    for n, name, b, d in rows:
+        typer.echo(f"{n}  {name:<{wide}}  {b:<{back}}  {d}")
 
 
-@labs.command("run")
+def _render(markdown: str) -> None:
+    """The report: rendered in a terminal, the Markdown itself when piped."""
+    if sys.stdout.isatty():
+        from rich.console import Console
+        from rich.markdown import Markdown
+
+        Console().print(Markdown(markdown))
+    else:
+        typer.echo(markdown)
+
+
+def _write_html(result, name: str, folder: Path) -> list[Path]:
+    """Each figure as a standalone HTML page (plotly from a CDN), and the report beside them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for key, fig in result.figures.items():
+        p = folder / f"{name}_{key}.html"
+        fig.write_html(str(p), include_plotlyjs="cdn")
+        written.append(p)
+    md = folder / f"{name}.md"
+    md.write_text(result.markdown)
+    return [*written, md]
+
+
+@labs.command("run", short_help='Run a lab and print its report.')
 def run_lab(
-    name: Annotated[str, typer.Argument(help="Lab name (see `workbench labs list`).")],
-    backend: Annotated[str, typer.Option(
-        help="Backend: sim, gpu (a CUDA host) or host (CPU), as the lab supports.")] = "sim",
-    json_out: Annotated[Path | None, typer.Option(
-        "--json", help="Write the JSON record here (the Markdown report beside it, .md).")] = None,
+    name: Annotated[str, typer.Argument(
+        help="Lab name or number, e.g. colocation or 00 (see workbench labs list).")],
+    backend: str = backend_option("sim", ("sim", "host", "gpu"),
+                                  "Where the lab runs, as the lab supports (see labs list)."),
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print the JSON record on stdout instead of the report.")] = False,
+    out: Annotated[Path | None, typer.Option(
+        "--out", help="Write the JSON record here (the Markdown report beside it, .md).")] = None,
+    html: Annotated[Path | None, typer.Option(
+        "--html", help="Write the figures (one HTML page each) and the report to this "
+                       "folder.")] = None,
     param: Annotated[list[str] | None, typer.Option(
         "--param", help="A lab parameter, key=value (repeatable).")] = None,
     peaks: Annotated[str | None, typer.Option(
         help="Comma-separated PEAK req/s values (colocation), e.g. 12,14,16.")] = None,
-    quick: Annotated[bool, typer.Option(help="A smaller run for CI and a first look.")] = False,
+    quick: Annotated[bool, typer.Option(
+        "--quick", help="A smaller run for CI and a first look.")] = False,
     seed: Annotated[int, typer.Option(help="Workload seed (same seed, same result).")] = 0,
     steptime: Annotated[str | None, typer.Option(
         help="Step-time calibration: a name (roofline, kvcached-fit) or key=value pairs, "
              "e.g. bw_eff=0.55,step_overhead_s=0.005.")] = None,
 ) -> None:
-    """Run lab NAME and print its report."""
+    """Run lab NAME and print its report (rendered in a terminal, Markdown when piped)."""
     try:
+        name = lab_name(name)
         lab = get_lab(name)
         shared = {"quick": str(quick), "seed": str(seed), "peaks": peaks, "steptime": steptime}
         lab = _real_engine(name, param or []) or lab  # engine=vllm: the real vLLM's run
         params = lab.parse_params(_param_text(lab, param or [], shared))
         lab.check_backend(backend, params)
     except ConfigError as err:
-        raise _fail(err) from None
+        raise fail(err) from None
     t0 = time.perf_counter()
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err_console, transient=True) as bar:
+                  TimeElapsedColumn(), console=err_console, transient=True,
+                  disable=not err_console.is_terminal) as bar:
         task = bar.add_task(name, total=None)
 
         def progress(done: int, total: int, what: str) -> None:
@@ -95,9 +144,15 @@ def run_lab(
         try:
             result = lab.run(params, backend, progress)
         except ConfigError as err:
-            raise _fail(err) from None
-    typer.echo(result.markdown)
+            raise fail(err) from None
+        except ImportError as err:  # torch: the mini engine behind this lab on this backend
+            raise missing(err, f"labs run {name} --backend {backend}") from None
+    if as_json:
+        typer.echo(result.record.to_json(indent=None))
+    else:
+        _render(result.markdown)
     err_console.print(f"{name}: {time.perf_counter() - t0:.1f} s wall")
-    if json_out is not None:
-        for p in result.write(json_out):
-            err_console.print(f"wrote {p}")
+    written = [*(result.write(out) if out is not None else []),
+               *(_write_html(result, name, html) if html is not None else [])]
+    for p in written:
+        err_console.print(f"wrote {p}", markup=False)

@@ -6,22 +6,25 @@ import json
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from workbench.backends import BACKENDS, make_device
 from workbench.cli import app
+from workbench.cli.common import backend_option, console, fail, write_json
 from workbench.config import format_size
 from workbench.core.replay import load_trace, replay
 from workbench.errors import WorkbenchError
 
 
-@app.command("replay")
+@app.command("replay", short_help='Replay an op trace on a backend.')
 def replay_cmd(trace: Path = typer.Argument(..., exists=True, dir_okay=False,
                                             help="JSON-lines op trace (see docs/replay.md)."),
-               backend: str = typer.Option("sim", help=f"One of {', '.join(BACKENDS)}."),
-               as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-               events: bool = typer.Option(True, help="Print every event.")) -> None:
+               backend: str = backend_option("sim", tuple(BACKENDS), "Where the trace runs."),
+               as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+               out: Path | None = typer.Option(None, "--out",
+                                               help="Write the result as JSON to this file."),
+               no_events: bool = typer.Option(False, "--no-events",
+                                              help="Leave out the table of events.")) -> None:
     """Replay an op trace and print the state events and each pool's final state."""
     try:
         ops = load_trace(trace)
@@ -29,22 +32,22 @@ def replay_cmd(trace: Path = typer.Argument(..., exists=True, dir_okay=False,
             ops.pop(0)  # device presets describe the simulated GPU only
         result = replay(ops, lambda **kw: make_device(backend, **kw))
     except WorkbenchError as err:  # a bad line, or a pool that cannot be made: one line
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
+        raise fail(err) from None
+    write_json(result.to_dict(), out)
     if as_json:
         typer.echo(json.dumps(result.to_dict()))
         return
-    console = Console()
-    if events:
+    con = console()
+    if not no_events:
         t = Table("t (ms)", "pool", "page", "from", "to", "cause")
         for e in result.events:
             t.add_row(f"{e.t * 1e3:.3f}", e.pool, "" if e.page < 0 else str(e.page), e.src,
                       e.dst, e.cause)
-        console.print(t)
+        con.print(t)
     for r in result.results:
         if isinstance(r.result, dict) and "error" in r.result:
-            console.print(f"[red]line {r.line} {r.op}: {r.result['error']}: "
-                          f"{r.result['message']}[/red]", soft_wrap=True)  # one line each
+            con.print(f"[red]line {r.line} {r.op}: {r.result['error']}: "
+                      f"{r.result['message']}[/red]", soft_wrap=True)  # one line each
     s = Table("pool", "used blocks", "free", "reserved", "in use", "reclaimed", "quarantined",
               "mapped", "limit", "misses", "failed")
     for name, p in result.pools.items():
@@ -52,4 +55,4 @@ def replay_cmd(trace: Path = typer.Argument(..., exists=True, dir_okay=False,
         s.add_row(name, str(p.used_blocks), str(c["free"]), str(c["reserved"]), str(c["in_use"]),
                   str(c["reclaimed"]), str(c["quarantined"]), format_size(p.mapped_bytes),
                   format_size(p.limit_bytes), str(p.misses), p.failed or "")
-    console.print(s)
+    con.print(s)

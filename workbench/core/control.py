@@ -93,8 +93,13 @@ class ControlSegment:
         gc_segments(only=name)  # a crashed predecessor's half-written file
         pid, start = my_identity()
         tmp = SHM_DIR / f"{PARTIAL_PREFIX}{pid}_{start}_{secrets.token_hex(4)}_{name}"
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600)
+        try:
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o600)
+        except OSError as err:  # the folder went away, is a file, or is not ours to write
+            raise ConfigError(f"shm directory {SHM_DIR}", f"cannot hold pool {name!r}'s segment "
+                              f"({err.strerror})", "set WORKBENCH_KV_SHM_DIR to an existing "
+                              "directory you can write, or unset it for /dev/shm") from None
         seg = self = None
         try:
             os.fchmod(fd, 0o600)  # umask-proof

@@ -101,6 +101,3 @@ class EventLog:
 
     def keys(self) -> list[tuple[str, int, str, str, str]]:
         return [e.key() for e in self.events]
-
-    def to_jsonl(self) -> str:
-        return "".join(e.to_json() + "\n" for e in self.events)

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from enum import Enum
 
 from workbench.errors import ConfigError
+from workbench.units import MiB
 
-MiB = 1 << 20
 DEFAULT_PAGE_SIZE = 2 * MiB
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1, "int8": 1}
 
@@ -143,9 +143,6 @@ class KVGeometry:
     def slot_block(self, slot: int) -> int:
         """The block (SGLang page) that holds token slot ``slot``."""
         return slot // self.block_size
-
-    def block_slots(self, block: int) -> range:
-        return range(block * self.block_size, (block + 1) * self.block_size)
 
     def _check_page(self, page: int) -> None:
         if not 0 <= page < self.num_pages:

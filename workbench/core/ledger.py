@@ -119,9 +119,6 @@ class KVCacheManager(LedgerBlocks, PoolLimits):
     def used_blocks(self) -> int:
         return len(self.allocated) - (1 if self.null_block is not None else 0)
 
-    def _page_capacity(self, page: int) -> int:
-        return self._capacity[page]
-
     def page_occupancy(self, page: int) -> int:
         """Allocated blocks on ``page`` (0 when no block of it is out): what pins it mapped."""
         free = self.free_blocks.get(page)

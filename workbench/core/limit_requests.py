@@ -33,6 +33,7 @@ from workbench.core.segment import (
     try_flock,
 )
 from workbench.errors import ControlError
+from workbench.units import MiB, align_down
 
 ACKNOWLEDGED, SUPERSEDED, REFUSED, PENDING = "acknowledged", "superseded", "refused", "pending"
 LOCK_WAIT_S = 2.0
@@ -73,10 +74,21 @@ def _check(name: str, limit: int, info: SegmentInfo | None) -> SegmentInfo:
     if limit < info.page_id_bytes:
         raise ControlError(f"limit {limit} bytes is below one page id ({info.page_id_bytes} "
                            f"bytes); the null block lives on page 0")
+    if limit % info.page_id_bytes:  # never rounded in silence: the caller picks the page id
+        down = align_down(limit, info.page_id_bytes)
+        up = min(down + info.page_id_bytes, info.capacity)
+        raise ControlError(f"limit {limit} bytes is not a whole number of page ids "
+                           f"({_exact(info.page_id_bytes)} each): the pool would keep "
+                           f"{_exact(down)}. Fix: ask for {_exact(down)} or {_exact(up)}")
     if not info.alive:
         raise ControlError(f"pool {name!r}'s owner (pid {info.owner_pid}) is gone; "
                            f"`workbench kvctl gc` removes its segment")
     return info
+
+
+def _exact(n: int) -> str:
+    """A size as ``kvctl limit`` takes it back, exactly: ``24MiB``, else bytes."""
+    return f"{n // MiB}MiB" if n % MiB == 0 else f"{n} bytes"
 
 
 def _locked(name: str, write: bool):

@@ -10,29 +10,52 @@ stops the load with one :class:`ConfigError` line: ``trace.jsonl:7: ...``.
 from __future__ import annotations
 
 import json
-import math
 import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from workbench.config import MAX_SIZE, PoolConfig, check_ipc_name, parse_size
+from workbench.config import PoolConfig
 from workbench.core.device import VMM_OPS
 from workbench.core.geometry import KVGeometry, Layout
 from workbench.core.limits import MAX_REVISION
 from workbench.errors import ConfigError
+from workbench.knobs import KNOBS, Refused
+from workbench.units import MAX_SIZE, MiB, PiB, parse_size
 
-MiB = 1 << 20
 MAX_TRACE_BYTES = 64 << 20
 MAX_BLOCKS = 1 << 20  # a pool's page table is a Python list: keep one trace line cheap
 MAX_VIRTUAL = 1 << 44  # 16 TiB of address space per pool, well inside a 47-bit user space
 PRESETS = ("h200", "h100", "a100")
+TRACE_DEFAULTS = {"min_reserved": 2, "max_reserved": 4, "gpu_utilization": 1.0}
+# a pool line's field -> the configuration knob it sets (workbench.knobs)
+KNOB_FIELDS = {"page_size": "page_size", "min_reserved": "min_reserved_pages",
+               "max_reserved": "max_reserved_pages", "prealloc": "prealloc",
+               "memory_limit": "memory_limit", "gpu_utilization": "gpu_utilization",
+               "ipc_name": "ipc_name"}
 _INTERNAL = ("_line", "_geometry", "_config")  # what checking adds; a second check redoes it
 Check = Callable[[Any], Any]
 
 
 class _Bad(ValueError):
-    """A field's value is refused; the text says what is accepted."""
+    """A field's value is refused; the text says what is accepted, ``why`` why not."""
+
+    def __init__(self, accepted: str, why: str = "refused"):
+        super().__init__(accepted)
+        self.why = why
+
+
+def _knob(name: str) -> Check:
+    """A pool field that is a configuration knob: the knob's own check and refusal text, the
+    same as ``PoolConfig(...)`` and ``WORKBENCH_KV_*`` give."""
+    knob = KNOBS[name]
+
+    def check(v: Any) -> Any:
+        try:
+            return knob.check(v)
+        except Refused as why:
+            raise _Bad(knob.accepted, str(why)) from None
+    return check
 
 
 def _count(lo: int, hi: int) -> Check:
@@ -73,24 +96,10 @@ def _flag(v: Any) -> bool:
     return v
 
 
-def _fraction(v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
-            or not 0 < v <= 1:
-        raise _Bad("a number in (0, 1]")
-    return float(v)
-
-
 def _name(v: Any) -> str:
     if not isinstance(v, str) or not 1 <= len(v) <= 64 or not v.isprintable():
         raise _Bad("a string of 1-64 printable characters")
     return v
-
-
-def _ipc(v: Any) -> str:
-    try:
-        return check_ipc_name(v if isinstance(v, str) else "")
-    except ConfigError:
-        raise _Bad("1-64 characters of letters, digits, '_', '-' or '.'") from None
 
 
 def _ids(v: Any) -> list[int]:
@@ -105,14 +114,12 @@ def _ids(v: Any) -> list[int]:
 
 _POOL = {"pool": _name}
 SCHEMA: dict[str, tuple[dict[str, Check], tuple[str, ...]]] = {  # op -> (fields, required)
-    "device": ({"preset": _choice(*PRESETS), "capacity": _size(2 * MiB, 1 << 50)}, ()),
+    "device": ({"preset": _choice(*PRESETS), "capacity": _size(2 * MiB, PiB)}, ()),
     "pool": ({**_POOL, "num_layers": _count(1, 512), "kv_heads": _count(1, 1024),
               "head_dim": _count(1, 4096), "block_size": _count(1, 4096),
               "num_blocks": _count(2, MAX_BLOCKS), "layout": _choice("contiguous", "per_layer"),
-              "mla": _flag, "page_size": _size(2 * MiB, 1 << 30, 2 * MiB),
-              "min_reserved": _count(0, 4096), "max_reserved": _count(0, 4096),
-              "prealloc": _flag, "memory_limit": _size(0, MAX_SIZE),
-              "gpu_utilization": _fraction, "ipc_name": _ipc, "dtype_bytes": _choice(1, 2, 4)},
+              "mla": _flag, **{f: _knob(k) for f, k in KNOB_FIELDS.items()},
+              "dtype_bytes": _choice(1, 2, 4)},
              ("pool",)),
     "alloc": ({**_POOL, "n": _count(0, MAX_BLOCKS), "tag": _name}, ("pool", "n")),
     "free": ({**_POOL, "tag": _name, "ids": _ids}, ("pool",)),
@@ -121,7 +128,7 @@ SCHEMA: dict[str, tuple[dict[str, Check], tuple[str, ...]]] = {  # op -> (fields
     "trim": (_POOL, ("pool",)),
     "refill": (_POOL, ("pool",)),
     "fail": ({"call": _choice(*VMM_OPS), "nth": _count(1, 1 << 20)}, ("call",)),
-    "occupy": ({"owner": _name, "bytes": _size(0, 1 << 50)}, ("owner", "bytes")),
+    "occupy": ({"owner": _name, "bytes": _size(0, PiB)}, ("owner", "bytes")),
     "close": (_POOL, ("pool",)),
 }
 OPS = tuple(SCHEMA)
@@ -147,7 +154,7 @@ def check_op(op: Any, where: str) -> dict:
         try:
             out[key] = fields[key](value)
         except _Bad as bad:
-            raise ConfigError(f"{where}: {kind} {key}={_short(value)}", "refused",
+            raise ConfigError(f"{where}: {kind} {key}={_short(value)}", bad.why,
                               f"use {bad}") from None
     missing = [k for k in required if k not in out]
     if missing:
@@ -170,7 +177,7 @@ def _pool_parts(op: dict) -> tuple[KVGeometry, PoolConfig]:
         num_layers=op.get("num_layers", 4), kv_heads=op.get("kv_heads", 8),
         head_dim=op.get("head_dim", 128), mla=op.get("mla", False),
         block_size=op.get("block_size", 16), num_blocks=op.get("num_blocks", 1024),
-        page_size=op.get("page_size", 2 * MiB), layout=layout,
+        page_size=op.get("page_size", KNOBS["page_size"].default), layout=layout,
         dtype_bytes=op.get("dtype_bytes", 2))
     if geo.virtual_bytes > MAX_VIRTUAL:
         raise ConfigError(f"pool of {geo.virtual_bytes} virtual bytes",
@@ -180,12 +187,15 @@ def _pool_parts(op: dict) -> tuple[KVGeometry, PoolConfig]:
     if limit is not None and limit < geo.page_id_bytes:
         raise ConfigError(f"memory_limit={limit}", f"below one page id ({geo.page_id_bytes} "
                           "bytes), where the null block lives", "raise it or leave it unset")
+    # a trace's own defaults (docs/replay.md): part of the trace format, so that a recorded
+    # trace replays the same; every value still passes the knobs' checks in PoolConfig
     cfg = PoolConfig(page_size=geo.page_size, contiguous_layout=layout is Layout.CONTIGUOUS,
                      prealloc=op.get("prealloc", True),
-                     min_reserved_pages=op.get("min_reserved", 2),
-                     max_reserved_pages=op.get("max_reserved", 4),
+                     min_reserved_pages=op.get("min_reserved", TRACE_DEFAULTS["min_reserved"]),
+                     max_reserved_pages=op.get("max_reserved", TRACE_DEFAULTS["max_reserved"]),
                      memory_limit=limit,
-                     gpu_utilization=op.get("gpu_utilization", 1.0),
+                     gpu_utilization=op.get("gpu_utilization",
+                                            TRACE_DEFAULTS["gpu_utilization"]),
                      ipc_name=op.get("ipc_name"))
     return geo, cfg
 

@@ -29,7 +29,7 @@ def driver() -> Any:
                 from cuda import cuda as mod  # cuda-python 12.x before the bindings split
             except ImportError as err:
                 raise DeviceError("import", "cuda-python is not installed: "
-                                            "pip install 'workbench[gpu]'") from err
+                                            "pip install 'kv-cache-workbench[gpu]'") from err
         _driver = mod
     return _driver
 

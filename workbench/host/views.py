@@ -21,11 +21,3 @@ def layer_buffer_view(space: KVSpace, layer: int, buffer: int, dtype: Any,
     from workbench.tensors import KVTensors
 
     return KVTensors(space, dtype).block_tensor(layer, buffer, shape_per_block)
-
-
-def slot_view(space: KVSpace, layer: int, buffer: int, dtype: Any):
-    """SGLang's per-layer buffer shape ``[num_slots, kv_heads, head_dim]``: slot ``s`` is token
-    ``s % block_size`` of block ``s // block_size`` (per-layer layout, or one token per block)."""
-    from workbench.tensors import KVTensors
-
-    return KVTensors(space, dtype).sglang_buffer(layer, buffer)

@@ -1,20 +1,28 @@
 """A load client for any OpenAI-compatible ``/v1/completions`` server (the mini engine's,
-``vllm serve``, SGLang's), standard library only, so labs drive all three the same way.
+``vllm serve``, SGLang's), so labs drive all three the same way. Async on httpx, one event loop
+for a whole workload (no thread per request), the stream read as server-sent events by httpx-sse.
 
-Each request streams (SSE) and records time to first token, the arrival time of every later chunk
-and the end. Token counts come from ``usage`` when the server sends it (``include_usage``), else
-from the number of non-empty text chunks (vLLM and the mini server send one chunk per token).
+Each request streams and records time to first token, the arrival time of every later chunk and
+the end. Token counts come from ``usage`` when the server sends it (``include_usage``), else from
+the number of non-empty text chunks (vLLM and the mini server send one chunk per token).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import httpx
+from httpx_sse import aconnect_sse
+
+from workbench.percentiles import percentile  # noqa: F401 - the load client's percentile
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -40,88 +48,132 @@ class Result:
         return (self.e2e_s - self.ttft_s) / (self.completion_tokens - 1)
 
 
-def _post(url: str, body: dict, timeout: float):
-    req = urllib.request.Request(url, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"}, method="POST")
-    return urllib.request.urlopen(req, timeout=timeout)
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to the end from synchronous code, also where an event loop already runs in
+    this thread (a notebook): then on a thread of its own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    box: list = []
+    t = threading.Thread(target=lambda: box.append(asyncio.run(coro)), daemon=True)
+    t.start()
+    t.join()
+    return box[0]
 
 
 def get_model_name(base_url: str, timeout: float = 10.0) -> str:
     """The first model the server lists (vLLM and SGLang check the ``model`` field)."""
-    with urllib.request.urlopen(base_url.rstrip("/") + "/v1/models", timeout=timeout) as r:
-        return json.loads(r.read())["data"][0]["id"]
+    r = httpx.get(base_url.rstrip("/") + "/v1/models", timeout=timeout)
+    r.raise_for_status()
+    return r.json()["data"][0]["id"]
+
+
+def _body(prompt: str | Sequence[int], max_tokens: int, model: str | None, temperature: float,
+          stream: bool, extra: dict | None) -> dict:
+    body: dict[str, Any] = {"prompt": prompt if isinstance(prompt, str) else list(prompt),
+                            "max_tokens": max_tokens, "temperature": temperature,
+                            "stream": stream}
+    if model is not None:  # else the server's own model
+        body["model"] = model
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    body.update(extra or {})
+    return body
+
+
+def _refused(res: Result, resp: httpx.Response) -> None:
+    """OpenAI-style error bodies (``{"error": {"message": ...}}``) give the message."""
+    res.status = resp.status_code
+    after = resp.headers.get("Retry-After")
+    res.retry_after_s = float(after) if after and after.replace(".", "", 1).isdigit() else None
+    try:
+        message = resp.json()["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        message = resp.reason_phrase
+    res.error = f"HTTP {resp.status_code}: {message}"
+
+
+def _plain(res: Result, data: dict, t0: float) -> None:
+    res.e2e_s = res.ttft_s = time.perf_counter() - t0
+    ch = data["choices"][0]
+    res.text, res.finish_reason = ch["text"], ch.get("finish_reason")
+    usage = data.get("usage") or {}
+    res.completion_tokens = usage.get("completion_tokens", len(res.text))
+    res.prompt_tokens = usage.get("prompt_tokens")
+    res.ok = True
+
+
+def _event(res: Result, obj: dict, now: float, parts: list[str]) -> None:
+    """One ``data:`` event of a stream: text, usage and the finish reason."""
+    if obj.get("usage"):
+        res.completion_tokens = obj["usage"].get("completion_tokens", 0)
+        res.prompt_tokens = obj["usage"].get("prompt_tokens")
+    for ch in obj.get("choices") or []:
+        if ch.get("text"):
+            parts.append(ch["text"])
+            res.chunk_times.append(now)
+            if res.ttft_s is None:
+                res.ttft_s = now
+        if ch.get("finish_reason"):
+            res.finish_reason = ch["finish_reason"]
+
+
+async def acomplete(client: httpx.AsyncClient, base_url: str, prompt: str | Sequence[int],
+                    max_tokens: int, *, model: str | None = None, temperature: float = 0.0,
+                    stream: bool = True, extra: dict | None = None) -> Result:
+    """One completion on ``client``; a failure is recorded in the Result, never raised."""
+    url = base_url.rstrip("/") + "/v1/completions"
+    body = _body(prompt, max_tokens, model, temperature, stream, extra)
+    t0 = time.perf_counter()
+    res = Result(ok=False, sent_at=t0)
+    try:
+        if not stream:
+            resp = await client.post(url, json=body)
+            if resp.is_error:
+                _refused(res, resp)
+            else:
+                res.status = resp.status_code
+                _plain(res, resp.json(), t0)
+            return res
+        parts: list[str] = []
+        async with aconnect_sse(client, "POST", url, json=body) as source:
+            resp = source.response
+            if resp.is_error:
+                await resp.aread()
+                _refused(res, resp)
+                return res
+            res.status = resp.status_code
+            async for sse in source.aiter_sse():
+                if sse.data == "[DONE]":
+                    break
+                _event(res, json.loads(sse.data), time.perf_counter() - t0, parts)
+        res.text = "".join(parts)
+        res.completion_tokens = res.completion_tokens or len(res.chunk_times)
+        res.ok = True
+    except Exception as err:  # noqa: BLE001 - a load client records failures, it does not stop
+        res.error = f"{type(err).__name__}: {err}"
+    finally:
+        res.e2e_s = res.e2e_s if res.e2e_s is not None else time.perf_counter() - t0
+    return res
+
+
+def _client(timeout: float, connections: int) -> httpx.AsyncClient:
+    return httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=min(timeout, 30.0)),
+                             limits=httpx.Limits(max_connections=connections,
+                                                 max_keepalive_connections=connections))
 
 
 def complete(base_url: str, prompt: str | Sequence[int], max_tokens: int, *,
              model: str | None = None, temperature: float = 0.0, stream: bool = True,
              timeout: float = 600.0, extra: dict | None = None) -> Result:
     """One completion; ``extra`` adds server-specific fields (``ignore_eos`` for vLLM/SGLang)."""
-    body = {"model": model or "default", "prompt": prompt if isinstance(prompt, str)
-            else list(prompt), "max_tokens": max_tokens, "temperature": temperature,
-            "stream": stream}
-    if stream:
-        body["stream_options"] = {"include_usage": True}
-    body.update(extra or {})
-    url = base_url.rstrip("/") + "/v1/completions"
-    t0 = time.perf_counter()
-    res = Result(ok=False, sent_at=t0)
-    try:
-        with _post(url, body, timeout) as resp:
-            res.status = resp.status
-            if not stream:
-                data = json.loads(resp.read())
-                res.e2e_s = res.ttft_s = time.perf_counter() - t0
-                ch = data["choices"][0]
-                res.text, res.finish_reason = ch["text"], ch.get("finish_reason")
-                usage = data.get("usage") or {}
-                res.completion_tokens = usage.get("completion_tokens", len(res.text))
-                res.prompt_tokens = usage.get("prompt_tokens")
-                res.ok = True
-                return res
-            parts: list[str] = []
-            for raw in resp:
-                line = raw.strip()
-                if not line.startswith(b"data:"):
-                    continue
-                payload = line[5:].strip()
-                if payload == b"[DONE]":
-                    break
-                obj = json.loads(payload)
-                now = time.perf_counter() - t0
-                if obj.get("usage"):
-                    res.completion_tokens = obj["usage"].get("completion_tokens", 0)
-                    res.prompt_tokens = obj["usage"].get("prompt_tokens")
-                for ch in obj.get("choices") or []:
-                    if ch.get("text"):
-                        parts.append(ch["text"])
-                        res.chunk_times.append(now)
-                        if res.ttft_s is None:
-                            res.ttft_s = now
-                    if ch.get("finish_reason"):
-                        res.finish_reason = ch["finish_reason"]
-            res.e2e_s = time.perf_counter() - t0
-            res.text = "".join(parts)
-            res.completion_tokens = res.completion_tokens or len(res.chunk_times)
-            res.ok = True
-    except urllib.error.HTTPError as err:  # the server refused: keep its status and message
-        _refused(res, err)
-        res.e2e_s = time.perf_counter() - t0
-    except Exception as err:  # noqa: BLE001 - a load client records failures, it does not stop
-        res.error = f"{type(err).__name__}: {err}"
-        res.e2e_s = time.perf_counter() - t0
-    return res
+    async def one() -> Result:
+        async with _client(timeout, 1) as client:
+            return await acomplete(client, base_url, prompt, max_tokens, model=model,
+                                   temperature=temperature, stream=stream, extra=extra)
 
-
-def _refused(res: Result, err: urllib.error.HTTPError) -> None:
-    """OpenAI-style error bodies (``{"error": {"message": ...}}``) give the message."""
-    res.status = err.code
-    after = err.headers.get("Retry-After") if err.headers else None
-    res.retry_after_s = float(after) if after and after.replace(".", "", 1).isdigit() else None
-    try:
-        message = json.loads(err.read())["error"]["message"]
-    except (ValueError, KeyError, TypeError, OSError):
-        message = err.reason
-    res.error = f"HTTP {err.code}: {message}"
+    return _run(one())
 
 
 @dataclass
@@ -134,36 +186,28 @@ class Timed:
     tag: str = ""
 
 
+async def arun_workload(base_url: str, requests: Sequence[Timed], *, model: str | None = None,
+                        temperature: float = 0.0, extra: dict | None = None,
+                        timeout: float = 600.0) -> list[Result]:
+    """Send each request at its time (open loop, one task each) and wait for all of them."""
+    async with _client(timeout, max(1, len(requests))) as client:
+        if model is None:
+            r = await client.get(base_url.rstrip("/") + "/v1/models")
+            r.raise_for_status()
+            model = r.json()["data"][0]["id"]
+        start = time.perf_counter()
+
+        async def one(r: Timed) -> Result:
+            await asyncio.sleep(max(0.0, start + r.at - time.perf_counter()))
+            return await acomplete(client, base_url, r.prompt, r.max_tokens, model=model,
+                                   temperature=temperature, extra=extra)
+
+        return list(await asyncio.gather(*(one(r) for r in requests)))
+
+
 def run_workload(base_url: str, requests: Sequence[Timed], *, model: str | None = None,
                  temperature: float = 0.0, extra: dict | None = None,
                  timeout: float = 600.0) -> list[Result]:
-    """Send each request at its time (one thread each, open loop) and wait for all of them."""
-    model = model or get_model_name(base_url)
-    results: list[Result | None] = [None] * len(requests)
-    start = time.perf_counter()
-
-    def one(i: int, r: Timed) -> None:
-        delay = start + r.at - time.perf_counter()
-        if delay > 0:
-            time.sleep(delay)
-        results[i] = complete(base_url, r.prompt, r.max_tokens, model=model,
-                              temperature=temperature, extra=extra, timeout=timeout)
-
-    threads = [threading.Thread(target=one, args=(i, r), daemon=True)
-               for i, r in enumerate(requests)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return [r if r is not None else Result(ok=False, error="not run") for r in results]
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolated percentile, ``q`` in 0..100 (numpy's default), no numpy needed."""
-    xs = sorted(values)
-    if not xs:
-        return float("nan")
-    k = (len(xs) - 1) * q / 100.0
-    lo = int(k)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+    """:func:`arun_workload` from synchronous code."""
+    return _run(arun_workload(base_url, requests, model=model, temperature=temperature,
+                              extra=extra, timeout=timeout))

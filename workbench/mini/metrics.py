@@ -1,30 +1,54 @@
-"""The mini server's ``/metrics``: its queue, its requests and tokens, and its KV pool, in a
-private :class:`CollectorRegistry` (one per server; the global registry is never touched).
+"""The mini server's ``/metrics``: its queue, its requests and tokens, its latencies and its KV
+pool, in a private :class:`CollectorRegistry` (one per server; the global registry is never
+touched).
 
 Names (docs/server.md lists them): ``workbench_server_queue_depth``,
 ``workbench_server_running_requests``, ``workbench_server_admitted_requests``,
 ``workbench_server_queue_capacity``, ``workbench_server_prompt_tokens_total``,
 ``workbench_server_generation_tokens_total``, ``workbench_server_rejected_total``,
-``workbench_server_responses_total{code}`` and the pool's ``workbench_kv_*_bytes{pool}``.
+``workbench_server_responses_total{code}`` and the pool's ``workbench_kv_*_bytes{pool}``; and,
+under vLLM's names so a vLLM dashboard reads this server too, the latency histograms
+``vllm:time_to_first_token_seconds``, ``vllm:time_per_output_token_seconds`` and
+``vllm:e2e_request_latency_seconds`` labelled ``model_name``. No ``_created`` series.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
 
 from workbench.observe.metrics import CallbackCollector, kv_families
 
+# seconds; the tiny model on a CPU answers in milliseconds, an 8B model's long prompt in seconds
+TTFT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                30.0, 60.0)
+TPOT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+E2E_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+
+class _NoCreated:
+    """A registry's families without the ``_created`` samples (a timestamp per series that
+    dashboards never read and vLLM does not export)."""
+
+    def __init__(self, registry: CollectorRegistry):
+        self.registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for fam in self.registry.collect():
+            fam.samples = [s for s in fam.samples if not s.name.endswith("_created")]
+            yield fam
+
 
 class ServerMetrics:
-    def __init__(self, gauges: Callable, admitted: Callable[[], int], capacity: int):
+    def __init__(self, gauges: Callable, admitted: Callable[[], int], capacity: int,
+                 model: str = "model"):
         """``gauges()``: the engine loop's latest LoopGauges; ``admitted()``: requests in
-        flight."""
+        flight; ``model``: the ``model_name`` label of the latency histograms."""
         self.registry = reg = CollectorRegistry(auto_describe=False)
-        self.gauges, self.admitted, self.capacity = gauges, admitted, capacity
+        self.gauges, self.admitted, self.capacity, self.model = gauges, admitted, capacity, model
         self.prompted = Counter("workbench_server_prompt_tokens", "Prompt tokens admitted.",
                                 registry=reg)
         self.generated = Counter("workbench_server_generation_tokens", "Tokens generated.",
@@ -34,6 +58,15 @@ class ServerMetrics:
                                 registry=reg)
         self.responses = Counter("workbench_server_responses", "Responses by HTTP status.",
                                  ["code"], registry=reg)
+        self.ttft = Histogram("vllm:time_to_first_token_seconds",
+                              "Time from a request's arrival to its first output token.",
+                              ["model_name"], buckets=TTFT_BUCKETS, registry=reg)
+        self.tpot = Histogram("vllm:time_per_output_token_seconds",
+                              "Mean time between output tokens after the first, per request.",
+                              ["model_name"], buckets=TPOT_BUCKETS, registry=reg)
+        self.e2e = Histogram("vllm:e2e_request_latency_seconds",
+                             "Time from a request's arrival to its last output token.",
+                             ["model_name"], buckets=E2E_BUCKETS, registry=reg)
         reg.register(CallbackCollector(self._live))
         self.content_type = CONTENT_TYPE_LATEST
 
@@ -53,5 +86,12 @@ class ServerMetrics:
     def answered(self, code: int) -> None:
         self.responses.labels(code=str(code)).inc()
 
+    def finished(self, ttft_s: float, e2e_s: float, tokens: int) -> None:
+        """A completed request's latencies (TPOT only with a second token to time)."""
+        self.ttft.labels(self.model).observe(ttft_s)
+        self.e2e.labels(self.model).observe(e2e_s)
+        if tokens > 1:
+            self.tpot.labels(self.model).observe((e2e_s - ttft_s) / (tokens - 1))
+
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        return generate_latest(_NoCreated(self.registry))

@@ -34,10 +34,22 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
-class CompletionRequest(BaseModel):
-    """The fields the mini server reads; unknown fields are ignored, as OpenAI's server does."""
+# OpenAI / vLLM sampling fields this server does not implement, with the values that ask for
+# nothing (sent by clients that fill every field): any other value is a 400, not ignored.
+UNSUPPORTED: dict[str, tuple[Any, ...]] = {
+    "logprobs": (None,), "echo": (None, False), "best_of": (None, 1), "suffix": (None, ""),
+    "logit_bias": (None, {}), "frequency_penalty": (None, 0), "presence_penalty": (None, 0),
+    "top_p": (None, 1), "top_k": (None, -1, 0), "min_p": (None, 0),
+    "repetition_penalty": (None, 1), "prompt_logprobs": (None,), "guided_json": (None,),
+    "response_format": (None,),
+}
 
-    model_config = ConfigDict(strict=True, extra="ignore")
+
+class CompletionRequest(BaseModel):
+    """The fields the mini server reads. A field of :data:`UNSUPPORTED` asking for something is
+    refused; other unknown fields are ignored, as OpenAI's server does."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
 
     model: str | None = Field(None, max_length=256)
     prompt: str | list[TokenId]
@@ -121,7 +133,7 @@ class ApiError(WorkbenchError):
 def parse_request(raw: bytes) -> CompletionRequest:
     """Validate a body; every problem becomes one ApiError(400) naming the first bad field."""
     try:
-        return CompletionRequest.model_validate_json(raw or b"{}")
+        req = CompletionRequest.model_validate_json(raw or b"{}")
     except ValidationError as err:
         problems = err.errors(include_url=False, include_input=False)
         where = [".".join(str(p) for p in e["loc"]) or "body" for e in problems]
@@ -130,6 +142,25 @@ def parse_request(raw: bytes) -> CompletionRequest:
         # ``param`` is the field (``stop_token_ids``); the message also says which item (``.0``)
         param = ".".join(p for p in problems[0]["loc"] if isinstance(p, str)) or "body"
         raise ApiError(400, text, param) from None
+    refuse_unsupported(req.model_extra or {})
+    return req
+
+
+def refuse_unsupported(extra: dict[str, Any]) -> None:
+    """A 400 naming the first field this server does not implement, set to a value that asks
+    for it (``logprobs: 1``, ``echo: true``)."""
+    for name, neutral in UNSUPPORTED.items():
+        if name in extra and not any(_same(extra[name], n) for n in neutral):
+            raise ApiError(400, f"{name}: not supported by this server (its only sampling "
+                           "controls are temperature, seed, max_tokens, stop and "
+                           f"stop_token_ids); leave {name} out", name)
+
+
+def _same(value: Any, neutral: Any) -> bool:
+    """``value`` is ``neutral`` (``True`` is not ``1``, ``1.0`` is)."""
+    if isinstance(value, bool) or isinstance(neutral, bool):
+        return value is neutral
+    return type(value) in (int, float, type(None), str, dict) and value == neutral
 
 
 def check_against_model(req: CompletionRequest, ids: list[int], vocab_size: int,

@@ -3,9 +3,11 @@ vLLM's and SGLang's servers are built.
 
 One :class:`~workbench.mini.loop.EngineLoop` thread owns the engine; uvicorn's event loop (its own
 thread) parses, validates and admits requests and streams tokens back. Endpoints: ``GET /health``,
-``GET /v1/models``, ``GET /metrics`` (Prometheus) and ``POST /v1/completions`` (``stream`` as
-server-sent events, ``data: {...}`` then ``data: [DONE]``). The body is the pydantic model in
-:mod:`workbench.mini.protocol`: a bad field gets a 400 whose ``error.param`` names it.
+``GET /version``, ``GET /v1/models``, ``GET /metrics`` (Prometheus) and ``POST /v1/completions``
+(``stream`` as server-sent events, ``data: {...}`` then ``data: [DONE]``). The body is the
+pydantic model in :mod:`workbench.mini.protocol`: a bad field gets a 400 whose ``error.param``
+names it, a field this server does not implement (``logprobs``, ``echo``, ...) a 400 too, and a
+``model`` it does not serve a 404, in OpenAI's error shape as vLLM answers.
 
 Overload is refused, not queued without end: at most ``queue_capacity`` requests are admitted at
 once (waiting or running); one more gets 503 with ``Retry-After``. A body must arrive within
@@ -160,7 +162,11 @@ async def _pieces(stream: _TokenStream, first: Any, req: CompletionRequest, rid:
 
 async def _complete(request: Request) -> Response:
     st: _State = request.app.state.mini
+    arrived = time.perf_counter()
     req = parse_request(await _read_body(request, st.cfg))
+    if req.model is not None and req.model != st.model_name:
+        raise ApiError(404, f"model {req.model!r}: not served here; this server serves "
+                       f"{st.model_name!r} (GET /v1/models)", "model", kind="NotFoundError")
     ids = req.prompt_ids()
     eng = st.loop.engine
     g = eng.kv.geometry
@@ -180,7 +186,10 @@ async def _complete(request: Request) -> Response:
     first = await stream.get()
     if isinstance(first, BaseException):
         raise _as_api_error(first)
+    ttft = time.perf_counter() - arrived
     st.metrics.prompted.inc(len(ids))
+    done_timing = lambda: st.metrics.finished(  # noqa: E731
+        ttft, time.perf_counter() - arrived, n_tokens[0])
     created, n_tokens = int(time.time()), [0]
     usage = lambda: {"prompt_tokens": len(ids), "completion_tokens": n_tokens[0],  # noqa: E731
                      "total_tokens": len(ids) + n_tokens[0]}
@@ -188,6 +197,7 @@ async def _complete(request: Request) -> Response:
         text, finish = [], None
         async for piece, finish in _pieces(stream, first, req, rid, n_tokens):  # noqa: B007
             text.append(piece)
+        done_timing()
         body = _chunk(rid, created, st.model_name, "".join(text), finish)
         body["usage"] = usage()
         return JSONResponse(body)
@@ -198,6 +208,7 @@ async def _complete(request: Request) -> Response:
             async for piece, finish in _pieces(stream, first, req, rid, n_tokens):
                 if piece or finish:
                     yield _sse(_chunk(rid, created, st.model_name, piece, finish))
+            done_timing()
             if req.stream_options and req.stream_options.include_usage:
                 yield _sse({"id": rid, "object": "text_completion", "created": created,
                             "model": st.model_name, "choices": [], "usage": usage()})
@@ -220,7 +231,9 @@ def _sse(obj: dict) -> bytes:
 def build_app(loop: EngineLoop, model_name: str, cfg: ServerConfig) -> FastAPI:
     app = FastAPI(title="workbench mini engine", docs_url=None, redoc_url=None,
                   openapi_url=None)
-    metrics = ServerMetrics(lambda: loop.gauges, lambda: st.admitted, cfg.queue_capacity)
+    metrics = ServerMetrics(lambda: loop.gauges, lambda: st.admitted, cfg.queue_capacity,
+                            model_name)
+    started = int(time.time())
     st = _State(loop, model_name, cfg, metrics)
     app.state.mini = st
 
@@ -232,6 +245,7 @@ def build_app(loop: EngineLoop, model_name: str, cfg: ServerConfig) -> FastAPI:
 
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, err: HTTPException) -> JSONResponse:
+        metrics.answered(err.status_code)
         return JSONResponse(ApiError(err.status_code, f"{request.url.path}: {err.detail}").body(),
                             status_code=err.status_code)
 
@@ -240,10 +254,18 @@ def build_app(loop: EngineLoop, model_name: str, cfg: ServerConfig) -> FastAPI:
         ok = loop.is_alive()
         return JSONResponse({"status": "ok" if ok else "dead"}, status_code=200 if ok else 503)
 
+    @app.get("/version")
+    async def version() -> dict:
+        from workbench import __version__
+
+        return {"version": __version__}
+
     @app.get("/v1/models")
     async def models() -> dict:
-        return {"object": "list", "data": [{"id": model_name, "object": "model",
-                                            "owned_by": "workbench"}]}
+        return {"object": "list", "data": [{
+            "id": model_name, "object": "model", "created": started, "owned_by": "workbench",
+            "root": model_name, "parent": None,
+            "max_model_len": loop.engine.model_cfg.max_position}]}
 
     @app.get("/metrics")
     async def metrics_page() -> Response:

@@ -34,8 +34,7 @@ from workbench.engines.sim.steptime import GPUS, StepTimeModel
 from workbench.engines.sim.vllm_like import VLLMLikeEngine, VLLMOptions
 from workbench.errors import ConfigError
 from workbench.pd.link import LinkSpec, handover_tokens, kv_bytes
-
-GiB = 1 << 30
+from workbench.units import GiB
 
 
 @dataclass(slots=True)

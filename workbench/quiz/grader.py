@@ -98,13 +98,23 @@ def parse_number(text: str) -> float | None:
     return x
 
 
+APP_NAME = "kv-cache-workbench"  # the user data folder's name (platformdirs)
+LEGACY_SCORES = Path("~/.workbench/scores.json")  # where earlier versions kept them
+
+
 def default_scores_path() -> Path | None:
     """Where scores are kept: ``$WORKBENCH_SCORES`` ("" = keep them in memory only), else
-    ``~/.workbench/scores.json``."""
+    ``scores.json`` in this user's data folder (platformdirs: ``~/.local/share/kv-cache-workbench``
+    on Linux, ``~/Library/Application Support/kv-cache-workbench`` on macOS); a file an earlier
+    version left in ``~/.workbench`` is used where it is."""
     env = os.environ.get("WORKBENCH_SCORES")
     if env is not None:
         return Path(env) if env else None
-    return Path.home() / ".workbench" / "scores.json"
+    from platformdirs import user_data_path
+
+    path = user_data_path(APP_NAME, appauthor=False) / "scores.json"
+    legacy = LEGACY_SCORES.expanduser()
+    return legacy if legacy.exists() and not path.exists() else path
 
 
 def _read_scores(path: Path) -> dict:

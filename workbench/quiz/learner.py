@@ -1,8 +1,9 @@
 """Per-learner choice order: each learner sees a question's choices in an order of their own.
 
-The order is drawn from a learner token, a random string kept in ``~/.workbench/learner`` (beside
-the scores file). It is stored rather than taken from the kernel session because a session id
-changes with every kernel restart: the order would change under a learner who restarts, while
+The order is drawn from a learner token, a random string kept in ``learner`` beside the scores
+file (the user data folder, see ``default_scores_path``). It is stored rather than taken from the
+kernel session because a session id changes with every kernel restart: the order would change
+under a learner who restarts, while
 their first score (kept in the scores file) stays. A stored token is stable for one user across
 kernels, notebooks and days, and differs between users, so "the answer is (b)" does not carry
 from one learner to another. ``$WORKBENCH_LEARNER`` overrides it (a class that assigns names, a

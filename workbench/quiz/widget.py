@@ -140,15 +140,24 @@ class QuizWidget:
         self.token = learner_token() if token is None else token
         self.score = w.HTML(self._score_text())
         self.score.add_class("wb-quiz-score")
+        self.where = w.HTML(self._where_text())
+        self.where.add_class("wb-quiz-where")
         self.cards = [QuestionCard(q, i + 1, self.book, self._refresh,
                                    ChoiceOrder.for_learner(q, self.token))
                       for i, q in enumerate(quiz.questions)]
         title = w.HTML(_CSS + f"<h3>Quiz: {html.escape(quiz.title)}</h3>")
-        self.box = w.VBox([title] + [c.box for c in self.cards] + [self.score])
+        self.box = w.VBox([title] + [c.box for c in self.cards] + [self.score, self.where])
         self.box.add_class("wb-quiz")
 
     def _score_text(self) -> str:
         return f"<b>{html.escape(self.book.summary())}</b>"
+
+    def _where_text(self) -> str:
+        """Where the first attempts are kept, so a learner can find (or reset) them."""
+        if self.book.path is None:
+            return "<small>Scores are kept in memory only (WORKBENCH_SCORES is empty).</small>"
+        return (f"<small>Scores are kept in <code>{html.escape(str(self.book.path))}</code> "
+                "(set WORKBENCH_SCORES to another file, or to empty for memory only).</small>")
 
     def _refresh(self) -> None:
         self.score.value = self._score_text()

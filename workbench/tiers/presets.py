@@ -21,8 +21,7 @@ from dataclasses import dataclass, replace
 from workbench.engines.models import get_model
 from workbench.errors import ConfigError
 from workbench.tiers.model import RemoteStore, Tier, TierSpec, TierStack
-
-GiB = 1 << 30
+from workbench.units import GiB
 
 
 @dataclass(frozen=True, slots=True)

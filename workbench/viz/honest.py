@@ -13,8 +13,7 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import fields
 from typing import Any, NamedTuple
 
@@ -85,15 +84,6 @@ class BackgroundLoad:
     @property
     def on(self) -> bool:
         return self._thread is not None
-
-
-@contextmanager
-def background_load() -> Iterator[BackgroundLoad]:
-    load = BackgroundLoad()
-    try:
-        yield load
-    finally:
-        load.stop()
 
 
 def time_runs(fns: dict[str, Callable[[], Any]], order: str, rounds: int, *,

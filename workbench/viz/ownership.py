@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from workbench.units import MiB
 from workbench.viz.style import FONT
-
-MiB = float(1 << 20)
 
 
 def ownership_figure(result, step: int | None = None) -> go.Figure:

@@ -15,9 +15,9 @@ import plotly.graph_objects as go
 
 from workbench.engines.metrics import MemorySample
 from workbench.errors import ConfigError
+from workbench.units import MiB
 from workbench.viz.style import FONT, pool_color
 
-MiB = 1 << 20
 SAMPLE_S = 0.002  # memory samples every 2 ms of the engine's clock
 
 
@@ -29,7 +29,7 @@ def serving_engine(kind: str, backend: str, *, budget: int = 64):
         if kind != "vllm":
             raise ConfigError(f"kind {kind!r} on backend {backend!r}",
                               "the engine with a real model (mini) schedules like vLLM only",
-                              "use kind='vllm' there, or backend='sim' for the SGLang-like engine")
+                              'use kind="vllm" there, or backend="sim" for the SGLang-like engine')
         from workbench.mini.instance import MiniInstance
         from workbench.viz.lifecycle import build_engine
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from workbench.units import GiB
 from workbench.viz.style import FONT, pool_color
 from workbench.viz.trace import Recording
-
-GiB = float(1 << 30)
 
 
 def bytes_figure(rec: Recording, step: int | None = None, *, capacity: int | None = None,

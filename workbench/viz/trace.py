@@ -93,9 +93,6 @@ class Recording:
                 return e
         return None
 
-    def page_history(self, pool: str, page: int, step: int | None = None) -> list[Event]:
-        return [e for e in self.events[:self._end(step)] if e.pool == pool and e.page == page]
-
     def series(self) -> dict[str, dict[str, list[float]]]:
         """Per pool and per step: mapped, reserved and in-use bytes (from the events) and the limit
         (from the step snapshot)."""

@@ -324,10 +324,6 @@ def killed_coordinator(*, backend: str = "sim", timeout: float = 60.0) -> Orphan
 
 def _running(pid: int) -> bool:
     """Alive and not a zombie (an orphan's exit is reaped by whoever adopted it, maybe late)."""
-    from workbench.procs import pid_alive
+    from workbench.procs import running
 
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return pid_alive(pid) if not os.path.isdir("/proc") else False
+    return running(pid)

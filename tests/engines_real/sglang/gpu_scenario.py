@@ -25,7 +25,6 @@ import torch  # noqa: E402
 from workbench.adapters import boot, runtime  # noqa: E402
 
 DEV = scenario.DEV
-MiB = 1 << 20
 
 
 class Layer:  # what set_kv_buffer reads of SGLang's RadixAttention

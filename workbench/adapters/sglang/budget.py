@@ -25,8 +25,7 @@ from __future__ import annotations
 import dataclasses
 
 from workbench.errors import ConfigError
-
-GiB = 1 << 30
+from workbench.units import GiB
 
 
 def virtual_budget(total: int, utilization: float, reserved: int,

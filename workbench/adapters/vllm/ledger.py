@@ -72,10 +72,6 @@ class BlockLedger(KVCacheManager):
             n += self.release_retired_through(marker)
         return n
 
-    def usable_now(self, page: int) -> bool:
-        """A block on ``page`` can be held without mapping anything."""
-        return page < self.pages.limit_pages and page in self.free_blocks
-
     def unlimited(self) -> bool:
         """True when every block could be backed now (the cheap common case)."""
         p = self.pages

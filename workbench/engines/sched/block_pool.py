@@ -88,10 +88,6 @@ class BlockPool:
         self.hits += 1
         return out
 
-    @property
-    def num_cached(self) -> int:
-        return len(self.cached)
-
     # -- ownership ---------------------------------------------------------------------------
     def touch(self, blocks: Iterable[int]) -> None:
         ev, ref = self.evictable, self.ref

@@ -53,7 +53,3 @@ class Request:
     @property
     def done(self) -> bool:
         return self.output_len >= self.max_new_tokens
-
-    def fake_token(self) -> int:
-        """A deterministic stand-in for a sampled token (the simulator generates no text)."""
-        return (self.rid * 1_000_003 + self.output_len * 7919) % 128_000 + 1

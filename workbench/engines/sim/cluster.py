@@ -32,8 +32,7 @@ from workbench.engines.sim.steptime import GPUS, StepTimeModel
 from workbench.engines.sim.vllm_like import VLLMLikeEngine, VLLMOptions
 from workbench.errors import ConfigError
 from workbench.sim.device import SimDevice
-
-GiB = 1 << 30
+from workbench.units import GiB
 
 
 @dataclass(slots=True)
