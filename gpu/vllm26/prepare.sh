@@ -22,6 +22,10 @@ fetch "$DEST/wheels" aiohappyeyeballs==2.7.1 aiohttp==3.14.5 aiosignal==1.4.0 at
   partial-json-parser==0.2.1.1.post7 pybase64==1.5.1 pydantic==2.14.4 pydantic-core==2.50.5 \
   pyzmq==27.3.0 sniffio==1.3.1 starlette==1.0.1 typing-inspection==0.4.5 xgrammar==0.2.7 \
   simpy==4.1.2
+# what the project imports that the image lacks (settings), and vLLM's OpenAI server (uvicorn)
+fetch "$DEST/wheels" pydantic-settings==2.16.3 python-dotenv==1.2.4 uvicorn==0.54.0 \
+  prometheus-fastapi-instrumentator==8.1.0 model-hosting-container-standards==0.1.16 \
+  jmespath==1.1.0 supervisor==4.3.0 watchfiles==1.3.0
 fetch "$DEST/tmp" vllm==0.26.0
 # vLLM's Python sources and its three small libraries, and FlashAttention 3's library (xz'd:
 # vllm.vllm_flash_attn refuses to import without it); the big op libraries stay behind

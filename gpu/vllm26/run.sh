@@ -7,37 +7,7 @@ set -u -o pipefail
 DEST="$(cd "${1:?usage: run.sh DEST CODE}" && pwd)"
 CODE="$(cd "${2:?usage: run.sh DEST CODE}" && pwd)"
 shift 2
-SITE=/tmp/vsite
-T0=$(date +%s)
-say() { echo "[run.sh +$(( $(date +%s) - T0 ))s] $*"; }
-PY=python3
-if ! python3 -c "import torch" >/dev/null 2>&1 && [ -x /opt/torch/.venv/bin/python3 ]; then
-  PY=/opt/torch/.venv/bin/python3
-fi
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_USE_V2_MODEL_RUNNER=0 VLLM_USE_FLASHINFER_SAMPLER=0
-export VLLM_USE_DEEP_GEMM=0 VLLM_HOST_IP=127.0.0.1 GLOO_SOCKET_IFNAME=lo NCCL_SOCKET_IFNAME=lo
-export VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-export VLLM_CACHE_ROOT=/tmp/vllm_cache VLLM_CONFIG_ROOT=/tmp/vllm_config HF_HOME=/tmp/hf_home
-export TRITON_CACHE_DIR=/tmp/triton_cache TORCHINDUCTOR_CACHE_DIR=/tmp/inductor_cache
-export TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
-if [ ! -d "$SITE/vllm" ]; then
-  mkdir -p "$SITE"
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" \
-    "$DEST"/wheels/*.whl || say "pip install FAILED"
-  tar -xJf "$DEST/vllm_py.tar.xz" -C "$SITE" || say "vLLM sources FAILED to unpack"
-  tar -xJf "$DEST/fa3.tar.xz" -C "$SITE" || say "FlashAttention 3 FAILED to unpack"
-  cp "$CODE/gpu/vllm26/opstub.py" "$SITE/"
-  printf 'import opstub\nopstub.install(__name__)\n' > "$SITE/vllm/_C_stable_libtorch.py"
-fi
-say "installed ($(du -sh "$SITE" | cut -f1))"
-export PYTHONPATH="$SITE:$CODE"
-"$PY" -m workbench.adapters.pth install && say "autopatch .pth installed"
-if ! /sbin/ldconfig -p 2>/dev/null | grep -q libcuda.so.1; then
-  lib=$("$PY" -c "import torch; torch.zeros(1, device='cuda')
-import re; print(next((l.split()[-1] for l in open('/proc/self/maps') if 'libcuda.so' in l), ''))")
-  [ -n "$lib" ] && export TRITON_LIBCUDA_PATH="$(dirname "$lib")" && say "libcuda at $lib"
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv,noheader
 cd "$CODE"
 "$PY" -m pytest -p no:cacheprovider -o addopts= -q -rA tests/gpu/test_vllm_gpu.py "$@"

@@ -7,11 +7,11 @@ An :class:`Engine` is one serving instance over one KV pool. Three kinds impleme
 * ``mini`` (:class:`workbench.mini.instance.MiniInstance`): the same vLLM-like scheduler driving
   a real model whose KV lives in a pool on a host or CUDA device, against the wall clock.
 
-The seam for the real engines (a later issue): a ``vllm`` / ``sglang`` kind wraps an engine
-process started through the adapters (``workbench.adapters``), whose pool is the patched engine's
-``KVCacheManager``; ``submit`` sends requests to its API server, ``advance`` waits, ``metrics``
-summarises the client's timings and ``memory_timeline`` samples the pool (``kvtop``'s reader).
-Nothing above this protocol needs to change for it.
+* ``vllm`` on ``host``/``gpu`` (:class:`workbench.engines.real.VllmEngine`): a real vLLM in its
+  own process (its OpenAI server), elastic through the adapters or stock; ``submit`` streams
+  requests to the server, ``advance`` waits, ``metrics`` summarises the client's timings and
+  ``memory_timeline`` samples the pool's control segment (``kvtop``'s reader). Its ``kv_pool``
+  is a read-only :class:`PoolView` of that segment.
 
 Clocks: an engine's clock is the simulated ``env.now`` (every instance on one simulated GPU shares
 it, so advancing one advances all) or the wall clock since the instance's ``t0``. Request
@@ -28,9 +28,26 @@ if TYPE_CHECKING:
     from workbench.engines.metrics import SLO, MemorySample, Summary
     from workbench.engines.sched.request import Request
 
-# Engine kinds. The labs choose by kind; "vllm"/"sglang" are the later real engines' names.
+# Engine kinds. On sim "vllm"/"sglang" are the simulated ones; on host/gpu "vllm" is the real
+# vLLM process (REAL_KINDS) and "mini" the mini engine.
 SIM_KINDS = ("vllm", "sglang")  # simulated: vLLM-like, SGLang-like
 MINI_KIND = "mini"
+REAL_KINDS = ("vllm",)
+
+
+@runtime_checkable
+class PoolView(Protocol):
+    """What labs read of an instance's KV pool. An in-process kind's ``KVCacheManager`` is one;
+    an engine in another process gives a read-only view of its control segment."""
+
+    @property
+    def capacity_bytes(self) -> int: ...
+
+    @property
+    def mapped_bytes(self) -> int: ...
+
+    @property
+    def used_blocks(self) -> int: ...
 
 
 @runtime_checkable
@@ -57,5 +74,6 @@ class Engine(Protocol):
         """The pool's samples (mapped, reserved bytes, used blocks) taken while running."""
 
     @property
-    def kv_pool(self) -> KVCacheManager:
-        """The KV pool (ledger) this instance allocates from."""
+    def kv_pool(self) -> KVCacheManager | PoolView:
+        """The KV pool this instance allocates from: the ledger itself in process (simulated
+        and mini kinds), a :class:`PoolView` of the engine's control segment otherwise."""

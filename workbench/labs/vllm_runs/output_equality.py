@@ -1,0 +1,89 @@
+"""Output equality on a real vLLM (seed 000 §13): the same tokens from elastic and stock KV,
+greedy and seeded sampling, prefix caching on (a second wave hits the first's blocks), and on a
+small pool under a memory limit where requests are preempted and recomputed."""
+
+from __future__ import annotations
+
+import shutil
+from typing import Any
+
+from workbench.engines.real.client import Sampling
+from workbench.labs.vllm_runs import rig
+
+WAVES = (("greedy", Sampling()), ("greedy, prefix hits", Sampling()),
+         ("seeded sampling", Sampling(temperature=0.8, seed=1234)))
+
+
+def _diverge(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)
+
+
+def _compare(case: str, ref: list[list[int]], got: list[list[int]],
+             control: list[list[int]] | None = None) -> dict[str, Any]:
+    """Prompts whose tokens match; where the first mismatch sits (output token index); and, with
+    a second stock engine's tokens, how many stock itself reproduces (batching noise)."""
+    diff = [i for i, (a, b) in enumerate(zip(ref, got, strict=True)) if a != b]
+    row = {"case": case, "prompts": len(ref), "equal": len(ref) - len(diff),
+           "first_diff": diff[0] if diff else None,
+           "diverges_at": [_diverge(ref[i], got[i]) for i in diff][:8],
+           "lost": sum(1 for t in got if not t) + sum(1 for t in ref if not t)}
+    if control is not None:
+        row["stock_vs_stock"] = sum(1 for a, b in zip(ref, control, strict=True) if a == b)
+    return row
+
+
+def _waves(tag: str, stock, elastic, prompts, n: int, waves, control=None) -> dict[str, Any]:
+    rows = []
+    try:
+        for w, (label, sampling) in enumerate(waves):
+            outs = [rig.send(e, prompts, n, sampling, first_rid=1000 * w)
+                    for e in (stock, elastic, control) if e is not None]
+            rows.append({"pool": tag, **_compare(label, *outs)})
+        extra = {"stock": rig.counters(stock), "elastic": rig.counters(elastic),
+                 "elastic_peak_mapped": max((s.mapped_bytes for s in elastic.samples),
+                                            default=0),
+                 "elastic_capacity": elastic.kv_pool.capacity_bytes}
+    except Exception as err:  # the rows so far stay; the failure is one row of its own
+        rows.append({"pool": tag, "case": "error", "prompts": 0, "equal": 0,
+                     "first_diff": None, "lost": 1, "error": f"{type(err).__name__}: {err}"})
+        extra = {}
+    return {"rows": rows, "engines": extra}
+
+
+def run(backend: str, quick: bool = False, limit: str | None = None) -> dict[str, Any]:
+    py = rig.python_for("output-equality")
+    root = rig.workroot()
+    cpu = rig.device_of(backend) == "cpu"
+    n_prompts, n_tokens = (4, 24) if quick else (8, 48)
+    prompts = rig.prompts(n_prompts, shared=64, tail=8, seed=0)
+    # a small pool, the same for both; elastic also under a one-page-id limit (4 MiB for the
+    # tiny model: 2 layers of 2 MiB pages on the CPU, one CONTIGUOUS page id on CUDA) that its
+    # requests outgrow (192 new tokens each), so it preempts and recomputes
+    blocks, lim = (64 if cpu else 256), (limit or "4MiB")
+    small_kw = {"num_gpu_blocks": blocks, "max_num_seqs": n_prompts}
+    knobs = {"memory_limit": lim, "min_reserved_pages": "0", "max_reserved_pages": "1"}
+    engines: list = []
+    try:
+        model = rig.model_dir(py, root)
+        engines = [rig.engine("oe-default-stock", backend, model, py, root, elastic=False),
+                   rig.engine("oe-default-elastic", backend, model, py, root, elastic=True),
+                   rig.engine("oe-small-stock", backend, model, py, root, elastic=False,
+                              **small_kw),
+                   rig.engine("oe-small-elastic", backend, model, py, root, elastic=True,
+                              knobs=knobs, **small_kw)]
+        if not quick:  # a second stock engine: what stock itself reproduces under batching
+            engines.append(rig.engine("oe-default-stock-b", backend, model, py, root,
+                                      elastic=False))
+        rig.start_all(engines)
+        big = _waves("default", *engines[:2], prompts, n_tokens, WAVES,
+                     control=engines[4] if not quick else None)
+        small = _waves("small", *engines[2:], prompts, 192, WAVES[:1])
+        return {"backend": backend, "device": rig.device_of(backend), "model": "tiny-llama",
+                "prompts": n_prompts, "max_tokens": n_tokens, "small_blocks": blocks,
+                "limit": lim, "rows": big["rows"] + small["rows"],
+                "engines": {"default": big["engines"], "small": small["engines"]}}
+    finally:
+        for e in engines:
+            e.close()
+        shutil.rmtree(root, ignore_errors=True)

@@ -1,0 +1,121 @@
+"""What every real-vLLM lab needs: the interpreter with vLLM, the tiny model, engines started
+side by side, prompts by token id, and vLLM's own counters from ``/metrics``."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+from workbench.engines.real.client import Sampling
+from workbench.engines.real.vllm import VllmEngine, VllmSpec, require_vllm
+from workbench.engines.sched.request import Request
+
+VOCAB_LO, VOCAB_HI = 3, 1000  # the tiny model's ids past its special tokens
+LOGS: list[Path] = []  # where engine logs are kept (set by the command line: OUT/logs)
+
+
+def device_of(backend: str) -> str:
+    return "cpu" if backend == "host" else "cuda"
+
+
+def model_dir(python: str, root: Path) -> str:
+    """The tiny random Llama (built once per run, by the interpreter that has transformers)."""
+    out = root / "tiny-llama"
+    subprocess.run([python, "-m", "workbench.engines.real.tinymodel", str(out)], check=True,
+                   capture_output=True, text=True)
+    return str(out)
+
+
+def prompts(n: int, shared: int, tail: int, seed: int) -> list[list[int]]:
+    """``n`` prompts of exactly ``shared + tail + 2*i`` tokens: a shared head (prefix hits),
+    then each its own tail."""
+    import random
+
+    rng = random.Random(seed)
+    head = [rng.randrange(VOCAB_LO, VOCAB_HI) for _ in range(shared)]
+    return [head + [rng.randrange(VOCAB_LO, VOCAB_HI) for _ in range(tail + 2 * i)]
+            for i in range(n)]
+
+
+def start_all(engines: list[VllmEngine]) -> list[VllmEngine]:
+    """Start every engine at once (imports and start-up overlap); close all if one fails. The
+    processes are launched from this thread (they die with the thread that started them)."""
+    errors: list[BaseException] = []
+    try:
+        for e in engines:
+            e.launch()
+    except BaseException:
+        for e in engines:
+            e.close()
+        raise
+
+    def go(e: VllmEngine) -> None:
+        try:
+            e.ready()
+        except BaseException as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=go, args=(e,)) for e in engines]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        for e in engines:
+            e.close()
+        raise errors[0]
+    return engines
+
+
+def send(eng: VllmEngine, batch: list[list[int]], n: int, sampling: Sampling,
+         first_rid: int = 0) -> list[list[int]]:
+    """One wave, all at once; the output token ids per prompt ([] for a lost request)."""
+    eng.sampling = sampling
+    eng._sender.sampling = sampling
+    reqs = [Request(rid=first_rid + i, prompt=p, max_new_tokens=n) for i, p in enumerate(batch)]
+    eng.submit(reqs)
+    eng.advance()
+    return [eng.outcome(r.rid).token_ids for r in reqs]
+
+
+def counters(eng: VllmEngine) -> dict[str, float]:
+    """vLLM's own Prometheus counters (preemptions, prefix-cache queries and hits)."""
+    import httpx
+
+    text = httpx.get(eng.url + "/metrics", timeout=10).text
+    out: dict[str, float] = {}
+    for name in ("num_preemptions", "prefix_cache_queries", "prefix_cache_hits",
+                 "num_requests_running", "num_requests_waiting"):
+        m = re.findall(rf"^vllm:{name}(?:_total)?\{{[^}}]*\}} ([0-9.e+-]+)$", text, re.M)
+        if m:
+            out[name] = float(m[0])
+    return out
+
+
+def engine(name: str, backend: str, model: str, python: str, root: Path, *, elastic: bool,
+           **kw) -> VllmEngine:
+    spec = VllmSpec(model=model, device=device_of(backend), elastic=elastic, python=python, **kw)
+    return VllmEngine(name, spec, workdir=root, keep_log=LOGS[0] if LOGS else None)
+
+
+def workroot() -> Path:
+    """A scratch folder for one run, removed with its engines also on SIGTERM/SIGINT/exit."""
+    from workbench.engines.real.procs import Reaper, install_handlers
+
+    root = Path(tempfile.mkdtemp(prefix="wb-vllm-lab-"))
+    install_handlers()
+    Reaper(folders=[root])  # registered; closed by the handlers (run() also removes it)
+    return root
+
+
+def python_for(lab: str) -> str:
+    return require_vllm(f"lab {lab!r} with engine=vllm")
+
+
+def device_free(device: str) -> int:
+    from workbench.engines.real.vllm import device_free_bytes
+
+    return device_free_bytes(device)
