@@ -56,6 +56,42 @@ class BlockLedger(KVCacheManager):
         return parked + p.new_pages_possible()
 
     # -- async release -----------------------------------------------------------------------
+    def room_blocks(self) -> int:
+        """Blocks on the pages :meth:`room_pages` counts (new pages at the floor of blocks per
+        page: never more than they hold). O(reserved + retired pages), not O(capacity)."""
+        p, cap = self.pages, self._capacity
+        self.reap()
+        limit = p.limit_pages
+        n = sum(cap[q] for q in p.reserved if q < limit)
+        n += sum(cap[q] for q in p.retired if q < limit)
+        return n + p.new_pages_possible() * self._bpp
+
+    def free_on_backed_pages(self, n: int) -> list[int]:
+        """Up to ``n`` free blocks on backed pages below the limit (each page's stack top
+        first): blocks :meth:`hold` backs without a map. O(backed pages), not O(capacity)."""
+        out: list[int] = []
+        limit = self.pages.limit_pages
+        for page, stack in self.free_blocks.items() if n > 0 else ():
+            if page < limit and stack:
+                out.extend(reversed(stack[-(n - len(out)):]))
+                if len(out) >= n:
+                    break
+        return out
+
+    def next_open_page(self) -> int | None:
+        """A page below the limit with no held block that :meth:`hold` can back now: a parked
+        or retired one first (no map), else the lowest free page if the limit and the device
+        leave room for one; None when there is none."""
+        p = self.pages
+        limit = p.limit_pages
+        for q in reversed(p.reserved):
+            if q < limit:
+                return q
+        for q in p.retired:
+            if q < limit:
+                return q
+        return p._peek_free() if p.new_pages_possible() > 0 else None
+
     def _fence_retired(self) -> None:
         """After a release that retired pages: close their epoch with a fence behind them."""
         if self.fence is not None and any(e == self.pages.epoch
