@@ -78,7 +78,7 @@ def test_weak_ref_tensor_shares_the_bytes_and_keeps_nothing_alive():
 
 @needs_vllm
 def test_elastic_under_a_limit_costs_at_most_10_percent_over_stock_at_n(model):
-    r = _bench(model, "--repeats", "3")["summary"]
+    r = _bench(model, "--repeats", "5")["summary"]
     print("SUMMARY", json.dumps(r))
     assert r["failed"] == 0 and r["tokens_equal"], r
     assert r["ratio_median"] <= 1.10, r
@@ -86,7 +86,7 @@ def test_elastic_under_a_limit_costs_at_most_10_percent_over_stock_at_n(model):
 
 @needs_vllm
 def test_cuda_graphs_elastic_equals_stock_tokens(model):
-    res = _bench(model, "--repeats", "1", "--graphs")
+    res = _bench(model, "--repeats", "3", "--graphs")
     r = res["summary"]
     print("SUMMARY", json.dumps(r))
     assert r["failed"] == 0 and r["tokens_equal"], r
@@ -95,4 +95,5 @@ def test_cuda_graphs_elastic_equals_stock_tokens(model):
     assert runs["elastic"]["opstub_calls"].get("_C.weak_ref_tensor", 0) > 0
     # capture wrote into the KV range without backing it: after start-up only the null block's
     # page and the reserve are mapped, as without graphs
-    assert runs["elastic"]["mapped_after_init"] <= 3 * runs["elastic"]["page_id_bytes"]
+    e = runs["elastic"]
+    assert e["mapped_after_init"] <= (1 + e["reserve_pages"]) * e["page_id_bytes"], e

@@ -54,7 +54,14 @@ class ElasticBlockPool(BlockPool):
         self._allocating = False
         self._cached_free: OrderedDict[int, None] = OrderedDict()  # LRU of cached, ref 0
         self.max_cached_blocks = registry.max_cached_blocks(hash_block_size)
-        self.shortfalls = 0  # times memory, not vLLM's free queue, capped the free count
+        self.shortfalls = 0  # counts computed that memory, not vLLM's free queue, capped
+        # the count is kept until this pool changes (an alloc, free, touch or eviction bumps
+        # _version), vLLM's free queue changes, or a limit arrives: vLLM asks for it once per
+        # request per step, and most asks find nothing changed
+        self._version = 0
+        self._count_key: tuple = ()
+        self._count = 0
+        self._limited = False
         registry.pools.append(self)
 
     # -- what vLLM will hand out next --------------------------------------------------------
@@ -80,15 +87,22 @@ class ElasticBlockPool(BlockPool):
             return n
         kv = self.backing
         kv.poll_control()
+        key = (n, self._version, kv.revision, kv.num_free, kv.pages.limit_pages)
+        if key == self._count_key:
+            return self._count
         if kv.pages.shrinking:
             self._evict_past_limit()
-        if kv.unlimited():
-            return n
-        # every block counted here sits in vLLM's free queue: free ones on backed pages below
-        # the limit, cached ones (held, ref 0; past the limit evicted above), and the unheld
-        # blocks of pages the limit and the device leave room for
-        count = min(n, kv.num_free + len(self._cached_free) + kv.room_blocks())
-        self.shortfalls += count < n
+        self._limited = not kv.unlimited()
+        count = n
+        if self._limited:
+            # every block counted here sits in vLLM's free queue: free ones on backed pages
+            # below the limit, cached ones (held, ref 0; past the limit evicted above), and the
+            # unheld blocks of pages the limit and the device leave room for
+            count = min(n, kv.num_free + len(self._cached_free) + kv.room_blocks())
+            self.shortfalls += count < n
+        # (the key after any eviction above: evictions bump the version)
+        self._count_key = (n, self._version, kv.revision, kv.num_free, kv.pages.limit_pages)
+        self._count = count
         return count
 
     def get_new_blocks(self, num_blocks: int):
@@ -96,7 +110,7 @@ class ElasticBlockPool(BlockPool):
             raise PoolExhausted(f"Cannot get {num_blocks} free blocks from the pool: "
                                 f"{self.get_num_free_blocks()} are free; free blocks (or preempt "
                                 "a request) before asking for more")
-        if self.backing.unlimited():  # vLLM's own order
+        if not self._limited:  # vLLM's own order (as the count just taken decided)
             ids = self._peek(num_blocks)
             fresh = [i for i in ids if not self.backing.is_held(i)]
             self.backing.hold(ids)  # all or nothing; raises PoolExhausted before any change
@@ -112,6 +126,7 @@ class ElasticBlockPool(BlockPool):
             self._allocating = False
         for b in blocks:
             self._cached_free.pop(b.block_id, None)
+        self._version += 1
         return blocks
 
     def _hold_backable(self, num: int) -> list[int]:
@@ -154,6 +169,7 @@ class ElasticBlockPool(BlockPool):
 
     def _maybe_evict_cached_block(self, block) -> bool:
         evicted = super()._maybe_evict_cached_block(block)
+        self._version += 1
         if evicted and not self._allocating:
             self._cached_free.pop(block.block_id, None)
             if self._releasable(block):
@@ -162,12 +178,14 @@ class ElasticBlockPool(BlockPool):
 
     def touch(self, blocks) -> None:
         super().touch(blocks)
+        self._version += 1
         for b in blocks:
             self._cached_free.pop(b.block_id, None)
 
     def free_blocks(self, ordered_blocks) -> None:
         blocks = list(ordered_blocks)
         super().free_blocks(blocks)
+        self._version += 1
         drop = []
         for b in blocks:
             owner = getattr(b, "pool", None)  # 0.32+: a block may belong to another pool
@@ -188,6 +206,7 @@ class ElasticBlockPool(BlockPool):
 
     def reset_prefix_cache(self) -> bool:
         ok = super().reset_prefix_cache()
+        self._version += 1
         if ok:
             self._cached_free.clear()
             self.backing.release([b for b in list(self.backing.allocated)
