@@ -6,6 +6,16 @@ building layers. With ``custom_ops=["none"]``, native RMSNorm and the Triton att
 no op of the library computes anything in a bf16 Llama forward pass, so each op here is only a
 schema whose body raises (and is counted: a run reports ``CALLS`` to prove none ran). The
 capability queries answer honestly: no CUTLASS kernels; the device's shared memory per block.
+
+One op is real: ``_C.weak_ref_tensor``, which CUDA graph capture calls on every graph's output
+(``enforce_eager=False``). vLLM's C++ op is ``from_blob(data_ptr, sizes, strides, options)``
+with no deleter: a tensor over the same bytes whose storage owns nothing, so the graph's output
+buffer is not kept alive by it. :func:`weak_ref_tensor` builds the same in torch: a storage
+from the data pointer (torch's own non-owning constructor, the one its graph trees use) of
+exactly the bytes the sizes and strides reach, set into a tensor at offset 0 with those sizes
+and strides. What differs: it runs through the Python dispatcher (a few microseconds per call,
+at capture only: replays never call it), and the tensor's storage has no allocator (as with
+``from_blob``: neither can be resized).
 """
 
 from __future__ import annotations
@@ -65,6 +75,17 @@ def _refuse(name: str):
     return body
 
 
+def weak_ref_tensor(t: torch.Tensor) -> torch.Tensor:
+    """A tensor over ``t``'s bytes that does not keep them alive (see the module's text)."""
+    if not t.is_cuda:
+        raise RuntimeError("Tensor must be on CUDA device")  # as vLLM's op refuses
+    reach = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True))
+    nbytes = reach * t.element_size() if t.numel() else 0
+    storage = torch._C._construct_storage_from_data_pointer(t.data_ptr(), t.device, nbytes)
+    empty = torch.empty(0, dtype=t.dtype, device=t.device)  # 0 bytes: no allocation
+    return empty.set_(storage, 0, t.size(), t.stride())
+
+
 def _shared_memory(device_id: int) -> int:
     props = torch.cuda.get_device_properties(device_id)
     return int(getattr(props, "shared_memory_per_block_optin", 0) or 232448)
@@ -76,6 +97,7 @@ def install(modname: str = "vllm._C_stable_libtorch") -> None:
             _define(ns, f"{name}(Tensor[] args) -> ()", _refuse(f"{ns}.{name}"))
     for name in CAPABILITIES:
         _define("_C", f"{name}(int cuda_device_capability) -> bool", lambda cap: False)
+    _define("_C", "weak_ref_tensor(Tensor input) -> Tensor", weak_ref_tensor)
     _define("_C_cuda_utils", "get_max_shared_memory_per_block_device_attribute(int device_id) "
             "-> int", _shared_memory)
     sys.modules[modname] = sys.modules[__name__]

@@ -56,6 +56,50 @@ class BlockLedger(KVCacheManager):
         return parked + p.new_pages_possible()
 
     # -- async release -----------------------------------------------------------------------
+    def room_blocks(self) -> int:
+        """Blocks on the pages :meth:`room_pages` counts (new pages at the floor of blocks per
+        page: never more than they hold). O(reserved + retired pages), not O(capacity)."""
+        p, cap = self.pages, self._capacity
+        if self._fences:
+            self.reap()
+        limit = p.limit_pages
+        n = sum(cap[q] for q in p.reserved if q < limit) if p.reserved else 0
+        if p.retired:
+            n += sum(cap[q] for q in p.retired if q < limit)
+        # new_pages_possible(), asking the device for its free memory only when the limit and
+        # the free ids leave room for a page at all (a pool at its limit, the steady state
+        # under one, reads nothing)
+        if p.failed or p.shrinking:
+            return n
+        room = min(limit - p.mapped_pages, p.counts[FREE])
+        return n + min(room, p.headroom_pages()) * self._bpp if room > 0 else n
+
+    def free_on_backed_pages(self, n: int) -> list[int]:
+        """Up to ``n`` free blocks on backed pages below the limit (each page's stack top
+        first): blocks :meth:`hold` backs without a map. O(backed pages), not O(capacity)."""
+        out: list[int] = []
+        limit = self.pages.limit_pages
+        for page, stack in self.free_blocks.items() if n > 0 else ():
+            if page < limit and stack:
+                out.extend(reversed(stack[-(n - len(out)):]))
+                if len(out) >= n:
+                    break
+        return out
+
+    def next_open_page(self) -> int | None:
+        """A page below the limit with no held block that :meth:`hold` can back now: a parked
+        or retired one first (no map), else the lowest free page if the limit and the device
+        leave room for one; None when there is none."""
+        p = self.pages
+        limit = p.limit_pages
+        for q in reversed(p.reserved):
+            if q < limit:
+                return q
+        for q in p.retired:
+            if q < limit:
+                return q
+        return p._peek_free() if p.new_pages_possible() > 0 else None
+
     def _fence_retired(self) -> None:
         """After a release that retired pages: close their epoch with a fence behind them."""
         if self.fence is not None and any(e == self.pages.epoch
@@ -107,7 +151,7 @@ class BlockLedger(KVCacheManager):
         need = [p for p in fresh if pages.state[p] not in (RESERVED, RETIRED)]  # need a map
         if need and len(need) > pages.new_pages_possible():
             self._make_room(len(need), keep=set(fresh))
-        if any(p >= limit for p in by_page) or len(need) > pages.new_pages_possible():
+        if any(p >= limit for p in by_page) or (need and len(need) > pages.new_pages_possible()):
             self.misses += 1
             raise PoolExhausted(f"{len(need)} pages must be mapped for blocks "
                                 f"{sorted(b for v in by_page.values() for b in v)[:8]}; "

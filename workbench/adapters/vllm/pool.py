@@ -5,10 +5,13 @@ backed only while some block on it is held (see ``ledger.py``: the core ledger, 
 limits, reserve and control segment).
 
 A physical shortfall is visible *before* vLLM mutates anything: ``get_num_free_blocks`` counts
-only blocks that can be backed in the order vLLM will hand them out, and ``allocate_slots``
-checks it first, so a miss takes vLLM's own "cannot schedule now" path (preemption). Under a
-limit, free blocks on unbackable pages move behind the rest, and cached (ref 0) blocks on pages
-past a shrinking limit are evicted so those pages can go.
+only blocks that can be backed now, and ``allocate_slots`` checks it first, so a miss takes
+vLLM's own "cannot schedule now" path (preemption). Without a limit vLLM's order stands. Under
+one the count is arithmetic (free blocks on backed pages + cached ones + the blocks of pages
+there is room for) and ``get_new_blocks`` picks backable blocks itself, moving them to the head
+of vLLM's free queue just before vLLM pops them: the cost of a step follows the blocks it
+touches, never the length of the free queue (vLLM's virtual capacity, 10^5-10^6 blocks). Cached
+(ref 0) blocks on pages past a shrinking limit are evicted so those pages can go.
 """
 
 from __future__ import annotations
@@ -51,7 +54,14 @@ class ElasticBlockPool(BlockPool):
         self._allocating = False
         self._cached_free: OrderedDict[int, None] = OrderedDict()  # LRU of cached, ref 0
         self.max_cached_blocks = registry.max_cached_blocks(hash_block_size)
-        self.shortfalls = 0  # times memory, not vLLM's free queue, capped the free count
+        self.shortfalls = 0  # counts computed that memory, not vLLM's free queue, capped
+        # the count is kept until this pool changes (an alloc, free, touch or eviction bumps
+        # _version), vLLM's free queue changes, or a limit arrives: vLLM asks for it once per
+        # request per step, and most asks find nothing changed
+        self._version = 0
+        self._count_key: tuple = ()
+        self._count = 0
+        self._limited = False
         registry.pools.append(self)
 
     # -- what vLLM will hand out next --------------------------------------------------------
@@ -62,31 +72,6 @@ class ElasticBlockPool(BlockPool):
             out.append(node.block_id)
             node = node.next_free_block
         return out
-
-    def _count_backable(self, n: int) -> int:
-        """Under a limit: count, in vLLM's order, the free blocks memory can back now (blocks on
-        backed pages, then on as many more pages as there is room for), moving the ones it cannot
-        behind the rest so the blocks vLLM takes next are backable. The walk stops once no
-        further block could count, so a long free queue is not walked on every call."""
-        q, kv = self.free_block_queue, self.backing
-        page, limit, room = kv.geometry.block_page, kv.pages.limit_pages, kv.room_pages()
-        per_page = kv.geometry.page_size // kv.geometry.block_bytes + 1
-        bound = min(n, kv.num_free + len(self._cached_free) + room * per_page)
-        movers, pages, count = [], set(), 0
-        node, tail = q.fake_free_list_head.next_free_block, q.fake_free_list_tail
-        while count < bound and node is not None and node is not tail:
-            p = page(node.block_id)
-            if p < limit and (p in kv.free_blocks or p in pages or len(pages) < room):
-                if p not in kv.free_blocks:
-                    pages.add(p)
-                count += 1
-            else:
-                movers.append(node)
-            node = node.next_free_block
-        for blk in movers:
-            q.remove(blk)
-        q.append_n(movers)
-        return count
 
     def _evict_past_limit(self) -> None:
         """While the ledger shrinks, cached (ref 0) blocks on tail pages are evicted: nothing
@@ -102,12 +87,22 @@ class ElasticBlockPool(BlockPool):
             return n
         kv = self.backing
         kv.poll_control()
+        key = (n, self._version, kv.revision, kv.num_free, kv.pages.limit_pages)
+        if key == self._count_key:
+            return self._count
         if kv.pages.shrinking:
             self._evict_past_limit()
-        if kv.unlimited():
-            return n
-        count = self._count_backable(n)
-        self.shortfalls += count < n
+        self._limited = not kv.unlimited()
+        count = n
+        if self._limited:
+            # every block counted here sits in vLLM's free queue: free ones on backed pages
+            # below the limit, cached ones (held, ref 0; past the limit evicted above), and the
+            # unheld blocks of pages the limit and the device leave room for
+            count = min(n, kv.num_free + len(self._cached_free) + kv.room_blocks())
+            self.shortfalls += count < n
+        # (the key after any eviction above: evictions bump the version)
+        self._count_key = (n, self._version, kv.revision, kv.num_free, kv.pages.limit_pages)
+        self._count = count
         return count
 
     def get_new_blocks(self, num_blocks: int):
@@ -115,9 +110,12 @@ class ElasticBlockPool(BlockPool):
             raise PoolExhausted(f"Cannot get {num_blocks} free blocks from the pool: "
                                 f"{self.get_num_free_blocks()} are free; free blocks (or preempt "
                                 "a request) before asking for more")
-        ids = self._peek(num_blocks)
-        fresh = [i for i in ids if not self.backing.is_held(i)]
-        self.backing.hold(ids)  # all or nothing; raises PoolExhausted before any change
+        if not self._limited:  # vLLM's own order (as the count just taken decided)
+            ids = self._peek(num_blocks)
+            fresh = [i for i in ids if not self.backing.is_held(i)]
+            self.backing.hold(ids)  # all or nothing; raises PoolExhausted before any change
+        else:
+            fresh = self._hold_backable(num_blocks)
         self._allocating = True
         try:
             blocks = super().get_new_blocks(num_blocks)
@@ -128,7 +126,41 @@ class ElasticBlockPool(BlockPool):
             self._allocating = False
         for b in blocks:
             self._cached_free.pop(b.block_id, None)
+        self._version += 1
         return blocks
+
+    def _hold_backable(self, num: int) -> list[int]:
+        """Under a limit: hold ``num`` blocks memory can back (free ones on backed pages, then
+        pages opened one at a time, then cached ones, least recently freed first) and move them
+        to the head of vLLM's free queue, in that order, so vLLM's pop takes exactly them. The
+        rest of the queue keeps its order. Returns the ids held here (released on failure)."""
+        kv = self.backing
+        ids = kv.free_on_backed_pages(num)
+        kv.hold(ids)  # no map: their pages are backed
+        fresh = list(ids)
+        try:
+            while len(ids) < num:
+                page = kv.next_open_page()
+                if page is None:
+                    break
+                take = list(kv.geometry.page_blocks(page)[:num - len(ids)])
+                kv.hold(take)  # maps (or reuses) this page only
+                ids += take
+                fresh += take
+            limit, page_of = kv.pages.limit_pages, kv.geometry.block_page
+            for bid in self._cached_free:  # oldest first; all held already
+                if len(ids) >= num:
+                    break
+                if page_of(bid) < limit:
+                    ids.append(bid)
+            if len(ids) < num:
+                raise PoolExhausted(f"Cannot back {num} blocks under the limit: {len(ids)} can "
+                                    "be; free blocks (or preempt a request) first")
+        except BaseException:
+            kv.release(fresh)
+            raise
+        _to_front(self.free_block_queue, [self.blocks[i] for i in ids])
+        return fresh
 
     # -- where blocks stop being held ---------------------------------------------------------
     def _releasable(self, block) -> bool:
@@ -137,6 +169,7 @@ class ElasticBlockPool(BlockPool):
 
     def _maybe_evict_cached_block(self, block) -> bool:
         evicted = super()._maybe_evict_cached_block(block)
+        self._version += 1
         if evicted and not self._allocating:
             self._cached_free.pop(block.block_id, None)
             if self._releasable(block):
@@ -145,12 +178,14 @@ class ElasticBlockPool(BlockPool):
 
     def touch(self, blocks) -> None:
         super().touch(blocks)
+        self._version += 1
         for b in blocks:
             self._cached_free.pop(b.block_id, None)
 
     def free_blocks(self, ordered_blocks) -> None:
         blocks = list(ordered_blocks)
         super().free_blocks(blocks)
+        self._version += 1
         drop = []
         for b in blocks:
             owner = getattr(b, "pool", None)  # 0.32+: a block may belong to another pool
@@ -171,11 +206,24 @@ class ElasticBlockPool(BlockPool):
 
     def reset_prefix_cache(self) -> bool:
         ok = super().reset_prefix_cache()
+        self._version += 1
         if ok:
             self._cached_free.clear()
             self.backing.release([b for b in list(self.backing.allocated)
                                   if self._releasable(self.blocks[b])])
         return ok
+
+
+def _to_front(queue, blocks) -> None:
+    """Move ``blocks`` (all in vLLM's free queue) to its head, in order: O(len(blocks))."""
+    head = queue.fake_free_list_head
+    for blk in reversed(blocks):
+        queue.remove(blk)
+        nxt = head.next_free_block
+        blk.prev_free_block, blk.next_free_block = head, nxt
+        head.next_free_block = blk
+        nxt.prev_free_block = blk
+        queue.num_free_blocks += 1
 
 
 def allocate_slots_or_none(orig):
