@@ -48,6 +48,8 @@ ACCEPTED: dict[str, str] = {
     "vllm_standalone": "one of 1, 0, true, false, yes, no, on, off",
     "vllm_blocks_per_page": "an integer from 1 to 1048576 that divides the page size",
     "vllm_budget": "a multiple of 2 MiB from 2 MiB to 1 PiB (e.g. 40GiB)",
+    "gpu_budget": "0 (off) or a multiple of 2 MiB up to 1 PiB shared by every process on a GPU "
+                  "(e.g. 80GiB)",
     "ipc_name": "1-64 characters of letters, digits, '_', '-' or '.'",
     "socket_dir": "an absolute directory path",
     "shm_dir": "an absolute directory path",
@@ -79,6 +81,10 @@ def _size(raw: Any, hi: int) -> int:
     if value % GRANULE:
         raise ValueError("not a multiple of the 2 MiB page granularity")
     return value
+
+
+def _budget_size(raw: Any) -> int:
+    return 0 if isinstance(raw, (str, int)) and str(raw).strip() == "0" else _size(raw, MAX_LIMIT)
 
 
 def _flag(raw: Any) -> bool:
@@ -135,6 +141,8 @@ class Settings(BaseSettings):
     vllm_standalone: Flag = False
     vllm_blocks_per_page: Annotated[int, _int_in(1, 1 << 20)] = 512
     vllm_budget: Annotated[int | None, BeforeValidator(lambda v: _size(v, MAX_LIMIT))] = None
+    # one GPU's memory shared by every process on it (workbench.core.budget_segment); 0: off
+    gpu_budget: Annotated[int, BeforeValidator(lambda v: _budget_size(v))] = 0
     socket_dir: Annotated[str | None, BeforeValidator(_directory)] = None
     shm_dir: Annotated[str, BeforeValidator(_directory)] = "/dev/shm"
 
