@@ -155,6 +155,13 @@ class SharedBudget:
             self = cls(path, *opened)
             try:
                 self._adopt(total)
+            except SegmentRefused as err:
+                self.close()
+                raise refusal(path, err) from None
+            except TimeoutError as err:
+                self.close()
+                raise ConfigError(f"GPU budget {path}", str(err), "find the process that "
+                                  "holds it (fuser) and stop it") from None
             except BaseException:
                 self.close()
                 raise
