@@ -42,10 +42,11 @@ def table(found: dict[str, bs.BudgetState]) -> Table:
     return t
 
 
-def panels(width: int) -> list[Panel]:
-    """kvtop's view: one bar per GPU budget, a segment per holder."""
-    found, _ = bs.scan_budgets()
-    out = []
+def panels(width: int) -> list[Panel | Text]:
+    """kvtop's view: one bar per GPU budget, a segment per holder; a dim line per entry that is
+    not a budget."""
+    found, skipped = bs.scan_budgets()
+    out: list[Panel | Text] = [Text(str(err), style="grey50") for err in skipped]
     for ident, s in found.items():
         bar, used = Text(), 0
         for k, h in enumerate(_holders(s)):
@@ -71,10 +72,13 @@ def summary() -> None:
         typer.echo(str(err), err=True)
 
 
-def reclaim_all() -> dict[str, int]:
-    """Reclaim every dead holder's bytes, per GPU budget (what ``kvctl gc`` reports)."""
+def reclaim_all(report: list | None = None) -> dict[str, int]:
+    """Reclaim every dead holder's bytes, per GPU budget (what ``kvctl gc`` reports); the
+    entries that are not budgets are left alone and added to ``report``."""
     out: dict[str, int] = {}
-    found, _ = bs.scan_budgets()
+    found, skipped = bs.scan_budgets()
+    if report is not None:
+        report.extend(skipped)
     for ident in found:
         try:
             b = bs.SharedBudget.open(ident, None)
@@ -83,7 +87,8 @@ def reclaim_all() -> dict[str, int]:
         if b is None:
             continue
         try:
-            out[ident] = b.reclaim()
+            b.reclaim()
+            out[ident] = b.reclaimed  # attaching reclaims too: count both
         except (bs.SegmentRefused, TimeoutError):
             continue
         finally:

@@ -196,7 +196,7 @@ def gc(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     time); what is not provably yours and dead is left alone."""
     skipped: list[control.SegmentRefused] = []
     removed = control.gc_segments(report=skipped)
-    reclaimed = kvbudget.reclaim_all()  # dead holders' bytes of every GPU budget
+    reclaimed = kvbudget.reclaim_all(report=skipped)  # dead holders' bytes of every GPU budget
     sockets: list[str] = []
     left: list[str] = []
     try:

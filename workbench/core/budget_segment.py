@@ -130,6 +130,7 @@ class SharedBudget:
         self._pid = os.getpid()
         self.me = my_identity()
         self.misses = 0
+        self.reclaimed = 0  # bytes of dead holders this handle reclaimed (attaching included)
 
     # -- opening -----------------------------------------------------------------------------
     @classmethod
@@ -227,6 +228,7 @@ class SharedBudget:
                 freed += h.held
                 del state.holders[i]
                 self._write_slot(i, None)
+        self.reclaimed += freed
         return freed
 
     def _my_slot(self, state: BudgetState) -> int | None:
