@@ -112,6 +112,34 @@ def test_charges_and_credits_racing_keep_the_sum_within_the_total(tmp_path):
     watcher.close()
 
 
+def _grabber(shm: str, total: int, go, out) -> None:
+    """Charge one unit at a time until a miss: the tightest race for the last bytes."""
+    b = SharedBudget.open("host", total, shm_dir=shm)
+    go.wait()
+    n = 0
+    while b.charge(UNIT):
+        n += 1
+    out.put(n)
+
+
+UNIT = 4096
+
+
+def test_bare_charges_racing_for_the_last_bytes_never_over_commit(tmp_path):
+    total = 4000 * UNIT  # 500 charges each if shared evenly: the processes overlap throughout
+    SharedBudget.open("host", total, shm_dir=tmp_path).close()
+    go, out = CTX.Barrier(PROCS), CTX.Queue()
+    procs = [CTX.Process(target=_grabber, args=(str(tmp_path), total, go, out))
+             for _ in range(PROCS)]
+    for p in procs:
+        p.start()
+    won = [out.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(30)
+    assert sum(won) * UNIT == total  # not one charge past the total, and none lost
+    assert sum(1 for n in won if n) > 1  # they did race
+
+
 def _holder(shm: str, total: int, ready, pages: int) -> None:
     kv = _pool(shm, total, "victim")
     for _ in range(pages):
