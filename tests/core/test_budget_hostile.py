@@ -157,3 +157,21 @@ def test_the_static_baseline_gets_the_same_total_split_evenly():
     assert share % (2 * MiB) == 0 and 3 * share <= total < 3 * (share + 2 * MiB)
     with pytest.raises(ValueError):
         split_evenly(total, 0, 2 * MiB)
+
+
+def test_the_knob_is_parsed_like_the_other_sizes(tmp_path, monkeypatch):
+    from workbench.settings import settings
+
+    assert settings({}).gpu_budget == 0
+    assert settings({"WORKBENCH_KV_GPU_BUDGET": "0"}).gpu_budget == 0
+    assert settings({"WORKBENCH_KV_GPU_BUDGET": "80GiB"}).gpu_budget == 80 << 30
+    for bad in ("3MiB", "-2MiB", "lots", "2PiB"):
+        with pytest.raises(ConfigError) as got:
+            settings({"WORKBENCH_KV_GPU_BUDGET": bad})
+        assert str(got.value).startswith(f"WORKBENCH_KV_GPU_BUDGET={bad!r}")
+        assert "\n" not in str(got.value)
+    monkeypatch.setattr(bs.segment, "SHM_DIR", tmp_path)
+    monkeypatch.setenv("WORKBENCH_KV_GPU_BUDGET", "8MiB")
+    dev = make_device("host")
+    assert isinstance(dev, BudgetedDevice) and dev.mem_info().total == 8 * MiB
+    assert bs.budget_path("host", tmp_path).exists()
