@@ -9,7 +9,12 @@ import pytest
 
 from workbench.backends import make_device
 from workbench.core import budget_segment as bs
-from workbench.core.budget_device import BudgetedDevice, budgeted, split_evenly
+from workbench.core.budget_device import (
+    BudgetedDevice,
+    budgeted,
+    instance_capacity,
+    split_evenly,
+)
 from workbench.errors import ConfigError, DeviceError
 
 MiB = 1 << 20
@@ -157,6 +162,14 @@ def test_the_static_baseline_gets_the_same_total_split_evenly():
     assert share % (2 * MiB) == 0 and 3 * share <= total < 3 * (share + 2 * MiB)
     with pytest.raises(ValueError):
         split_evenly(total, 0, 2 * MiB)
+
+
+def test_static_and_elastic_see_the_same_memory(tmp_path):
+    """Both modes read the device's memory: on a budgeted device that is the budget, so two
+    static instances get half of it each and the elastic pools share all of it."""
+    dev = budgeted(make_device("host"), TOTAL, shm_dir=tmp_path)
+    assert instance_capacity(dev, 2) == TOTAL // 2
+    assert instance_capacity(dev, 3) * 3 <= dev.mem_info().free == TOTAL
 
 
 def test_the_knob_is_parsed_like_the_other_sizes(tmp_path, monkeypatch):

@@ -45,6 +45,13 @@ def split_evenly(total: int, instances: int, granularity: int) -> int:
     return align_down(total // instances, granularity)
 
 
+def instance_capacity(device: Device, instances: int) -> int:
+    """A static instance's KV capacity on ``device`` when ``instances`` share it: its total
+    memory (the budget, on a budgeted device) split evenly. What a lab's static baseline asks,
+    so that it gets the memory the elastic pools share."""
+    return split_evenly(device.mem_info().total, instances, device.granularity)
+
+
 class BudgetedDevice:
     """``inner`` with every ``create`` charged to ``budget`` and every ``release`` credited."""
 
