@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 import struct
 
+import hypothesis.strategies as st
 import pytest
+from hypothesis import given
+from hypothesis import settings as hsettings
 
 from workbench.backends import make_device
 from workbench.core import budget_segment as bs
@@ -188,3 +191,26 @@ def test_the_knob_is_parsed_like_the_other_sizes(tmp_path, monkeypatch):
     dev = make_device("host")
     assert isinstance(dev, BudgetedDevice) and dev.mem_info().total == 8 * MiB
     assert bs.budget_path("host", tmp_path).exists()
+
+
+def _mutate(edits: list[tuple[int, int]]) -> bytes:
+    raw = bytearray(_GOOD)
+    for at, byte in edits:
+        raw[at] = byte
+    return bytes(raw)
+
+
+_GOOD = bs.HEAD.pack(bs.MAGIC, bs.VERSION, bs.HEAD.size, TOTAL, 4, 1) + bytes(4 * bs.SLOT.size)
+
+
+@given(st.one_of(st.binary(max_size=400),
+                 st.lists(st.tuples(st.integers(0, len(_GOOD) - 1), st.integers(0, 255)),
+                          min_size=1, max_size=8).map(_mutate)))
+@hsettings(max_examples=300, deadline=None)
+def test_budget_bytes_never_raise_but_the_refusal(data):
+    try:
+        state = bs.parse(data, "fuzz")
+    except bs.SegmentRefused as err:
+        assert "\n" not in str(err)
+        return
+    assert 0 < state.total and 0 <= state.held and len(data) == bs.file_size(state.slots)

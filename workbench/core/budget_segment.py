@@ -33,6 +33,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 from workbench.core import segment
@@ -101,16 +102,26 @@ def parse(data: bytes, where: str) -> BudgetState:
     if len(data) != file_size(slots):
         raise SegmentRefused(where, segment.MALFORMED, f"{len(data)} bytes; {slots} slots need "
                                                        f"exactly {file_size(slots)}")
+    flat = _slots_struct(slots).unpack_from(data, HEAD.size)  # one call: this runs per page
+    pids, starts, helds = flat[0::3], flat[1::3], flat[2::3]
     state = BudgetState(total, slots, created)
-    for i in range(slots):
-        pid, start, held = SLOT.unpack_from(data, HEAD.size + i * SLOT.size)
-        if pid == 0 and held == 0:
-            continue
+    used = [i for i, p in enumerate(pids) if p]
+    for i in used:
+        pid, start, held = pids[i], starts[i], helds[i]
         if not valid_pid(pid) or start < 0 or not 0 <= held <= MAX_TOTAL:
             raise SegmentRefused(where, segment.MALFORMED, f"slot {i} (pid {pid}, held {held}) "
                                                            "out of range")
         state.holders[i] = Holder(pid, start, held)
+    if len(used) < slots and (min(helds) < 0 or sum(helds) != state.held):
+        i = next(i for i, (p, h) in enumerate(zip(pids, helds, strict=True)) if h and not p)
+        raise SegmentRefused(where, segment.MALFORMED, f"slot {i} holds {helds[i]} bytes "
+                                                       "without a holder")
     return state
+
+
+@lru_cache(maxsize=8)
+def _slots_struct(slots: int) -> struct.Struct:
+    return struct.Struct(f"<{3 * slots}q")
 
 
 def refusal(path: Path | str, err: SegmentRefused) -> ConfigError:
