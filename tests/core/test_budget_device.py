@@ -64,3 +64,18 @@ def test_a_driver_refusal_mid_page_credits_the_whole_page_back(tmp_path):
         kv.free(ids)
     assert dev.budget.state().holders == {}
     kv.close()
+
+
+def test_a_gpu_is_named_by_its_uuid_when_the_driver_tells(tmp_path):
+    """Two processes that see one GPU under different indices share one budget."""
+    from types import SimpleNamespace
+
+    class UuidDriver(FakeDriver):
+        def cuDeviceGetUuid_v2(self, dev):
+            return 0, SimpleNamespace(bytes=bytes(range(16)))
+
+    with drv.use_driver(UuidDriver()):
+        inner = CudaDevice(0, zero_page=False, fast_path=False)
+    assert device_identity(inner) == "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"
+    dev = budgeted(inner, 64 * MiB, shm_dir=tmp_path)
+    assert dev.budget.path.name == "wbkvbudget_GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"
