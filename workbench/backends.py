@@ -33,6 +33,7 @@ from typing import Any
 
 from workbench.core.device import Device
 from workbench.errors import ConfigError, WorkbenchError
+from workbench.settings import settings
 
 
 class BackendUnavailable(ConfigError):
@@ -237,18 +238,34 @@ def make_device(backend: str = "sim", **kw: Any) -> Device:
     chosen, index, err = _problem(backend)
     if err is not None:
         raise err
+    budget = kw.pop("gpu_budget", None)
     kw = {k: v for k, v in kw.items() if k not in chosen.ignores}
     if index is not None:
         if kw.setdefault("device_index", index) != index:
             raise ConfigError(f"device_index={kw['device_index']} with backend {backend!r}",
                               "the name already picks a GPU", "pass one of the two")
     try:
-        return chosen.build(**kw)
+        return _budgeted(chosen.name, chosen.build(**kw), budget)
     except WorkbenchError as exc:
         if chosen.name != "gpu" or isinstance(exc, ConfigError):
             raise
         raise _unavailable(backend, f"the CUDA device cannot be opened ({exc})",
                            'check the GPU with nvidia-smi, or use backend="sim"') from exc
+
+
+def _budgeted(kind: str, device: Device, total: int | None) -> Device:
+    """A real device charged to its GPU's shared budget when one is asked for (``gpu_budget=``
+    bytes, else ``WORKBENCH_KV_GPU_BUDGET``; 0 turns it off). The simulated GPU lives in one
+    process and keeps its own capacity."""
+    if kind == "sim":
+        return device
+    if total is None:
+        total = settings(only="gpu_budget").gpu_budget
+    if not total:
+        return device
+    from workbench.core.budget_device import budgeted
+
+    return budgeted(device, total)
 
 
 # -- notebooks: a WorkbenchError is one line, not a traceback -------------------------------------

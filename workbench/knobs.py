@@ -170,6 +170,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("vllm_blocks_per_page", COUNT, 512, "an integer from 1 to 1048576 that divides the page "
          "size", lo=1, hi=1 << 20),
     _sized("vllm_budget", None, PiB, "40GiB", pool=False),
+    Knob("gpu_budget", SIZE, 0, "0 (off) or a multiple of 2 MiB up to 1 PiB shared by every "
+         "process on a GPU (e.g. 80GiB)", hi=PiB, granule=GRANULE),
     Knob("socket_dir", PATH, None, "an absolute directory path", unset_ok=True),
     Knob("shm_dir", PATH, "/dev/shm", "an absolute directory path",
          existing=True),

@@ -48,6 +48,7 @@ class Settings:
     vllm_standalone: bool = default("vllm_standalone")
     vllm_blocks_per_page: int = default("vllm_blocks_per_page")
     vllm_budget: int | None = default("vllm_budget")
+    gpu_budget: int = default("gpu_budget")  # one GPU's memory every process shares; 0: off
     socket_dir: str | None = default("socket_dir")
     shm_dir: str = default("shm_dir")
     given: frozenset[str] = field(default=frozenset(), compare=False)

@@ -13,7 +13,7 @@ from collections import Counter
 import typer
 from rich.table import Table
 
-from workbench.cli import app
+from workbench.cli import app, kvbudget
 from workbench.cli.common import console as out_console
 from workbench.cli.common import fail
 from workbench.config import format_size, parse_size
@@ -85,6 +85,7 @@ def list_(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
                       format_size(i.used), format_size(i.reserved), format_size(i.capacity),
                       str(i.revision), i.outcome)
         out_console().print(t if infos else "no pools")
+        kvbudget.summary()
     report_skipped(found.skipped, verbose)
 
 
@@ -206,6 +207,7 @@ def gc(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     time); what is not provably yours and dead is left alone."""
     skipped: list[control.SegmentRefused] = []
     removed = control.gc_segments(report=skipped)
+    reclaimed = kvbudget.reclaim_all(report=skipped)  # dead holders' bytes of every GPU budget
     sockets: list[str] = []
     left: list[str] = []
     problem: Exception | None = None
@@ -217,10 +219,13 @@ def gc(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
         problem = err
     if as_json:
         typer.echo(json.dumps({"segments": removed, "socket_dirs": sockets,
-                               "skipped": [str(e) for e in skipped] + left}))
+                               "skipped": [str(e) for e in skipped] + left,
+                               "budget_reclaimed": reclaimed}))
     else:
         typer.echo(f"removed {len(removed)} segment(s) {removed} and {len(sockets)} socket "
                    f"dir(s) {sockets}")
+        for gpu, n in ((g, n) for g, n in reclaimed.items() if n):
+            typer.echo(f"gpu budget {gpu}: reclaimed {format_size(n)} from holders that are gone")
     report_skipped(skipped, verbose)
     if verbose:
         for line in left:
@@ -230,3 +235,7 @@ def gc(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
                    f"(not provably yours and dead); --verbose names them", err=True)
     if problem is not None:
         _fail(problem)
+
+
+kvctl.command("budget", short_help="Each GPU's shared memory budget and who holds it.")(
+    kvbudget.budget)

@@ -12,7 +12,7 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.text import Text
 
-from workbench.cli import app
+from workbench.cli import app, kvbudget
 from workbench.cli.common import console as out_console
 from workbench.config import format_size
 from workbench.core import control
@@ -65,7 +65,7 @@ def frame(width: int, found: control.Scan | None = None) -> Group:
     found = found or control.scan()
     panels = [render_pool(i, width) for i in found.infos] or [Text("no pools")]
     skipped = [Text(str(err), style="grey50") for err in found.skipped]
-    return Group(legend(), *panels, *skipped)
+    return Group(legend(), *kvbudget.panels(width), *panels, *skipped)
 
 
 @app.command(short_help='Live view of every pool and its pages.')

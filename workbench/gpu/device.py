@@ -142,6 +142,23 @@ class CudaDevice(BatchCalls, DriverRefusals):
         return sum(size for _, size in self._alloc.values()) + zero
 
     # -- Device ------------------------------------------------------------------------------
+    @property
+    def budget_identity(self) -> str | None:
+        """The GPU's UUID (``GPU-8-4-4-4-12`` hex, as nvidia-smi prints it): its shared budget's
+        name, the same in every process whatever ``CUDA_VISIBLE_DEVICES`` says; None when the
+        driver cannot tell (a fake driver), and the budget is named after ``cuda:N``."""
+        get = getattr(self._cu, "cuDeviceGetUuid_v2", None) or \
+            getattr(self._cu, "cuDeviceGetUuid", None)
+        try:
+            err, uuid = get(self._dev)
+            raw = bytes(uuid.bytes)[:16] if int(err) == 0 else b""
+        except Exception:  # no such call, or an older binding's other shape: fall back
+            return None
+        if len(raw) != 16:
+            return None
+        h = raw.hex()
+        return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
     def mem_info(self) -> MemInfo:
         t0 = perf_counter()
         info = self._info

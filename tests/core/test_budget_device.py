@@ -1,0 +1,81 @@
+"""BudgetedDevice over a batching device (CudaDevice on the fake driver): one charge per page
+id, a miss answered None, a create the driver refuses mid-page credited back in full."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from workbench.config import PoolConfig
+from workbench.core.budget_device import BudgetedBatchDevice, budgeted, device_identity
+from workbench.core.geometry import KVGeometry, Layout
+from workbench.core.ledger import KVCacheManager
+from workbench.gpu import driver as drv
+from workbench.gpu.device import CudaDevice
+from workbench.gpu.fakedriver import FakeDriver
+
+MiB = 1 << 20
+CFG = PoolConfig(gpu_utilization=1.0, prealloc=False, min_reserved_pages=0, max_reserved_pages=0)
+
+
+def _pool(tmp_path, layout: Layout, budget_pages: int, capacity: int = 1 << 40):
+    fake = FakeDriver(capacity=capacity)
+    with drv.use_driver(fake):
+        inner = CudaDevice(0, zero_page=False, mem_info_ttl_s=0.0, fast_path=False)
+    geo = KVGeometry(num_layers=4, kv_heads=8, head_dim=128, block_size=16, num_blocks=64 * 16,
+                     layout=layout)
+    dev = budgeted(inner, budget_pages * geo.page_id_bytes, shm_dir=tmp_path)
+    cfg = replace(CFG, contiguous_layout=layout is Layout.CONTIGUOUS)
+    return fake, dev, KVCacheManager(geo, dev, name="p", config=cfg, reserve_null_block=False)
+
+
+def _fill(kv) -> list[list[int]]:
+    bpp = kv.geometry.blocks_per_page(0)
+    got = []
+    while (ids := kv.alloc(bpp)) is not None:
+        got.append(ids)
+    return got
+
+
+@pytest.mark.parametrize("layout", list(Layout))
+def test_a_batching_device_is_charged_once_per_page_id_and_misses_clean(tmp_path, layout):
+    fake, dev, kv = _pool(tmp_path, layout, budget_pages=5)
+    assert isinstance(dev, BudgetedBatchDevice) and device_identity(dev) == "cuda-0"
+    got = _fill(kv)
+    page_id = kv.geometry.page_id_bytes
+    assert kv.pages.mapped_pages == 5 and dev.budget.state().held == 5 * page_id == fake.used
+    for ids in got:
+        kv.free(ids)
+    assert dev.budget.state().holders == {} and fake.used == 0
+    kv.close()
+
+
+def test_a_driver_refusal_mid_page_credits_the_whole_page_back(tmp_path):
+    geo_pages = 3
+    fake, dev, kv = _pool(tmp_path, Layout.PER_LAYER, budget_pages=10,
+                          capacity=geo_pages * 8 * 2 * MiB + 3 * 2 * MiB)  # 3 page ids + a bit
+    assert kv.geometry.maps_per_page == 8 and kv.geometry.page_id_bytes == 8 * 2 * MiB
+    got = _fill(kv)
+    assert fake.calls > 0 and not fake.allocs.keys() - dev.sizes.keys()
+    assert kv.pages.mapped_pages == geo_pages  # the fourth failed in the driver, undone
+    assert dev.budget.state().held == fake.used == geo_pages * kv.geometry.page_id_bytes
+    for ids in got:
+        kv.free(ids)
+    assert dev.budget.state().holders == {}
+    kv.close()
+
+
+def test_a_gpu_is_named_by_its_uuid_when_the_driver_tells(tmp_path):
+    """Two processes that see one GPU under different indices share one budget."""
+    from types import SimpleNamespace
+
+    class UuidDriver(FakeDriver):
+        def cuDeviceGetUuid_v2(self, dev):
+            return 0, SimpleNamespace(bytes=bytes(range(16)))
+
+    with drv.use_driver(UuidDriver()):
+        inner = CudaDevice(0, zero_page=False, fast_path=False)
+    assert device_identity(inner) == "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"
+    dev = budgeted(inner, 64 * MiB, shm_dir=tmp_path)
+    assert dev.budget.path.name == "wbkvbudget_GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"

@@ -1,0 +1,183 @@
+"""A device that charges every physical allocation to its GPU's shared budget.
+
+:class:`BudgetedDevice` wraps a device (host or CUDA) the way :class:`FaultyDevice` does: each
+``create`` first takes its bytes from the GPU's :class:`SharedBudget`, each ``release`` gives them
+back. A ``create`` the budget refuses raises :class:`DeviceError` before the inner device is
+touched, exactly like a driver out of memory, so the core's all-or-nothing map undoes the page
+and the page allocator answers None: a miss, never a crash, never a partial map. Because it sits
+below the page allocator, every elastic pool on the device (vLLM's, SGLang's, the mini engine's)
+is charged without code of its own. ``mem_info`` reports the budget as the device (total = the
+budget, free = what is left of it, never more than the device has free), so a pool's headroom
+check and an engine's free-memory probe see the budget too.
+
+A device whose class batches a page id's calls (``CudaDevice``) gets :class:`BudgetedBatchDevice`,
+which charges a page id once and keeps the C fast path.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from workbench.core.budget_segment import SharedBudget
+from workbench.core.device import Device, MemInfo
+from workbench.errors import DeviceError
+from workbench.units import align_down
+
+BATCH_CALLS = ("map_targets", "unmap_targets", "release_handles", "unmap_release")
+
+
+def device_identity(device: Any) -> str:
+    """The name of ``device``'s budget: one per physical GPU, the same in every process.
+
+    A device may say it (``budget_identity``, e.g. a GPU's UUID, which survives a different
+    ``CUDA_VISIBLE_DEVICES``); otherwise its name up to the first space (``host``, ``cuda:0``),
+    with characters a file name must not carry replaced."""
+    ident = getattr(device, "budget_identity", None) or str(device.name).split(" ")[0]
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", ident)[:64].strip(".") or "device"
+
+
+def split_evenly(total: int, instances: int, granularity: int) -> int:
+    """Each static instance's share of ``total``: the same memory the elastic pools share,
+    split evenly and rounded down to whole pages, so the two modes compare like for like."""
+    if instances <= 0:
+        raise ValueError("instances must be positive")
+    return align_down(total // instances, granularity)
+
+
+def instance_capacity(device: Device, instances: int) -> int:
+    """A static instance's KV capacity on ``device`` when ``instances`` share it: its total
+    memory (the budget, on a budgeted device) split evenly. What a lab's static baseline asks,
+    so that it gets the memory the elastic pools share."""
+    return split_evenly(device.mem_info().total, instances, device.granularity)
+
+
+class BudgetedDevice:
+    """``inner`` with every ``create`` charged to ``budget`` and every ``release`` credited."""
+
+    def __init__(self, inner: Device, budget: SharedBudget):
+        self.inner = inner
+        self.budget = budget
+        self.sizes: dict[int, int] = {}  # live handle -> bytes charged for it
+
+    def _refuse(self, size: int) -> DeviceError:
+        return DeviceError("create", f"out of the GPU budget ({self.budget.path.name}): "
+                                     f"{size} more bytes would pass its total")
+
+    # -- Device ------------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def granularity(self) -> int:
+        return self.inner.granularity
+
+    @property
+    def busy_s(self) -> float:
+        return self.inner.busy_s
+
+    def reserve(self, size: int) -> int:
+        return self.inner.reserve(size)
+
+    def unreserve(self, va: int, size: int) -> None:
+        self.inner.unreserve(va, size)
+
+    def create(self, size: int) -> int:
+        if not self.budget.charge(size):
+            raise self._refuse(size)
+        try:
+            handle = self.inner.create(size)
+        except BaseException:
+            self.budget.credit(size)
+            raise
+        self.sizes[handle] = size
+        return handle
+
+    def map(self, va: int, size: int, handle: int) -> None:
+        self.inner.map(va, size, handle)
+
+    def set_access(self, va: int, size: int) -> None:
+        self.inner.set_access(va, size)
+
+    def unmap(self, va: int, size: int) -> None:
+        self.inner.unmap(va, size)
+
+    def release(self, handle: int) -> None:
+        self.inner.release(handle)
+        self.budget.credit(self.sizes.pop(handle, 0))
+
+    def mem_info(self) -> MemInfo:
+        free, total = self.inner.mem_info()
+        budget, held = self.budget.totals()
+        return MemInfo(max(0, min(free, budget - held)), min(total, budget))
+
+    def now(self) -> float:
+        return self.inner.now()
+
+    def __getattr__(self, item: str):  # backend extras (tensor views, queued_work) pass through
+        return getattr(self.inner, item)
+
+    def __repr__(self) -> str:
+        return f"BudgetedDevice({self.inner!r}, {self.budget.path.name})"
+
+
+class BudgetedBatchDevice(BudgetedDevice):
+    """A budgeted device over one whose class batches a page id's calls: one charge per page
+    id, the inner device's batch (its C fast path) for the calls."""
+
+    def map_targets(self, targets) -> list[int]:
+        targets = list(targets)
+        want = sum(size for _, size in targets)
+        if not self.budget.charge(want):
+            raise self._refuse(want)
+        try:
+            handles = self.inner.map_targets(targets)
+        except DeviceError as err:  # handles created so far stay charged: the undo releases them
+            created = getattr(err, "partial", ([], 0))[0]
+            kept = self._note(created, targets)
+            self.budget.credit(want - kept)
+            raise
+        except BaseException:
+            self.budget.credit(want)
+            raise
+        self._note(handles, targets)
+        return handles
+
+    def _note(self, handles: list[int], targets: list) -> int:
+        kept = 0
+        for h, (_, size) in zip(handles, targets, strict=False):
+            self.sizes[h] = size
+            kept += size
+        return kept
+
+    def _credit(self, handles) -> None:
+        self.budget.credit(sum(self.sizes.pop(h, 0) for h in handles))
+
+    def unmap_targets(self, targets) -> None:
+        self.inner.unmap_targets(targets)
+
+    def release_handles(self, handles) -> None:
+        handles = list(handles)
+        try:
+            self.inner.release_handles(handles)
+        except DeviceError as err:
+            self._credit(handles[:getattr(err, "partial", 0)])
+            raise
+        self._credit(handles)
+
+    def unmap_release(self, targets, handles):
+        handles = list(handles)
+        failed = self.inner.unmap_release(targets, handles)  # an unmap failure releases nothing
+        self._credit(handles if failed is None else handles[:getattr(failed, "partial", 0)])
+        return failed
+
+
+def budgeted(device: Device, total: int, **open_kw: Any) -> BudgetedDevice:
+    """``device`` charged to its GPU's budget of ``total`` bytes (created if none exists yet);
+    a budget file that is not one this workbench trusts is refused in one ConfigError line."""
+    budget = SharedBudget.open(device_identity(device), total, **open_kw)
+    assert budget is not None  # a total was given: open creates the file when it is missing
+    cls = BudgetedBatchDevice if all(hasattr(type(device), m) for m in BATCH_CALLS) \
+        else BudgetedDevice
+    return cls(device, budget)
