@@ -8,7 +8,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.labs.base import Lab, LabResult, Progress
+from workbench.labs.kit.base import Lab, LabResult, Progress
 
 MODULES = {"output-equality": "output_equality", "dynamic-limit": "dynamic_limit",
            "kv-capacity": "kv_capacity"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workbench.labs.record import LabRecord, Manifest
+from workbench.labs.kit.record import LabRecord, Manifest
 
 MiB = 1 << 20
 
