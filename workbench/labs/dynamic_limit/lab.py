@@ -27,7 +27,8 @@ class DynamicLimitParams:
 class DynamicLimitLab(Lab):
     name = "dynamic-limit"
     description = ("`workbench kvctl limit` from another process while traffic runs: revision, "
-                   "shrink, convergence; misses and preemptions, no request killed (seed 000 §10)")
+                   "shrink, convergence; misses and preemptions, no request killed (seed 000 §10); "
+                   "on host/gpu while a real vLLM serves")
     params_type = DynamicLimitParams
     backends = ("sim", "host", "gpu")
 

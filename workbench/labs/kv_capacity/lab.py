@@ -73,7 +73,8 @@ def cases(p: KVCapacityParams) -> list[CapacityCase]:
 class KVCapacityLab(Lab):
     name = "kv-capacity"
     description = ("predicted KV blocks / token slots / pages from the model geometry vs what "
-                   "the simulated pools really allocate; concurrency and shared-prefix refs")
+                   "the simulated pools really allocate; concurrency and shared-prefix refs; on "
+                   "host/gpu a real vLLM's num_gpu_blocks against the formula")
     params_type = KVCapacityParams
     backends = ("sim", "host", "gpu")
 

@@ -37,7 +37,8 @@ class OutputEqualityParams:
 class OutputEqualityLab(Lab):
     name = "output-equality"
     description = ("the same greedy tokens with static and elastic KV (mini engine), and a "
-                   "layout canary that flags deliberately wrong KV views (seed 000 §13)")
+                   "layout canary that flags deliberately wrong KV views (seed 000 §13); "
+                   "engine=vllm: a real vLLM, elastic vs stock")
     params_type = OutputEqualityParams
     backends = ("host", "gpu")
 
