@@ -46,7 +46,7 @@ def real_request_walk(backend: str = "sim", prompt_len: int = 160, new_tokens: i
         text = f"would start {would}: {missing}"
         print(text)
         return text
-    from workbench.labs.vllm_runs import rig
+    from workbench.labs.kit import vllm_rig as rig
 
     root = rig.workroot()
     lines = []
