@@ -21,7 +21,10 @@ LOGS: list[Path] = []  # where engine logs are kept; else WORKBENCH_VLLM_LOGS wh
 
 
 def device_of(backend: str) -> str:
-    return "cpu" if backend == "host" else "cuda"
+    """The torch device a real vLLM on ``backend`` computes on (``cpu``, ``cuda``)."""
+    from workbench.backends import capabilities
+
+    return capabilities(backend).torch_device or "cpu"
 
 
 def model_dir(python: str, root: Path) -> str:
@@ -116,10 +119,10 @@ def workroot() -> Path:
 
 
 def on_real(backend: str, engine: str) -> bool:
-    """``engine=vllm`` on ``host``/``gpu``: the lab runs on a real vLLM."""
-    from workbench.backends import kind
+    """``engine=vllm`` on a real backend (``host``, ``gpu``): the lab runs on a real vLLM."""
+    from workbench.backends import capabilities
 
-    return engine == "vllm" and kind(backend) in ("host", "gpu")
+    return engine == "vllm" and not capabilities(backend).simulated
 
 
 def check_engine(lab: str, backend: str, engine: str, own: str) -> bool:
@@ -127,9 +130,9 @@ def check_engine(lab: str, backend: str, engine: str, own: str) -> bool:
     one line, with how to get it, where no vLLM is importable). ``own`` is the lab's own engine
     there (``mini``) or on ``sim`` (``vllm``: the simulated vLLM-like engine); any other name is
     refused."""
-    from workbench.backends import kind
+    from workbench.backends import capabilities
 
-    real = kind(backend) in ("host", "gpu")
+    real = not capabilities(backend).simulated
     names = ("vllm", own) if real else (own,)
     if engine not in names:
         where = "a real vLLM" if real else "the simulated vLLM-like engine"
