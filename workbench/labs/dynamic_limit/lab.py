@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from workbench.labs.dynamic_limit.sim import (
     run_seed,
 )
 from workbench.labs.kit.base import Lab, LabResult, Progress
+from workbench.labs.kit.params import QUICK, RATE, SEED, TOKENS
+from workbench.ranges import Num, Spec
 
 
 @dataclass(slots=True)
@@ -19,6 +22,10 @@ class DynamicLimitParams:
     prompt_len: int = 1024
     output_len: int = 256
     chunk_s: float = 0.5  # simulated seconds stepped between looks at the control plane
+    RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
+        "quick": QUICK, "seed": SEED, "rate": RATE, "prompt_len": TOKENS, "output_len": TOKENS,
+        "chunk_s": Num(float, 0.01, 60.0, "s"),
+    }
 
 
 class DynamicLimitLab(Lab):

@@ -14,10 +14,11 @@ requests sharing a prefix (when do references reach zero, and what stays mapped)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-from workbench.engines.models import get_model
+from workbench.engines.models import MODELS, get_model
 from workbench.labs.kit.base import Lab, LabResult, Progress
+from workbench.labs.kit.params import QUICK, SEED
 from workbench.labs.kv_capacity.report import figures, markdown, record
 from workbench.labs.kv_capacity.sim import (
     CapacityCase,
@@ -26,6 +27,7 @@ from workbench.labs.kv_capacity.sim import (
     preemption_sweep,
     shared_prefix,
 )
+from workbench.ranges import Choices, Floats, Ints, Num, Spec
 from workbench.units import GiB
 
 
@@ -42,6 +44,15 @@ class KVCapacityParams:
     concurrency: tuple[int, ...] = (4, 5, 6, 7, 8)  # preemption sweep (1000 in / 200 out)
     quick: bool = False  # llama + the MLA model, 80 GiB, block 16, both layouts
     seed: int = 0
+    RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
+        "models": Choices(tuple(MODELS)), "mem_gib": Floats(1.0, 1024.0, 16, "GiB"),
+        "block_sizes": Ints(8, 1024), "layouts": Choices(("contiguous", "per_layer")),
+        "gpu_memory_utilization": Num(float, 0.01, 1.0),
+        "kv_gpu_utilization": Num(float, 0.01, 1.0),
+        "activation_gib": Num(float, 0.0, 1024.0, "GiB"),
+        "context_lens": Ints(1, 131072), "concurrency": Ints(1, 1024), "quick": QUICK,
+        "seed": SEED,
+    }
 
 
 # The small pools of the concurrency tables: 8 GiB and 1 GiB of Llama-3.1-8B KV.

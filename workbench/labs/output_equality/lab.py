@@ -20,8 +20,11 @@ decoder with seeded random weights) on ``host`` (the CPU; elastic KV on the host
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from workbench.labs.kit.base import Lab, LabResult, Progress
+from workbench.labs.kit.params import MODEL, QUICK, SEED
+from workbench.ranges import Spec
 
 
 @dataclass(slots=True)
@@ -29,6 +32,9 @@ class OutputEqualityParams:
     quick: bool = False  # 4 prompts x 24 tokens, one seed; else 8 x 48, three seeds
     seed: int = 0  # prompt seed (the model's weights are seeded by the model config)
     model: str = "tiny"  # a mini-engine model (workbench.mini.model.get_config)
+    RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
+        "quick": QUICK, "seed": SEED, "model": MODEL,
+    }
 
 
 class OutputEqualityLab(Lab):

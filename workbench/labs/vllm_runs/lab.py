@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-from workbench.labs.base import Lab, LabResult, Progress
+from workbench.labs.kit.base import Lab, LabResult, Progress
+from workbench.labs.kit.params import QUICK, SEED
+from workbench.ranges import Choice, Spec
 
 MODULES = {"output-equality": "output_equality", "dynamic-limit": "dynamic_limit",
            "kv-capacity": "kv_capacity"}
@@ -19,6 +21,9 @@ class RealParams:
     engine: str = "vllm"  # the real vLLM process (engine=mini: the mini engine, the lab's own)
     quick: bool = False
     seed: int = 0  # accepted for the CLI's shared options; the runs fix their own seeds
+    RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
+        "engine": Choice(("vllm", "mini")), "quick": QUICK, "seed": SEED,
+    }
 
 
 class RealVllmLab(Lab):
