@@ -263,8 +263,8 @@ class Opt(Spec):
             return None
         try:
             return self.spec.check(value, name)
-        except ConfigError:
-            raise self.refuse(value, name, self.spec.unlike()) from None
+        except ConfigError as err:
+            raise self.refuse(value, name, err.why) from None
 
 
 @dataclass(frozen=True, slots=True)
