@@ -135,8 +135,9 @@ def test_every_default_passes(name, never_run):
             assert lab.parse_params({key: str(value)}) == lab.params(**{key: value})
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=SLOW)
-@given(data=st.data(), which=st.sampled_from(PARAMS))
+@pytest.mark.parametrize("which", PARAMS, ids=[f"{n}-{k}" for n, k in PARAMS])
+@settings(max_examples=12, deadline=None, suppress_health_check=SLOW)
+@given(data=st.data())
 def test_hostile_values_are_refused_typed_as_text_and_by_hand(data, which, never_run):
     name, key = which
     lab = get_lab(name)
@@ -156,8 +157,9 @@ def test_hostile_values_are_refused_typed_as_text_and_by_hand(data, which, never
     _one_line(run.value, name, key)
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=SLOW)
-@given(data=st.data(), which=st.sampled_from(PARAMS))
+@pytest.mark.parametrize("which", PARAMS, ids=[f"{n}-{k}" for n, k in PARAMS])
+@settings(max_examples=3, deadline=None, suppress_health_check=SLOW)
+@given(data=st.data())
 def test_hostile_values_are_refused_on_the_command_line(data, which, never_run):
     name, key = which
     value = data.draw(hostile(_spec(name, key)).filter(lambda v: isinstance(v, str)).filter(
@@ -198,3 +200,45 @@ def test_a_notebook_call_is_refused_like_the_command_line(never_run):
 
 def test_engine_choices_take_the_real_and_the_mini_engine():
     assert set(specs(RealVllmLab.params_type)["engine"].values) >= {"vllm", "mini"}
+
+
+def accepted(spec) -> st.SearchStrategy:
+    """Values ``spec`` accepts (so a declared range never refuses what it names)."""
+    spec = _inner(spec)
+    if isinstance(spec, Num):
+        if spec.kind is int:
+            return st.integers(math.ceil(spec.lo), math.floor(spec.hi))
+        return st.floats(spec.lo, spec.hi, allow_nan=False)
+    if isinstance(spec, (Ints, Floats)):
+        one = st.integers(spec.lo, spec.hi) if isinstance(spec, Ints) else \
+            st.floats(spec.lo, spec.hi, allow_nan=False)
+        return st.lists(one, min_size=1, max_size=spec.max_len).map(tuple)
+    if isinstance(spec, Choice):
+        return st.sampled_from(spec.values)
+    if isinstance(spec, Choices):
+        return st.lists(st.sampled_from(spec.values), min_size=1, max_size=spec.max_len) \
+            .map(tuple)
+    if isinstance(spec, Flag):
+        return st.booleans()
+    if isinstance(spec, Text):
+        return st.text(st.characters(codec="ascii", categories=("L", "N")), min_size=1,
+                       max_size=40)
+    return st.sampled_from(spec.names)
+
+
+@pytest.mark.parametrize("which", PARAMS, ids=[f"{n}-{k}" for n, k in PARAMS])
+@settings(max_examples=6, deadline=None, suppress_health_check=SLOW)
+@given(data=st.data())
+def test_values_in_range_are_accepted_typed_and_as_text(data, which):
+    name, key = which
+    lab = get_lab(name)
+    value = data.draw(accepted(_spec(name, key)))
+    typed = getattr(lab.params(**{key: value}), key)
+    assert typed == value
+    text = ",".join(map(repr, value)) if isinstance(value, tuple) else \
+        value if isinstance(value, str) else repr(value)
+    if not isinstance(value, tuple) or not isinstance(value[0], str):
+        assert getattr(lab.parse_params({key: text}), key) == typed
+    else:
+        assert getattr(lab.parse_params({key: ",".join(value)}), key) == typed
+    assert lab.check_params(lab.params(**{key: value})) == lab.params(**{key: value})

@@ -64,7 +64,7 @@ RATES = Floats(0.01, 1000.0, 16, "req/s")
 REQUESTS = Num(int, 1, 20000, "requests")
 SECONDS = Num(float, 0.1, 3600.0, "s")
 GBPS = Num(float, 0.01, 10000.0, "GB/s")
-GIB = Num(float, 0.01, 1024.0, "GiB")
+GIB = Num(float, 0.01, 128.0, "GiB")  # gpu/host: real memory, at most one H200's
 STEPTIME = Pairs(tuple(CALIBRATIONS), {
     "flops_eff": Num(float, 0.01, 1.0), "bw_eff": Num(float, 0.01, 1.0),
     "step_overhead_s": Num(float, 0.0, 1.0), "seq_overhead_s": Num(float, 0.0, 0.1),

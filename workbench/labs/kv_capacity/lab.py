@@ -45,7 +45,7 @@ class KVCapacityParams:
     quick: bool = False  # llama + the MLA model, 80 GiB, block 16, both layouts
     seed: int = 0
     RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
-        "models": Choices(tuple(MODELS)), "mem_gib": Floats(1.0, 1024.0, 16, "GiB"),
+        "models": Choices(tuple(MODELS)), "mem_gib": Floats(1.0, 192.0, 16, "GiB"),
         "block_sizes": Ints(8, 1024), "layouts": Choices(("contiguous", "per_layer")),
         "gpu_memory_utilization": Num(float, 0.01, 1.0),
         "kv_gpu_utilization": Num(float, 0.01, 1.0),
