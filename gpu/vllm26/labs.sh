@@ -9,7 +9,10 @@ shift 3
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv,noheader
 cd "$CODE"
-"$PY" -m workbench.labs.vllm_runs "$@" --backend gpu --out "$OUT"
-rc=$?
+rc=0
+for lab in "$@"; do  # each lab's record OUT/LAB.json and report OUT/LAB.md; one failing, the next runs
+  WORKBENCH_VLLM_LOGS="$OUT/logs" "$PY" -m workbench labs run "$lab" --backend gpu \
+    --param engine=vllm --out "$OUT/$lab.json" || rc=1
+done
 say "labs exit $rc"
 exit $rc

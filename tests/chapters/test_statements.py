@@ -187,7 +187,9 @@ def test_ch04_colocation_contends_on_a_gpu_budget(monkeypatch):
     import workbench.viz.scenarios as sc
 
     on_sim = sc.colocation(steps=24, device_gib=0.8, backend="sim")
-    monkeypatch.setattr(sc, "backend_kind", lambda name: "gpu")
+    from workbench.backends import capabilities
+
+    monkeypatch.setattr(sc, "capabilities", lambda name: capabilities("gpu"))
     monkeypatch.setattr(sc, "make_device", lambda name, **kw: SimDevice(capacity=64 * GiB))
     on_gpu = sc.colocation(steps=24, device_gib=0.8, backend="gpu")
     assert sum(on_sim.misses.values()) > 0

@@ -95,3 +95,27 @@ def test_points_pair_speedups_by_repeat_and_verdict():
     worse[(6, "elastic")] = [_summary(3.0, 8.0)] * 3
     run.overall = worse
     assert _verdict(run, make_points(run)).startswith("Not supported on gpu")
+
+
+def test_a_simulated_verdict_follows_the_shape_it_prints():
+    """Beside kvcached's figures the verdict is a shape claim: supported only when every PEAK's
+    mean and p99 speedups agree with kvcached's (both under 1.25x, or within 2x)."""
+    from workbench.labs.colocation.report import _verdict, agrees
+    from workbench.labs.colocation.rows import ColocationRun
+    from workbench.labs.kit.kvcached import KVCACHED
+
+    assert agrees(1.0, 0.9) and agrees(4.0, 6.2) and not agrees(1.0, 6.2)
+    assert not agrees(9.4, 2.0) and not agrees(1.3, 3.0)
+    run = ColocationRun(backend="sim", peaks=[12, 16], overall={}, title="t", setup=[],
+                        footer=[], record={}, time_scale=None)
+
+    def point(peak: int, mean: float, p99: float) -> dict:
+        return {"peak": peak, "mean_speedup": mean, "p99_speedup": p99, "repeats": 1,
+                "kvcached": {k: KVCACHED[k].get(peak) for k in KVCACHED}}
+
+    same = [point(12, 1.0, 0.95), point(16, 5.0, 20.0)]
+    assert _verdict(run, same).startswith("Supported (shape) in simulation: every PEAK agrees")
+    off = [point(12, 1.0, 0.95), point(16, 1.0, 0.99)]
+    assert _verdict(run, off).startswith("Not supported in simulation: the shape departs from "
+                                         "kvcached's at PEAK 16 (mean 1.0x vs 6.2x, p99 0.99x "
+                                         "vs 28.2x)")

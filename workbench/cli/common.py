@@ -108,10 +108,12 @@ def backend_option(default: str, allowed: tuple[str, ...], what: str) -> Any:
 
         try:
             k = kind(value)
-        except WorkbenchError:
-            k = None
-        if k not in allowed:  # an unknown name, or one this command does not run on
-            raise fail(Choice(tuple(shown)).refuse(value, "--backend"))
+        except WorkbenchError:  # the registry's reason, in the declared-range form
+            raise fail(Choice(tuple(shown)).refuse(value, "--backend", "unknown device name")) \
+                from None
+        if k not in allowed:
+            raise fail(Choice(tuple(shown)).refuse(value, "--backend",
+                                                   "not a backend this command runs on"))
         return value
 
     return typer.Option(default, "--backend", metavar="[" + "|".join(shown) + "]",

@@ -54,12 +54,6 @@ def _param_text(lab, params: list[str], shared: dict[str, str | None]) -> dict[s
     return text
 
 
-def _real_engine(name: str, items: list[str]):
-    from workbench.labs.vllm_runs.lab import for_engine
-
-    return for_engine(name, dict(i.partition("=")[::2] for i in items if "=" in i))
-
-
 @labs.command("list", short_help='List the labs, numbered as the notebooks.')
 def list_labs(as_json: bool = typer.Option(False, "--json", help="Print the list as JSON.")
               ) -> None:
@@ -129,7 +123,6 @@ def run_lab(
         name = lab_name(name)
         lab = get_lab(name)
         shared = {"quick": str(quick), "seed": str(seed), "peaks": peaks, "steptime": steptime}
-        lab = _real_engine(name, param or []) or lab  # engine=vllm: the real vLLM's run
         params = lab.parse_params(_param_text(lab, param or [], shared))
     except ConfigError as err:
         raise fail(err) from None

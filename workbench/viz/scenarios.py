@@ -11,8 +11,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from workbench.backends import kind as backend_kind
-from workbench.backends import make_device
+from workbench.backends import capabilities, make_device
 from workbench.config import PoolConfig
 from workbench.core.device import BudgetDevice
 from workbench.core.geometry import KVGeometry
@@ -175,7 +174,7 @@ def colocation(*, steps: int = 48, phase: int = 8, busy: int = 6, idle: int = 1,
     # a device of device_gib: sim and host honour the capacity; on a real GPU the three pools
     # share a budget of device_gib instead, so they contend as they would on a GPU that size
     dev = make_device(backend, **{"capacity": int(device_gib * GiB), **device_kw})
-    if backend_kind(backend) == "gpu":
+    if not capabilities(backend).capacity_settable:
         dev = BudgetDevice(dev, int(device_gib * GiB) // dev.granularity * dev.granularity)
     names = ["a", "b", "c"]
     pools: dict[str, KVCacheManager] = {}

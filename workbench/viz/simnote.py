@@ -8,12 +8,14 @@ simulated figure off as a measured one. On ``sim`` it prints nothing.
 
 from __future__ import annotations
 
+from workbench.backends import capabilities
+
 PREFIX = "[simulated]"
 
 
 def simulated_here(backend: str, what: str) -> str | None:
     """Print (and return) the note for a cell that runs ``what`` on the simulator."""
-    if backend == "sim":
+    if capabilities(backend).simulated:
         return None
     note = f"{PREFIX} {what} runs on the simulator; backend={backend!r} does not change this cell."
     print(note)
@@ -22,7 +24,7 @@ def simulated_here(backend: str, what: str) -> str | None:
 
 def skipped_here(backend: str, what: str, why: str) -> str | None:
     """Print (and return) the note for a part of a cell left out on ``backend``."""
-    if backend == "sim":
+    if capabilities(backend).simulated:
         return None
     note = f"[skipped on {backend}] {what}: {why}."
     print(note)

@@ -95,7 +95,7 @@ def test_engine_vllm_without_vllm_is_refused_in_one_line(monkeypatch):
 
 
 def test_the_chapters_real_walk_says_in_one_line_what_it_would_run(monkeypatch, capsys):
-    from workbench.labs.vllm_runs.walk import real_request_walk
+    from workbench.labs.kit.real_walk import real_request_walk
 
     text = real_request_walk("sim")
     assert "\n" not in text and "real vLLM" in text and "'sim'" in text
@@ -106,7 +106,7 @@ def test_the_chapters_real_walk_says_in_one_line_what_it_would_run(monkeypatch, 
 
 
 def test_engines_started_side_by_side_outlive_the_threads_that_waited_for_them():
-    from workbench.labs.vllm_runs import rig
+    from workbench.labs.kit import vllm_rig as rig
 
     engines = [VllmEngine(f"side{i}", VllmSpec(model="fake", server_cmd=FAKE, elastic=False,
                                                startup_timeout_s=60)) for i in range(2)]
@@ -130,17 +130,39 @@ def test_labs_run_engine_vllm_without_vllm_stops_in_one_line():
     assert r.returncode == 2 and "make engine-vllm" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     r = subprocess.run([sys.executable, "-m", "workbench", "labs", "run", "dynamic-limit",
-                        "--backend", "sim", "--param", "engine=vllm"], capture_output=True,
+                        "--backend", "sim", "--param", "engine=sglang"], capture_output=True,
                        text=True, env=env, timeout=120)
-    assert r.returncode == 2 and "--backend host or gpu" in r.stderr, r.stderr
+    assert r.returncode == 2 and "use engine=vllm" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_run_lab_routes_engine_vllm_itself(monkeypatch):
+    """From Python, not only the CLI: the lab's own check refuses (no vLLM) before anything
+    runs; on sim, engine=vllm names the simulated vLLM-like engine and passes."""
+    from workbench.labs import get_lab, run_lab
+
+    monkeypatch.setattr(kind, "_has_vllm", lambda python: False)
+    monkeypatch.setenv("WORKBENCH_VLLM_PYTHON", "/nonexistent/python")
+    for name in ("output-equality", "dynamic-limit", "kv-capacity"):
+        lab = get_lab(name)
+        with pytest.raises(ConfigError) as err:
+            run_lab(name, lab.params(engine="vllm", quick=True), "host")
+        assert "make engine-vllm" in str(err.value) and "\n" not in str(err.value)
+    get_lab("dynamic-limit").check_backend("sim", get_lab("dynamic-limit").params())
+    get_lab("output-equality").check_backend("host", get_lab("output-equality").params())
+    with pytest.raises(ConfigError, match="use engine=vllm or engine=mini"):
+        get_lab("output-equality").check_backend(
+            "host", get_lab("output-equality").params(engine="sglang"))
 
 
 def test_the_real_lab_turns_a_runners_rows_into_a_record_and_markdown(monkeypatch):
-    from workbench.labs.vllm_runs import lab, output_equality
+    from workbench.labs import get_lab
+    from workbench.labs.kit.vllm_rig import on_real
+    from workbench.labs.output_equality import vllm as output_equality
 
-    assert lab.for_engine("output-equality", {"engine": "mini"}) is None
-    assert lab.for_engine("baseline", {"engine": "vllm"}) is None
-    real = lab.for_engine("output-equality", {"engine": "vllm"})
+    assert not on_real("host", "mini") and not on_real("sim", "vllm")
+    assert on_real("host", "vllm") and on_real("cuda:0", "vllm")
+    real = get_lab("output-equality")
     row = {"pool": "default", "case": "greedy", "prompts": 2, "equal": 1, "first_diff": 1,
            "diverges_at": [5], "lost": 0, "stock_vs_stock": 1}
     raw = {"backend": "host", "device": "cpu", "small_blocks": 64, "limit": "4MiB",
@@ -149,3 +171,4 @@ def test_the_real_lab_turns_a_runners_rows_into_a_record_and_markdown(monkeypatc
     res = real.run(real.parse_params({"engine": "vllm", "quick": "true"}), "host")
     assert res.record.verdict.startswith("inconclusive") and "| the seed expects |" in res.markdown
     assert res.record.results["equality"] == [row]
+    assert res.record.raw_data["wall_s"] >= 0 and res.record.environment["engine"] == "vllm"

@@ -23,20 +23,20 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_output_equality_token_equal_on_real_vllm():
-    from workbench.labs.vllm_runs import output_equality, report
+    from workbench.labs.output_equality import report, vllm
 
-    out = output_equality.run("host", quick=True)
-    rec, md = report.output_equality(out)
+    out = vllm.run("host", quick=True)
+    rec, md = report.vllm_report(out)
     assert all(r["lost"] == 0 for r in out["rows"]), out["rows"]
     assert [r["equal"] for r in out["rows"]] == [r["prompts"] for r in out["rows"]], out["rows"]
     assert rec.verdict.startswith("supported") and "| the seed expects |" in md
 
 
 def test_dynamic_limit_mid_run_loses_nothing_on_real_vllm():
-    from workbench.labs.vllm_runs import dynamic_limit, report
+    from workbench.labs.dynamic_limit import report, vllm
 
-    out = dynamic_limit.run("host", quick=True)
-    rec, _ = report.dynamic_limit(out)
+    out = vllm.run("host", quick=True)
+    rec, _ = report.vllm_report(out)
     assert out["finished"] == out["requests"], out["lost"]
     first = out["steps"][0]
     assert first["answer"] == "acknowledged", first
@@ -45,10 +45,10 @@ def test_dynamic_limit_mid_run_loses_nothing_on_real_vllm():
 
 
 def test_kv_capacity_is_the_formula_on_real_vllm():
-    from workbench.labs.vllm_runs import kv_capacity, report
+    from workbench.labs.kv_capacity import report, vllm
 
-    out = kv_capacity.run("host", quick=True)
-    rec, _ = report.kv_capacity(out)
+    out = vllm.run("host", quick=True)
+    rec, _ = report.vllm_report(out)
     stock, elastic = out["rows"]
     assert stock["num_gpu_blocks"] == stock["formula_blocks"], stock
     assert elastic["kv_bytes"] >= elastic["blocks_x_bytes"], elastic

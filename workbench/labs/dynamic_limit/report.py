@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.labs.dynamic_limit.sim import DEVICE_GIB, MODEL
 from workbench.labs.kit.record import LabRecord, Manifest
-from workbench.units import GiB
+from workbench.labs.kit.vllm_report import real_markdown, real_record
+from workbench.units import GiB, MiB
 
 if TYPE_CHECKING:
     from workbench.labs.dynamic_limit.lab import DynamicLimitParams
@@ -194,3 +195,40 @@ def figures(runs: list[dict[str, Any]]) -> dict[str, Any]:
         q.add_scatter(x=t, y=[x[k] for x in r["samples"]], name=k)
     q.update_layout(xaxis_title="simulated time (s)", yaxis_title="requests")
     return {"memory": fig, "queue": q}
+
+
+def vllm_report(out: dict[str, Any]) -> tuple[LabRecord, str]:
+    """The record and Markdown of a run on a real vLLM (:mod:`.vllm`'s rows)."""
+    steps = out["steps"]
+    answers = sorted({s.get("answer", "?") for s in steps})
+    page = out["page_id_bytes"]
+    halve = next(s for s in steps if s["step"] == "halve")
+    freed = (halve["mapped_before"] - (halve.get("mapped_settled") or 0))
+    moved = (halve.get("free_after") or 0) - halve["free_before"]
+    lost = out["requests"] - out["finished"]
+    ok = lost == 0 and halve.get("answer") == "acknowledged"
+    verdict = ("supported: the limit was acknowledged mid-run and no request was lost" if ok
+               else f"refuted: {lost} requests lost; first answer {halve.get('answer')}")
+    settled = (halve.get("mapped_settled") or 0) / MiB
+    pre = int(out.get("counters", {}).get("num_preemptions", 0))
+    headline = (f"limit {halve['requested'] / MiB:.0f} MiB {halve.get('answer')} "
+                f"({halve.get('outcome')}); mapped {halve['mapped_before'] / MiB:.0f} -> "
+                f"{settled:.0f} MiB; {out['finished']}/{out['requests']} finished, {pre} "
+                f"preemptions; device free moved {moved / MiB:+.0f} MiB")
+    md = real_markdown("Dynamic limit", [
+        ("a limit from another process is answered", ", ".join(answers)),
+        ("no request is lost", f"{out['finished']}/{out['requests']} finished in full"),
+        ("device free memory moves by the pages freed",
+         f"pages freed {freed / MiB:.0f} MiB ({freed // page if page else 0} page ids), "
+         f"device free moved {moved / MiB:+.0f} MiB"
+         + (" (host MemAvailable: other processes move it too)" if out["device"] == "cpu"
+            else "")),
+        ("a superseded request says by which", next((s.get("answer", "") for s in steps
+                                                   if s["step"] == "two writers"), "-")),
+    ], [{k: s.get(k) for k in ("step", "requested", "answer", "outcome", "mapped_before",
+                                "mapped_settled", "s")} for s in steps], verdict)
+    rec = real_record("dynamic-limit", out, "a limit set mid-run is applied without losing work",
+                  verdict, headline, "the pool applies the segment's request on its next "
+                  "allocation or free and unmaps emptied pages", {"page_id_bytes": page},
+                  {"steps": steps})
+    return rec, md

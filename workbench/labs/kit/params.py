@@ -18,7 +18,8 @@ from workbench.labs.kit.steptime import CALIBRATIONS
 from workbench.ranges import Choice, Flag, Floats, Num, Opt, Pairs, Spec
 
 __all__ = ["specs", "check_value", "build", "check_params", "SEED", "QUICK", "REPEATS", "MODEL",
-           "GPU", "TOKENS", "RATE", "RATES", "REQUESTS", "SECONDS", "GBPS", "GIB", "STEPTIME"]
+           "GPU", "ENGINE", "TOKENS", "RATE", "RATES", "REQUESTS", "SECONDS", "GBPS", "GIB",
+           "STEPTIME"]
 
 
 def specs(params_type: type) -> dict[str, Spec]:
@@ -58,6 +59,8 @@ QUICK = Flag()
 REPEATS = Opt(Num(int, 1, 20))  # None: the lab's own count
 MODEL = Choice(tuple(MODELS))
 GPU = Choice(tuple(GPUS))
+# a lab with a real-vLLM run: vllm, or its own engine (mini; the lab refuses the one it lacks)
+ENGINE = Choice(("vllm", "mini"))
 TOKENS = Num(int, 1, 32768, "tokens")  # one prompt or output, within the models' context
 RATE = Num(float, 0.01, 1000.0, "req/s")
 RATES = Floats(0.01, 1000.0, 16, "req/s")

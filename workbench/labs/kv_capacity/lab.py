@@ -18,7 +18,8 @@ from typing import Any, ClassVar
 
 from workbench.engines.models import MODELS, get_model
 from workbench.labs.kit.base import Lab, LabResult, Progress
-from workbench.labs.kit.params import QUICK, SEED
+from workbench.labs.kit.params import ENGINE, QUICK, SEED
+from workbench.labs.kit.vllm_report import real_result
 from workbench.labs.kv_capacity.report import figures, markdown, record
 from workbench.labs.kv_capacity.sim import (
     CapacityCase,
@@ -44,6 +45,7 @@ class KVCapacityParams:
     concurrency: tuple[int, ...] = (4, 5, 6, 7, 8)  # preemption sweep (1000 in / 200 out)
     quick: bool = False  # llama + the MLA model, 80 GiB, block 16, both layouts
     seed: int = 0
+    engine: str = "vllm"  # on sim the simulated vLLM-like pools; on host/gpu a real vLLM
     RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
         "models": Choices(tuple(MODELS)), "mem_gib": Floats(1.0, 192.0, 16, "GiB"),
         "block_sizes": Ints(8, 1024), "layouts": Choices(("contiguous", "per_layer")),
@@ -52,6 +54,7 @@ class KVCapacityParams:
         "activation_gib": Num(float, 0.0, 1024.0, "GiB"),
         "context_lens": Ints(1, 131072), "concurrency": Ints(1, 1024), "quick": QUICK,
         "seed": SEED,
+        "engine": ENGINE,
     }
 
 
@@ -82,12 +85,26 @@ def cases(p: KVCapacityParams) -> list[CapacityCase]:
 class KVCapacityLab(Lab):
     name = "kv-capacity"
     description = ("predicted KV blocks / token slots / pages from the model geometry vs what "
-                   "the simulated pools really allocate; concurrency and shared-prefix refs")
+                   "the simulated pools really allocate; concurrency and shared-prefix refs; on "
+                   "host/gpu a real vLLM's num_gpu_blocks against the formula")
     params_type = KVCapacityParams
-    backends = ("sim",)
+    backends = ("sim", "host", "gpu")
+
+    def check_backend(self, backend: str, params: Any = None) -> None:
+        from workbench.labs.kit.vllm_rig import check_engine
+
+        Lab.check_backend(self, backend, params)
+        check_engine(self.name, backend, getattr(params, "engine", "vllm"), "vllm")
 
     def run(self, params: KVCapacityParams, backend: str = "sim",
             progress: Progress | None = None) -> LabResult:
+        from workbench.labs.kit.vllm_rig import on_real
+
+        if on_real(backend, params.engine):  # a real vLLM: this lab's .vllm runner
+            from workbench.labs.kv_capacity.report import vllm_report
+            from workbench.labs.kv_capacity.vllm import run as run_vllm
+
+            return real_result(vllm_report, lambda: run_vllm(backend, quick=params.quick))
         todo = cases(params)
         rows = []
         for i, case in enumerate(todo):

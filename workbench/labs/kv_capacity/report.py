@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from workbench.labs.kit.record import LabRecord, Manifest
+from workbench.labs.kit.vllm_report import real_markdown, real_record
+from workbench.units import MiB
 
 SEED_EXPECTED = (
     "Seed 003 E2 expects the per-token KV computed from the real model config (layers, KV heads, "
@@ -189,3 +191,33 @@ def figures(tables: dict[str, list[dict]]) -> dict[str, Any]:
                       annotation_text="predicted max")
     pre.update_layout(xaxis_title="concurrent requests", yaxis_title="preemptions")
     return {"lost": fig, "preemptions": pre}
+
+
+def vllm_report(out: dict[str, Any]) -> tuple[LabRecord, str]:
+    """The record and Markdown of a run on a real vLLM (:mod:`.vllm`'s rows)."""
+    rows = out["rows"]
+    stock, elastic = rows[0], rows[1]
+
+    def fits(r: dict) -> bool:  # vLLM's blocks fill the KV bytes to within one page id/block
+        if r["formula_blocks"] is None:
+            return r["num_gpu_blocks"] > 0
+        slack = (r["page_id_bytes"] or r["bytes_per_block"]) // r["bytes_per_block"] + 1
+        return abs(r["num_gpu_blocks"] - r["formula_blocks"]) <= slack
+
+    ok = all(fits(r) for r in rows)
+    verdict = ("supported: vLLM's num_gpu_blocks is the formula's KV bytes / bytes per block" if
+               ok else "refuted: vLLM's num_gpu_blocks is not KV bytes / bytes per block")
+    headline = (f"stock {stock['num_gpu_blocks']} blocks (formula {stock['formula_blocks']}), "
+                f"elastic {elastic['num_gpu_blocks']} (formula {elastic['formula_blocks']})")
+    md = real_markdown("KV capacity", [
+        ("num_gpu_blocks = KV bytes / (2 x layers x KV heads x head dim x block x dtype)",
+         headline),
+        ("the elastic pool's virtual capacity covers vLLM's blocks",
+         f"{elastic['kv_bytes'] / MiB:.0f} MiB for {elastic['blocks_x_bytes'] / MiB:.0f} MiB "
+         f"of blocks"),
+    ], rows, verdict)
+    rec = real_record("kv-capacity", out, "vLLM sizes its block pool by the capacity formula",
+                  verdict, headline, "KV bytes (the CPU's KV space, or the elastic pool's "
+                  "virtual budget) divided by one block's K and V over all layers",
+                  {}, {"capacity": rows})
+    return rec, md

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from workbench.labs.kit.record import LabRecord, Manifest
+from workbench.labs.kit.vllm_report import real_markdown, real_record
 
 if TYPE_CHECKING:
     from workbench.labs.output_equality.lab import OutputEqualityParams
@@ -160,3 +161,41 @@ def figures(tabs: dict[str, list]) -> dict[str, Any]:
     fig.update_layout(barmode="group", yaxis_title="count",
                       title="What each check sees of a deliberately wrong layout")
     return {"canary": fig}
+
+
+def vllm_report(out: dict[str, Any]) -> tuple[LabRecord, str]:
+    """The record and Markdown of a run on a real vLLM (:mod:`.vllm`'s rows)."""
+    rows = out["rows"]
+    equal = sum(r["equal"] for r in rows)
+    total = sum(r["prompts"] for r in rows)
+    lost = sum(r["lost"] for r in rows)
+    ok = equal == total and lost == 0
+    small = out["engines"]["small"]
+    pre = (small.get("stock", {}).get("num_preemptions", "?"),
+           small.get("elastic", {}).get("num_preemptions", "?"))
+    noise = [r for r in rows if "stock_vs_stock" in r]
+    stock_diff = sum(r["prompts"] - r["stock_vs_stock"] for r in noise)
+    verdict = ("supported: elastic KV gave stock's tokens for every prompt" if ok else
+               f"refuted: {total - equal} of {total} prompts differ ({lost} lost)")
+    if not ok and noise and stock_diff > 0 and lost == 0:
+        verdict = (f"inconclusive: {total - equal} of {total} prompts differ, and a second stock "
+                   f"engine differs from the first on {stock_diff} (batching changes bf16 sums)")
+    headline = f"{equal}/{total} prompts token-equal"
+    md = real_markdown("Output equality", [
+        ("greedy tokens equal, elastic vs stock", f"{headline} over {len(rows)} cases"),
+        ("prefix caching changes nothing", next((f"{r['equal']}/{r['prompts']}" for r in rows
+                                               if "prefix" in r["case"]), "-")),
+        ("seeded sampling reproducible", next((f"{r['equal']}/{r['prompts']}" for r in rows
+                                              if "seeded" in r["case"]), "-")),
+        ("stock reproduces itself (a second stock engine, the same waves)",
+         ", ".join(f"{r['case']}: {r['stock_vs_stock']}/{r['prompts']}" for r in noise)
+         or "not run"),
+        ("a preempted and recomputed request gives the same tokens",
+         f"small pool ({out['small_blocks']} blocks, limit {out['limit']}): preemptions "
+         f"stock {pre[0]}, elastic {pre[1]}"),
+    ], rows, verdict)
+    rec = real_record("output-equality", out, "elastic KV changes where the bytes live, not what "
+                  "vLLM computes", verdict, headline, "both engines run vLLM's own kernels on "
+                  "views of the same shape; only the memory under them differs",
+                  {"engines": out["engines"]}, {"equality": rows})
+    return rec, md

@@ -6,13 +6,13 @@ events and the messages it really sent (for the sequence diagrams).
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 from workbench.backends import make_device
 from workbench.core.coordinator import TransportError, WorkerId
 from workbench.core.ledger import local_pools
 from workbench.labs.kit.tp_pp_workers import BPP, GEO, Rig, open_rig, wid
+from workbench.percentiles import percentile
 
 
 def _causes(kv: Any) -> list[str]:
@@ -189,7 +189,5 @@ def _per_op(msgs: list, *ops: str) -> dict[str, int]:
 
 
 def _q(xs: list[float], q: int) -> float:
-    if len(xs) < 2:
-        return round(xs[0], 1) if xs else float("nan")
-    return round(statistics.quantiles(xs, n=100, method="inclusive")[q - 1], 1)
+    return round(percentile(xs, q), 1)  # linear, as statistics' inclusive quantiles
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from workbench.engines.real.client import Sampling
 from workbench.engines.sched.request import Request
-from workbench.labs.vllm_runs import rig
+from workbench.labs.kit import vllm_rig as rig
 
 
 def kvctl_limit(pool: str, size: int, wait: float = 20.0) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from workbench.labs.vllm_runs import rig
+from workbench.labs.kit import vllm_rig as rig
 
 GiB = 1 << 30
 

@@ -1,8 +1,10 @@
-"""What every real-vLLM lab needs: the interpreter with vLLM, the tiny model, engines started
-side by side, prompts by token id, and vLLM's own counters from ``/metrics``."""
+"""What every lab's real-vLLM runner (``LAB/vllm.py``) needs: the interpreter with vLLM, the
+tiny model, engines started side by side, prompts by token id, vLLM's own counters from
+``/metrics``, and the one check a lab's ``engine`` parameter gets."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import tempfile
@@ -12,13 +14,17 @@ from pathlib import Path
 from workbench.engines.real.client import Sampling
 from workbench.engines.real.vllm import VllmEngine, VllmSpec, require_vllm
 from workbench.engines.sched.request import Request
+from workbench.errors import ConfigError
 
 VOCAB_LO, VOCAB_HI = 3, 1000  # the tiny model's ids past its special tokens
-LOGS: list[Path] = []  # where engine logs are kept (set by the command line: OUT/logs)
+LOGS: list[Path] = []  # where engine logs are kept; else WORKBENCH_VLLM_LOGS when set
 
 
 def device_of(backend: str) -> str:
-    return "cpu" if backend == "host" else "cuda"
+    """The torch device a real vLLM on ``backend`` computes on (``cpu``, ``cuda``)."""
+    from workbench.backends import capabilities
+
+    return capabilities(backend).torch_device or "cpu"
 
 
 def model_dir(python: str, root: Path) -> str:
@@ -98,7 +104,8 @@ def counters(eng: VllmEngine) -> dict[str, float]:
 def engine(name: str, backend: str, model: str, python: str, root: Path, *, elastic: bool,
            **kw) -> VllmEngine:
     spec = VllmSpec(model=model, device=device_of(backend), elastic=elastic, python=python, **kw)
-    return VllmEngine(name, spec, workdir=root, keep_log=LOGS[0] if LOGS else None)
+    logs = LOGS[0] if LOGS else os.environ.get("WORKBENCH_VLLM_LOGS") or None
+    return VllmEngine(name, spec, workdir=root, keep_log=logs)
 
 
 def workroot() -> Path:
@@ -109,6 +116,33 @@ def workroot() -> Path:
     install_handlers()
     Reaper(folders=[root])  # registered; closed by the handlers (run() also removes it)
     return root
+
+
+def on_real(backend: str, engine: str) -> bool:
+    """``engine=vllm`` on a real backend (``host``, ``gpu``): the lab runs on a real vLLM."""
+    from workbench.backends import capabilities
+
+    return engine == "vllm" and not capabilities(backend).simulated
+
+
+def check_engine(lab: str, backend: str, engine: str, own: str) -> bool:
+    """True when lab ``lab`` runs on a real vLLM: ``engine=vllm`` on ``host``/``gpu`` (refused in
+    one line, with how to get it, where no vLLM is importable). ``own`` is the lab's own engine
+    there (``mini``) or on ``sim`` (``vllm``: the simulated vLLM-like engine); any other name is
+    refused."""
+    from workbench.backends import capabilities
+
+    real = not capabilities(backend).simulated
+    names = ("vllm", own) if real else (own,)
+    if engine not in names:
+        where = "a real vLLM" if real else "the simulated vLLM-like engine"
+        raise ConfigError(f"lab {lab!r} parameter engine={engine!r} on backend {backend!r}",
+                          f"is not an engine it runs (vllm: {where})",
+                          f"use engine={' or engine='.join(dict.fromkeys(names))}")
+    if real and engine == "vllm":
+        python_for(lab)
+        return True
+    return False
 
 
 def python_for(lab: str) -> str:

