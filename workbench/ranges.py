@@ -16,7 +16,8 @@ from typing import Any
 
 from workbench.errors import ConfigError
 
-__all__ = ["Num", "Ints", "Choice", "Spec", "check_all"]
+__all__ = ["Num", "Ints", "Floats", "Choice", "Choices", "Flag", "Text", "Opt", "Pairs", "Spec",
+           "check_all"]
 
 
 class Spec:
@@ -33,7 +34,10 @@ class Spec:
         shown = value if isinstance(value, str) and value.isprintable() and value else \
             ascii(value)  # a control character would break the one line
         shown = shown if len(shown) <= 40 else shown[:36] + "..."
-        return ConfigError(f"{name} {shown}", why or self.unlike(), f"pass {self.accepted()}")
+        sep = "" if name.endswith("=") else " "  # "key=" names read as key=value
+        if not sep and shown[:1] in "'\"":  # key='...' would read as a Python keyword hint
+            shown = shown[1:-1] or "(empty)"
+        return ConfigError(f"{name}{sep}{shown}", why or self.unlike(), f"pass {self.accepted()}")
 
     def unlike(self) -> str:
         return "not accepted"
@@ -124,10 +128,46 @@ class Ints(Spec):
         return "not a list of integers in range"
 
     def check(self, value: Any, name: str) -> tuple[int, ...]:
-        items = value.split(",") if isinstance(value, str) else value
-        if not isinstance(items, (list, tuple)) or not 1 <= len(items) <= self.max_len:
+        items = _items(value, self.max_len)
+        if items is None:
             raise self.refuse(value, name)
         each = Num(int, self.lo, self.hi)
+        try:
+            return tuple(each.check(x, name) for x in items)
+        except ConfigError:
+            raise self.refuse(value, name) from None
+
+
+def _items(value: Any, max_len: int) -> list | tuple | None:
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not 1 <= len(items) <= max_len:
+        return None
+    return items
+
+
+@dataclass(frozen=True, slots=True)
+class Floats(Spec):
+    """A comma-separated list (or a sequence) of 1..``max_len`` finite numbers from ``lo`` to
+    ``hi``."""
+
+    lo: float
+    hi: float
+    max_len: int = 16
+    unit: str = ""
+
+    def accepted(self) -> str:
+        unit = f" {self.unit}" if self.unit else ""
+        return (f"1 to {self.max_len} comma-separated finite numbers, each from {_fmt(self.lo)} "
+                f"to {_fmt(self.hi)}{unit}")
+
+    def unlike(self) -> str:
+        return "not a list of finite numbers in range"
+
+    def check(self, value: Any, name: str) -> tuple[float, ...]:
+        items = _items(value, self.max_len)
+        if items is None:
+            raise self.refuse(value, name)
+        each = Num(float, self.lo, self.hi)
         try:
             return tuple(each.check(x, name) for x in items)
         except ConfigError:
@@ -139,7 +179,7 @@ class Choice(Spec):
     values: tuple[str, ...]
 
     def accepted(self) -> str:
-        return "one of " + ", ".join(self.values)
+        return "one of " + ", ".join(v or '""' for v in self.values)
 
     def unlike(self) -> str:
         return "not a known choice"
@@ -147,6 +187,115 @@ class Choice(Spec):
     def check(self, value: Any, name: str) -> str:
         if not isinstance(value, str) or value not in self.values:
             raise self.refuse(value, name)
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class Choices(Spec):
+    """A comma-separated list (or a sequence) of 1..``max_len`` choices from ``values``."""
+
+    values: tuple[str, ...]
+    max_len: int = 16
+
+    def accepted(self) -> str:
+        return f"1 to {self.max_len} comma-separated names from " + ", ".join(self.values)
+
+    def unlike(self) -> str:
+        return "not a list of known choices"
+
+    def check(self, value: Any, name: str) -> tuple[str, ...]:
+        items = _items(value, self.max_len)
+        if not items or not all(isinstance(x, str) and x.strip() in self.values for x in items):
+            raise self.refuse(value, name)
+        return tuple(x.strip() for x in items)
+
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+@dataclass(frozen=True, slots=True)
+class Flag(Spec):
+    """A bool, or its text: true/false, yes/no, on/off, 1/0."""
+
+    def accepted(self) -> str:
+        return "true or false"
+
+    def unlike(self) -> str:
+        return "not true or false"
+
+    def check(self, value: Any, name: str) -> bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in _TRUE + _FALSE:
+            return value.lower() in _TRUE
+        raise self.refuse(value, name)
+
+
+@dataclass(frozen=True, slots=True)
+class Text(Spec):
+    """Free text (a folder, a name) of printable characters, at most ``max_len`` long."""
+
+    max_len: int = 1024
+    empty: bool = False  # whether "" is accepted
+
+    def accepted(self) -> str:
+        least = 0 if self.empty else 1
+        return f"text of {least} to {self.max_len} printable characters"
+
+    def check(self, value: Any, name: str) -> str:
+        if not isinstance(value, str) or not (value or self.empty) \
+                or len(value) > self.max_len or not value.isprintable():
+            raise self.refuse(value, name)
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class Opt(Spec):
+    """``None`` (the text ``none``), or what ``spec`` accepts."""
+
+    spec: Spec
+
+    def accepted(self) -> str:
+        return f"none or {self.spec.accepted()}"
+
+    def check(self, value: Any, name: str) -> Any:
+        if value is None or (isinstance(value, str) and value.strip().lower() == "none"):
+            return None
+        try:
+            return self.spec.check(value, name)
+        except ConfigError as err:
+            raise self.refuse(value, name, err.why) from None
+
+
+@dataclass(frozen=True, slots=True)
+class Pairs(Spec):
+    """A name from ``names``, or comma-separated ``key=value`` pairs, each key's value checked
+    by its :class:`Num` in ``keys`` (a step-time calibration, say)."""
+
+    names: tuple[str, ...]
+    keys: Mapping[str, Num]
+
+    def accepted(self) -> str:
+        pairs = ", ".join(f"{k} {n.accepted().removeprefix('a finite number ')}"
+                          for k, n in self.keys.items())
+        return f"one of {', '.join(self.names)}, or key=value pairs ({pairs})"
+
+    def unlike(self) -> str:
+        return "not a known name or key=value pairs"
+
+    def check(self, value: Any, name: str) -> str:
+        if not isinstance(value, str) or not value.isprintable() or len(value) > 400:
+            raise self.refuse(value, name)
+        if value in self.names:
+            return value
+        for part in value.split(","):
+            key, sep, number = part.partition("=")
+            if not sep or key.strip() not in self.keys:
+                raise self.refuse(value, name)
+            try:
+                self.keys[key.strip()].check(number, name)
+            except ConfigError:
+                raise self.refuse(value, name) from None
         return value
 
 

@@ -90,7 +90,7 @@ def test_params_parse_from_text_by_field_type():
 
     with pytest.raises(ConfigError, match="not one of its parameters"):
         lab.parse_params({"banana": "1"})
-    with pytest.raises(ConfigError, match="is not a int"):
+    with pytest.raises(ConfigError, match="seed=x: not an integer"):
         lab.parse_params({"seed": "x"})
 
 

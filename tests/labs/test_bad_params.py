@@ -10,17 +10,18 @@ from workbench.labs import get_lab, run_lab
 
 
 @pytest.mark.parametrize(("lab", "values", "what"), [
-    ("pd-split", {"gpus": 3}, "gpus=3: the real handover runs one prefill engine"),
-    ("pd-split", {"gpus": 0}, "gpus=0: the real handover runs one prefill engine"),
-    ("tiered-retrieval", {"costs": "nope"}, "tier cost preset 'nope': is not defined"),
-    ("colocation", {"repeats": 0}, "repeats=0, first_repeat=0: a sweep runs 1 to 100 repeats"),
-    ("colocation", {"first_repeat": -1}, "repeats=1, first_repeat=-1: a sweep runs"),
+    ("pd-split", {"gpus": 3}, "lab 'pd-split' parameter gpus=3: outside 1..2"),
+    ("pd-split", {"gpus": 0}, "lab 'pd-split' parameter gpus=0: outside 1..2"),
+    ("tiered-retrieval", {"costs": "nope"},
+     "lab 'tiered-retrieval' parameter costs=nope: not a known choice"),
+    ("colocation", {"repeats": 0}, "lab 'colocation' parameter repeats=0: outside 1..100"),
+    ("colocation", {"first_repeat": -1},
+     "lab 'colocation' parameter first_repeat=-1: outside 0..99"),
 ])
 @pytest.mark.parametrize("backend", ["sim", "host"])
 def test_a_bad_value_is_refused_on_every_backend(lab, values, what, backend):
-    params = get_lab(lab).params(quick=True, **values)
-    with pytest.raises(ConfigError) as err:
-        run_lab(lab, params, backend)
+    with pytest.raises(ConfigError) as err:  # by its declared range, before the run
+        run_lab(lab, get_lab(lab).params(quick=True, **values), backend)
     assert str(err.value).startswith(what) and "\n" not in str(err.value)
 
 

@@ -41,7 +41,7 @@ def test_a_sequence_diagram_per_row_with_fault_and_fallback(res):
 
 def test_bad_rows_are_refused_and_cli_runs(tmp_path):
     lab = get_lab("transfer-faults")
-    with pytest.raises(ConfigError, match="not fault rows"):
+    with pytest.raises(ConfigError, match=r"rows=\('disk-on-fire',\): not a list of known choices"):
         lab.run(lab.params(rows=("disk-on-fire",)))
     out = tmp_path / "tf.json"
     d = run_lab_cli(out, "transfer-faults", rows="store-slow,identity-change", unsafe="false")

@@ -48,8 +48,9 @@ def get_lab(name: str) -> Lab:
 
 def run_lab(name: str, params: Any = None, backend: str = "sim",
             progress: Progress | None = None) -> LabResult:
-    """Check the backend first (refusing before anything runs), then run lab ``name``."""
+    """Check the parameters against their declared ranges and the backend first (refusing
+    before anything runs), then run lab ``name``."""
     lab = get_lab(name)
-    params = params if params is not None else lab.params()
+    params = lab.check_params(params if params is not None else lab.params())
     lab.check_backend(backend, params)
     return lab.run(params, backend, progress)

@@ -4,11 +4,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from workbench.labs.baseline.report import figures, markdown, record
 from workbench.labs.baseline.sim import knee, sweep
 from workbench.labs.kit.base import Lab, LabResult, Progress
+from workbench.labs.kit.params import GPU, MODEL, QUICK, RATES, REQUESTS, SEED
 from workbench.labs.kit.report import without_repeats
+from workbench.labs.kit.serving import WORKLOADS
+from workbench.ranges import Choice, Num, Opt, Spec
 
 
 @dataclass(slots=True)
@@ -26,6 +30,14 @@ class BaselineParams:
     stable_attainment: float = 0.9
     saturation_ratio: float = 0.9
     quick: bool = False  # 400 requests, one repeat, every other rate
+    RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
+        "workload": Choice(WORKLOADS), "rates": Opt(RATES), "num_requests": REQUESTS,
+        "repeats": Num(int, 1, 20), "seed": SEED, "engine": Choice(("vllm", "sglang")),
+        "model": MODEL, "gpu": GPU, "slo_ttft_s": Num(float, 0.001, 600.0, "s"),
+        "slo_tpot_s": Num(float, 0.0001, 60.0, "s"),
+        "stable_attainment": Num(float, 0.01, 1.0), "saturation_ratio": Num(float, 0.01, 1.0),
+        "quick": QUICK,
+    }
 
 
 class BaselineLab(Lab):

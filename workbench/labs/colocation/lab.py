@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass
+from typing import ClassVar
 
 from workbench.backends import capabilities
 from workbench.errors import ConfigError
@@ -16,6 +17,8 @@ from workbench.labs.colocation.report import (
 )
 from workbench.labs.colocation.rows import reading_sweep
 from workbench.labs.kit.base import Lab, LabResult, Progress
+from workbench.labs.kit.params import GIB, MODEL, QUICK, SEED, STEPTIME, TOKENS
+from workbench.ranges import Flag, Ints, Num, Opt, Spec, Text
 
 
 @dataclass(slots=True)
@@ -36,6 +39,14 @@ class ColocationParams:
     from_dir: str | None = None  # gpu/host: build the report from the repeat JSONs in this folder
     mapper: bool = True  # gpu/host elastic: background mapper (reserve 1) vs inline maps (0..1)
     cuda_graphs: bool | None = None  # gpu: decode CUDA graphs (None: on; False: eager)
+    RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
+        "peaks": Opt(Ints(1, 10000)), "quick": QUICK, "seed": SEED, "steptime": Opt(STEPTIME),
+        "workers": Opt(Num(int, 1, 32)), "model": Opt(MODEL), "budget_gib": GIB,
+        "time_scale": Num(float, 0.01, 1000.0), "prompt_len": TOKENS, "completion_len": TOKENS,
+        "repeats": Num(int, 1, 100), "first_repeat": Num(int, 0, 99),
+        "out_dir": Opt(Text()), "from_dir": Opt(Text()), "mapper": Flag(),
+        "cuda_graphs": Opt(Flag()),
+    }
 
 
 class ColocationLab(Lab):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from workbench.labs.control_groups.report import figures, markdown, record
 from workbench.labs.control_groups.sim import (
@@ -11,7 +12,9 @@ from workbench.labs.control_groups.sim import (
     sweep,
 )
 from workbench.labs.kit.base import Lab, LabResult, Progress
+from workbench.labs.kit.params import QUICK, SEED, STEPTIME
 from workbench.labs.kit.report import without_repeats
+from workbench.ranges import Choices, Num, Opt, Spec
 
 
 @dataclass(slots=True)
@@ -23,6 +26,11 @@ class ControlGroupsParams:
     repeats: int = 1  # seeds seed, seed+1...; the ramp's arrival times are fixed, only tokens vary
     seed: int = 0
     quick: bool = False  # the readme and simultaneous workloads only
+    RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
+        "peak": Num(int, 1, 200, "req/s"), "workloads": Choices(WORKLOADS),
+        "cached_tokens": Num(int, 1, 10_000_000, "tokens"), "steptime": Opt(STEPTIME),
+        "repeats": Num(int, 1, 20), "seed": SEED, "quick": QUICK,
+    }
 
 
 class ControlGroupsLab(Lab):

@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from workbench.labs.cross_engine.sim import sweep
 from workbench.labs.kit.base import Lab, LabResult, Progress
+from workbench.labs.kit.params import GIB, GPU, MODEL, QUICK, RATE, REPEATS, SECONDS, SEED, TOKENS
+from workbench.ranges import Num, Spec
 
 
 @dataclass(slots=True)
@@ -24,6 +27,13 @@ class CrossEngineParams:
     output_len: int = 256
     big_bound: int = 32768  # stage 6: cached-token bounds, the big one and the small one
     small_bound: int = 2048
+    RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
+        "quick": QUICK, "seed": SEED, "repeats": REPEATS, "model": MODEL, "gpu": GPU,
+        "kv_budget_gib": GIB, "phase_s": SECONDS, "peak_rate": RATE, "warm_rate": RATE,
+        "prompt_len": TOKENS, "output_len": TOKENS,
+        "big_bound": Num(int, 1, 10_000_000, "tokens"),
+        "small_bound": Num(int, 1, 10_000_000, "tokens"),
+    }
 
 
 class CrossEngineLab(Lab):

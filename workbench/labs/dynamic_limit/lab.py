@@ -4,13 +4,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from workbench.labs.dynamic_limit.sim import (
     run_seed,
 )
 from workbench.labs.kit.base import Lab, LabResult, Progress
+from workbench.labs.kit.params import ENGINE, QUICK, RATE, SEED, TOKENS
 from workbench.labs.kit.vllm_report import real_result
+from workbench.ranges import Num, Spec
 
 
 @dataclass(slots=True)
@@ -22,6 +24,11 @@ class DynamicLimitParams:
     output_len: int = 256
     chunk_s: float = 0.5  # simulated seconds stepped between looks at the control plane
     engine: str = "vllm"  # on sim the simulated vLLM-like engine; on host/gpu a real vLLM
+    RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
+        "quick": QUICK, "seed": SEED, "rate": RATE, "prompt_len": TOKENS, "output_len": TOKENS,
+        "chunk_s": Num(float, 0.01, 60.0, "s"),
+        "engine": ENGINE,
+    }
 
 
 class DynamicLimitLab(Lab):

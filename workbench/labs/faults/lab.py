@@ -12,15 +12,17 @@ removes) and ``gpu`` (one process per GPU; refused when fewer GPUs than ranks ar
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from workbench.backends import capabilities, kind
 from workbench.errors import ConfigError
 from workbench.labs.faults.real import CASES, coordinator_killed, run_case
 from workbench.labs.faults.report import case_checks, case_row, markdown
 from workbench.labs.kit.base import Lab, LabResult, Progress
+from workbench.labs.kit.params import QUICK, REPEATS
 from workbench.labs.kit.protocol_report import messages_json, protocol_record, sequence_figures
 from workbench.labs.kit.tp_pp_workers import need_gpus
+from workbench.ranges import Flag, Num, Opt, Spec
 
 
 @dataclass(slots=True)
@@ -30,6 +32,10 @@ class FaultsParams:
     repeats: int | None = None  # None: 1 (quick) or 3
     coordinator_kill: bool = True  # host/gpu: also SIGKILL a coordinator and collect its dir
     gpus: int | None = None  # gpu: GPUs the ranks spread over; None: one per rank
+    RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
+        "quick": QUICK, "tp": Num(int, 2, 8, "ranks"), "repeats": REPEATS,
+        "coordinator_kill": Flag(), "gpus": Opt(Num(int, 1, 8)),
+    }
 
 
 def run_order(cases: tuple[str, ...], repeats: int) -> list[tuple[str, int]]:

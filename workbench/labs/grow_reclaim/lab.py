@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from workbench.labs.grow_reclaim.report import checks, markdown, record
 from workbench.labs.grow_reclaim.sim import VARIANTS, sweep
 from workbench.labs.kit.base import Lab, LabResult, Progress
+from workbench.labs.kit.params import GPU, MODEL, QUICK, RATE, REPEATS, SECONDS, SEED, TOKENS
 from workbench.labs.kit.phase_figs import phase_rows, timeline_figure
+from workbench.ranges import Num, Spec
 
 
 @dataclass(slots=True)
@@ -26,6 +29,13 @@ class GrowReclaimParams:
     long_output: int = 512
     min_reserved_pages: int = 5
     max_reserved_pages: int = 10
+    RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
+        "quick": QUICK, "seed": SEED, "repeats": REPEATS, "model": MODEL, "gpu": GPU,
+        "phase_s": SECONDS, "short_rate": RATE, "short_len": TOKENS, "long_rate": RATE,
+        "long_prompt": TOKENS, "long_output": TOKENS,
+        "min_reserved_pages": Num(int, 0, 10000, "pages"),
+        "max_reserved_pages": Num(int, 0, 10000, "pages"),
+    }
 
 
 class GrowReclaimLab(Lab):

@@ -4,16 +4,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from workbench.labs.idle_footprint.report import markdown, record
 from workbench.labs.idle_footprint.sim import sweep
 from workbench.labs.kit.base import Lab, LabResult, Progress
+from workbench.labs.kit.params import QUICK, SEED
+from workbench.ranges import Spec
 
 
 @dataclass(slots=True)
 class IdleFootprintParams:
     quick: bool = False  # 500 requests instead of 2,500
     seed: int = 0
+    RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
+        "quick": QUICK, "seed": SEED,
+    }
 
 
 class IdleFootprintLab(Lab):

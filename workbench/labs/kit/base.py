@@ -11,7 +11,6 @@ nothing.
 from __future__ import annotations
 
 import dataclasses
-import typing
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from workbench.errors import ConfigError
+from workbench.labs.kit.params import build, check_params
 from workbench.labs.kit.record import LabRecord
 
 Progress = Callable[[int, int, str], None]  # progress(done, total, what)
@@ -47,16 +47,20 @@ class Lab(ABC):
     backends: ClassVar[tuple[str, ...]]
 
     def params(self, **values: Any) -> Any:
-        """The parameter dataclass from typed values (unknown keys refused)."""
+        """The parameter dataclass from typed values, each checked against its declared range
+        (:mod:`workbench.labs.kit.params`); unknown keys refused."""
         self._refuse_unknown(values)
-        return self.params_type(**values)
+        return build(self.name, self.params_type, values)
 
     def parse_params(self, text: Mapping[str, str]) -> Any:
-        """The parameter dataclass from ``key -> text`` pairs (``--param key=value``)."""
+        """The parameter dataclass from ``key -> text`` pairs (``--param key=value``), each
+        parsed and checked by its declared range."""
         self._refuse_unknown(text)
-        hints = typing.get_type_hints(self.params_type)
-        return self.params_type(**{k: coerce(hints[k], raw, f"{self.name} parameter {k}")
-                                   for k, raw in text.items()})
+        return build(self.name, self.params_type, text)
+
+    def check_params(self, params: Any) -> Any:
+        """``params`` with every field checked against its declared range (``run_lab``)."""
+        return check_params(self.name, params)
 
     def _refuse_unknown(self, keys: Mapping[str, Any]) -> None:
         names = sorted(f.name for f in dataclasses.fields(self.params_type))
@@ -82,30 +86,3 @@ class Lab(ABC):
     def run(self, params: Any, backend: str = "sim",
             progress: Progress | None = None) -> LabResult:
         """Run the lab; call :meth:`check_backend` first (the registry's ``run_lab`` does)."""
-
-
-_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
-
-
-def coerce(hint: Any, raw: str, what: str) -> Any:
-    """``raw`` as ``hint``: int, float, bool, str, ``tuple[int, ...]`` (comma list), ``X | None``
-    (``none``)."""
-    args = typing.get_args(hint)
-    if type(None) in args:
-        if raw.strip().lower() == "none":
-            return None
-        inner = [a for a in args if a is not type(None)]
-        return coerce(inner[0] if len(inner) == 1 else str, raw, what)
-    try:
-        if typing.get_origin(hint) is tuple:
-            return tuple(coerce(args[0], p.strip(), what) for p in raw.split(",") if p.strip())
-        if hint is bool:
-            if raw.lower() in _TRUE + _FALSE:
-                return raw.lower() in _TRUE
-            raise ValueError(raw)
-        if hint in (int, float):
-            return hint(raw)
-    except ValueError:
-        raise ConfigError(f"{what}={raw!r}", f"is not a {getattr(hint, '__name__', hint)}",
-                          "write e.g. 12,14,16 for a list, 0.5 for a number, true/false") from None
-    return raw

@@ -14,10 +14,11 @@ requests sharing a prefix (when do references reach zero, and what stays mapped)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-from workbench.engines.models import get_model
+from workbench.engines.models import MODELS, get_model
 from workbench.labs.kit.base import Lab, LabResult, Progress
+from workbench.labs.kit.params import ENGINE, QUICK, SEED
 from workbench.labs.kit.vllm_report import real_result
 from workbench.labs.kv_capacity.report import figures, markdown, record
 from workbench.labs.kv_capacity.sim import (
@@ -27,6 +28,7 @@ from workbench.labs.kv_capacity.sim import (
     preemption_sweep,
     shared_prefix,
 )
+from workbench.ranges import Choices, Floats, Ints, Num, Spec
 from workbench.units import GiB
 
 
@@ -44,6 +46,16 @@ class KVCapacityParams:
     quick: bool = False  # llama + the MLA model, 80 GiB, block 16, both layouts
     seed: int = 0
     engine: str = "vllm"  # on sim the simulated vLLM-like pools; on host/gpu a real vLLM
+    RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
+        "models": Choices(tuple(MODELS)), "mem_gib": Floats(1.0, 192.0, 16, "GiB"),
+        "block_sizes": Ints(8, 1024), "layouts": Choices(("contiguous", "per_layer")),
+        "gpu_memory_utilization": Num(float, 0.01, 1.0),
+        "kv_gpu_utilization": Num(float, 0.01, 1.0),
+        "activation_gib": Num(float, 0.0, 1024.0, "GiB"),
+        "context_lens": Ints(1, 131072), "concurrency": Ints(1, 1024), "quick": QUICK,
+        "seed": SEED,
+        "engine": ENGINE,
+    }
 
 
 # The small pools of the concurrency tables: 8 GiB and 1 GiB of Llama-3.1-8B KV.

@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from workbench.labs.kit.base import Lab, LabResult, Progress
+from workbench.labs.kit.params import QUICK, RATE, SEED, TOKENS
 from workbench.labs.no_fake_enable.sim import (
     run_all,
 )
+from workbench.ranges import Spec
 
 
 @dataclass(slots=True)
@@ -18,6 +21,9 @@ class NoFakeEnableParams:
     rate: float = 8.0  # burst arrival rate, req/s
     prompt_len: int = 2048
     output_len: int = 128
+    RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
+        "quick": QUICK, "seed": SEED, "rate": RATE, "prompt_len": TOKENS, "output_len": TOKENS,
+    }
 
 
 class NoFakeEnableLab(Lab):

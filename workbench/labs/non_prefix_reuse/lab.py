@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from workbench.backends import capabilities
 from workbench.labs.kit.base import Lab, LabResult, Progress
+from workbench.labs.kit.params import GBPS, GPU, MODEL, QUICK, REPEATS, SEED, TOKENS
 from workbench.labs.non_prefix_reuse.sim import (
     CASES,
     sweep,
 )
+from workbench.ranges import Floats, Num, Spec
 
 
 @dataclass(slots=True)
@@ -29,6 +32,13 @@ class NonPrefixReuseParams:
     recompute_ratio: float = 0.15
     sweep_ratios: tuple[float, ...] = (0.0, 0.05, 0.15, 0.3, 0.6, 1.0)
     pcie_gbps: float = 25.0
+    RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
+        "quick": QUICK, "seed": SEED, "repeats": REPEATS, "model": MODEL, "gpu": GPU,
+        "preamble_len": TOKENS, "doc_len": TOKENS, "docs_per_prompt": Num(int, 1, 64),
+        "pool_docs": Num(int, 1, 1024), "question_len": TOKENS,
+        "chunk_tokens": Num(int, 1, 32768, "tokens"), "recompute_ratio": Num(float, 0.0, 1.0),
+        "sweep_ratios": Floats(0.0, 1.0), "pcie_gbps": GBPS,
+    }
 
 
 class NonPrefixReuseLab(Lab):

@@ -20,10 +20,12 @@ decoder with seeded random weights) on ``host`` (the CPU; elastic KV on the host
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from workbench.labs.kit.base import Lab, LabResult, Progress
+from workbench.labs.kit.params import ENGINE, MODEL, QUICK, SEED
 from workbench.labs.kit.vllm_report import real_result
+from workbench.ranges import Spec
 
 
 @dataclass(slots=True)
@@ -32,6 +34,10 @@ class OutputEqualityParams:
     seed: int = 0  # prompt seed (the model's weights are seeded by the model config)
     model: str = "tiny"  # a mini-engine model (workbench.mini.model.get_config)
     engine: str = "mini"  # mini: the mini engine; vllm: a real vLLM (elastic vs stock KV)
+    RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
+        "quick": QUICK, "seed": SEED, "model": MODEL,
+        "engine": ENGINE,
+    }
 
 
 class OutputEqualityLab(Lab):

@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from workbench.labs.kit.base import Lab, LabResult, Progress
+from workbench.labs.kit.params import GPU, MODEL, QUICK, RATE, REPEATS, SECONDS, SEED, TOKENS
 from workbench.labs.prefix_bound.sim import (
     sweep,
 )
+from workbench.ranges import Choice, Num, Spec
 
 
 @dataclass(slots=True)
@@ -31,6 +34,15 @@ class PrefixBoundParams:
     doc_len: int = 1024  # groups A-D
     probes_per_group: int = 4
     doc_bound: int = 512  # groups A-D also run with this bound, smaller than the document
+    RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
+        "quick": QUICK, "seed": SEED, "repeats": REPEATS, "engine": Choice(("vllm", "sglang")),
+        "model": MODEL, "gpu": GPU, "bounded": Num(int, 1, 10_000_000, "tokens"),
+        "rate": RATE, "traffic_s": SECONDS, "idle_s": Num(float, 0.0, 3600.0, "s"),
+        "prefix_len": TOKENS, "suffix_len": TOKENS, "output_len": TOKENS,
+        "num_prefixes": Num(int, 1, 1024), "num_repeat_prompts": Num(int, 0, 1024),
+        "doc_len": TOKENS, "probes_per_group": Num(int, 1, 1024),
+        "doc_bound": Num(int, 1, 10_000_000, "tokens"),
+    }
 
 
 class PrefixBoundLab(Lab):

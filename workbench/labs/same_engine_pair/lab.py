@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from workbench.labs.kit.base import Lab, LabResult, Progress
+from workbench.labs.kit.params import GIB, GPU, MODEL, QUICK, RATE, REPEATS, SECONDS, SEED, TOKENS
 from workbench.labs.kit.phase_figs import phase_rows, timeline_figure
 from workbench.labs.same_engine_pair.sim import (
     sweep,
 )
+from workbench.ranges import Choice, Flag, Spec
 
 
 @dataclass(slots=True)
@@ -26,6 +29,11 @@ class PairParams:
     prompt_len: int = 1024
     output_len: int = 256
     ipc_demo: bool = True  # the same vs separate IPC names part (real /dev/shm segments)
+    RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
+        "quick": QUICK, "seed": SEED, "repeats": REPEATS, "kind": Choice(("vllm", "sglang")),
+        "model": MODEL, "gpu": GPU, "kv_budget_gib": GIB, "phase_s": SECONDS,
+        "peak_rate": RATE, "prompt_len": TOKENS, "output_len": TOKENS, "ipc_demo": Flag(),
+    }
 
 
 class SameEnginePairLab(Lab):

@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from workbench.labs.kit.base import Lab, LabResult, Progress
+from workbench.labs.kit.params import GBPS, GPU, MODEL, QUICK, REPEATS, SEED, TOKENS
 from workbench.labs.store_routes.sim import (
     sweep,
 )
+from workbench.ranges import Num, Opt, Spec
 
 
 @dataclass(slots=True)
@@ -33,6 +36,16 @@ class StoreRoutesParams:
     remote_gbps: float = 5.0
     meta_ms: float = 0.3
     spacing_s: float = 0.5
+    RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
+        "quick": QUICK, "seed": SEED, "repeats": REPEATS, "model": MODEL, "gpu": GPU,
+        "doc_len": TOKENS, "question_len": TOKENS, "output_len": TOKENS,
+        "docs": Num(int, 1, 1024), "hot_docs": Num(int, 0, 1024), "hot_reads": Num(int, 0, 10000),
+        "store_docs": Num(int, 1, 1024), "dram_docs": Num(int, 0, 1024),
+        "chunk_tokens": Num(int, 1, 32768, "tokens"),
+        "direct_chunk": Opt(Num(int, 1, 32768, "tokens")), "meta_batch": Num(int, 0, 4096),
+        "direct_meta_batch": Opt(Num(int, 0, 4096)), "remote_gbps": GBPS,
+        "meta_ms": Num(float, 0.0, 60000.0, "ms"), "spacing_s": Num(float, 0.0, 3600.0, "s"),
+    }
 
 
 class StoreRoutesLab(Lab):

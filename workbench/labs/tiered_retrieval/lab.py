@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from workbench.backends import capabilities
 from workbench.labs.kit.base import Lab, LabResult, Progress
+from workbench.labs.kit.params import GBPS, GPU, MODEL, QUICK, REPEATS, SEED, TOKENS
 from workbench.labs.tiered_retrieval.sim import (
     sweep,
 )
-from workbench.tiers.presets import tier_costs
+from workbench.ranges import Choice, Floats, Ints, Num, Spec
+from workbench.tiers.presets import PRESETS, tier_costs
 
 
 @dataclass(slots=True)
@@ -35,6 +38,15 @@ class TieredRetrievalParams:
     # tier cost preset (workbench.tiers.presets.PRESETS): "assumed", or "h200-measured" for the
     # host-to-device copy costs measured on an H200 (pcie_gbps is then ignored)
     costs: str = "assumed"
+    RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
+        "quick": QUICK, "seed": SEED, "repeats": REPEATS, "model": MODEL, "gpu": GPU,
+        "doc_len": TOKENS, "question_len": TOKENS, "output_len": TOKENS,
+        "probes": Num(int, 1, 1024), "chunk_tokens": Num(int, 1, 32768, "tokens"),
+        "remote_gbps": GBPS, "pcie_gbps": GBPS, "meta_ms": Num(float, 0.0, 60000.0, "ms"),
+        "sweep_lens": Ints(1, 32768), "sweep_chunks": Ints(1, 32768),
+        "sweep_gbps": Floats(0.01, 10000.0, 16, "GB/s"), "sweep_concurrency": Ints(1, 1024),
+        "costs": Choice(tuple(PRESETS)),
+    }
 
 
 class TieredRetrievalLab(Lab):

@@ -17,10 +17,11 @@ Backends: ``sim`` (SimPy workers), ``host`` (one OS process per rank, host memor
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from workbench.errors import ConfigError
 from workbench.labs.kit.base import Lab, LabResult, Progress
+from workbench.labs.kit.params import QUICK, REPEATS
 from workbench.labs.kit.protocol_report import messages_json, protocol_record, sequence_figures
 from workbench.labs.kit.tp_pp_workers import GEO, need_gpus
 from workbench.labs.tp_pp.real import (
@@ -31,6 +32,7 @@ from workbench.labs.tp_pp.real import (
     tp_all_or_nothing,
 )
 from workbench.labs.tp_pp.report import checks, markdown
+from workbench.ranges import Num, Opt, Spec
 
 
 @dataclass(slots=True)
@@ -41,6 +43,11 @@ class TpPpParams:
     pages: int | None = None  # page ids mapped and unmapped per repeat; None: 8 / 14
     repeats: int | None = None  # None: 2 (quick) or 6
     gpus: int | None = None  # gpu: GPUs the ranks spread over; None: one per rank
+    RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
+        "quick": QUICK, "tp": Num(int, 2, 8, "ranks"), "pp": Num(int, 2, 8, "stages"),
+        "pages": Opt(Num(int, 1, GEO.num_pages - 1)), "repeats": REPEATS,
+        "gpus": Opt(Num(int, 1, 8)),
+    }
 
     def ranks(self) -> int:
         """Worker processes alive at once (one worker set at a time)."""

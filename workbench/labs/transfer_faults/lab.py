@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from workbench.labs.kit.base import Lab, LabResult, Progress
+from workbench.labs.kit.params import QUICK
 from workbench.labs.transfer_faults.report import figures, markdown, record, row_table
 from workbench.labs.transfer_faults.sim import run_rows
 from workbench.pd.faults_store import ROWS
+from workbench.ranges import Choices, Flag, Spec
 
 
 @dataclass(slots=True)
@@ -16,6 +19,9 @@ class TransferFaultsParams:
     rows: tuple[str, ...] = tuple(ROWS)  # which fault rows, in the seed's order
     unsafe: bool = True  # also run each row without its guards (the control)
     quick: bool = False  # the same: every row is a few milliseconds
+    RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
+        "rows": Choices(tuple(ROWS)), "unsafe": Flag(), "quick": QUICK,
+    }
 
 
 class TransferFaultsLab(Lab):
