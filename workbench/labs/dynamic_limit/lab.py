@@ -10,7 +10,7 @@ from workbench.labs.dynamic_limit.sim import (
     run_seed,
 )
 from workbench.labs.kit.base import Lab, LabResult, Progress
-from workbench.labs.kit.params import ENGINE, QUICK, RATE, SEED, TOKENS
+from workbench.labs.kit.params import QUICK, RATE, SEED, TOKENS, VLLM_ONLY
 from workbench.labs.kit.vllm_report import real_result
 from workbench.ranges import Num, Spec
 
@@ -27,7 +27,7 @@ class DynamicLimitParams:
     RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
         "quick": QUICK, "seed": SEED, "rate": RATE, "prompt_len": TOKENS, "output_len": TOKENS,
         "chunk_s": Num(float, 0.01, 60.0, "s"),
-        "engine": ENGINE,
+        "engine": VLLM_ONLY,
     }
 
 

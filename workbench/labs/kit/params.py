@@ -18,8 +18,8 @@ from workbench.labs.kit.steptime import CALIBRATIONS
 from workbench.ranges import Choice, Flag, Floats, Num, Opt, Pairs, Spec
 
 __all__ = ["specs", "check_value", "build", "check_params", "SEED", "QUICK", "REPEATS", "MODEL",
-           "GPU", "ENGINE", "TOKENS", "RATE", "RATES", "REQUESTS", "SECONDS", "GBPS", "GIB",
-           "STEPTIME"]
+           "GPU", "ENGINE", "VLLM_ONLY", "TOKENS", "RATE", "RATES", "REQUESTS", "SECONDS", "GBPS",
+           "GIB", "STEPTIME"]
 
 
 def specs(params_type: type) -> dict[str, Spec]:
@@ -59,8 +59,9 @@ QUICK = Flag()
 REPEATS = Opt(Num(int, 1, 20))  # None: the lab's own count
 MODEL = Choice(tuple(MODELS))
 GPU = Choice(tuple(GPUS))
-# a lab with a real-vLLM run: vllm, or its own engine (mini; the lab refuses the one it lacks)
+# a lab with a real-vLLM run: vllm, and the mini engine where the lab has a mini run
 ENGINE = Choice(("vllm", "mini"))
+VLLM_ONLY = Choice(("vllm",))  # on sim the simulated vLLM-like engine, elsewhere a real vLLM
 TOKENS = Num(int, 1, 32768, "tokens")  # one prompt or output, within the models' context
 RATE = Num(float, 0.01, 1000.0, "req/s")
 RATES = Floats(0.01, 1000.0, 16, "req/s")

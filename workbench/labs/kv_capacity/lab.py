@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from workbench.engines.models import MODELS, get_model
 from workbench.labs.kit.base import Lab, LabResult, Progress
-from workbench.labs.kit.params import ENGINE, QUICK, SEED
+from workbench.labs.kit.params import QUICK, SEED, VLLM_ONLY
 from workbench.labs.kit.vllm_report import real_result
 from workbench.labs.kv_capacity.report import figures, markdown, record
 from workbench.labs.kv_capacity.sim import (
@@ -54,7 +54,7 @@ class KVCapacityParams:
         "activation_gib": Num(float, 0.0, 1024.0, "GiB"),
         "context_lens": Ints(1, 131072), "concurrency": Ints(1, 1024), "quick": QUICK,
         "seed": SEED,
-        "engine": ENGINE,
+        "engine": VLLM_ONLY,
     }
 
 
