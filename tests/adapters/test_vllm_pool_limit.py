@@ -40,7 +40,7 @@ def test_lines_per_step_do_not_grow_with_the_virtual_capacity(steps):
     small = _step_lines(steps, 512 * MiB, 64 * MiB)
     big = _step_lines(steps, 8 * GiB, 64 * MiB)  # 16x the blocks in vLLM's free queue
     # the same steps, line for line, give or take a few dozen lines: a loaded CI host once gave
-    # one step 9 lines more (the pool's reserve refill is not strictly step-aligned); a walk that
+    # one step 9 lines more (cause not found; it did not repeat); a walk that
     # grows with the capacity would add tens of thousands of lines per step here
     assert all(abs(a - b) <= 64 for a, b in zip(small, big, strict=True)), (small, big)
     assert max(big) < 100_000  # (a walk of the 65,536-block queue is ~10 lines per block)
