@@ -15,7 +15,6 @@ name) removes it once that process is gone. The file format and the reader's che
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import mmap
 import os
@@ -28,9 +27,7 @@ from pathlib import Path
 from workbench import owned
 from workbench.core.events import Event, PageState
 from workbench.core.segment import (
-    HEAD,
     HEADER_SIZE,
-    MAGIC,
     MALFORMED,
     MAX_PAGES,
     OFF,
@@ -40,14 +37,15 @@ from workbench.core.segment import (
     PREFIX,
     SHM_DIR,
     UNREADABLE,
-    VERSION,
     SegmentRefused,
     check_stat,
+    create_file,
     entry_name,
     foreign_header,
     owner_alive,
     partial_owner,
     read_checked,
+    reserve_space,
     segment_path,
     try_flock,
     unlink_if_same,
@@ -99,7 +97,7 @@ class ControlSegment:
         gc_segments(only=name)  # a crashed predecessor's half-written file
         pid, start = my_identity()
         tmp = SHM_DIR / f"{PARTIAL_PREFIX}{pid}_{start}_{secrets.token_hex(4)}_{name}"
-        fd = _create_file(tmp, name)
+        fd = create_file(tmp, name)
         mine = os.fstat(fd)  # the same inode under both names once linked
 
         def undo() -> None:  # a signal at any point from here on leaves neither name behind
@@ -110,7 +108,7 @@ class ControlSegment:
         seg = self = None
         try:
             os.fchmod(fd, 0o600)  # umask-proof
-            _reserve(fd, HEADER_SIZE + n, name)
+            reserve_space(fd, HEADER_SIZE + n, name, tmp.parent)
             seg = _Mapped(fd, HEADER_SIZE + n)
             g = pool.geometry
             for k, v in (("owner_pid", pid), ("owner_start", start), ("num_pages", n),
@@ -179,31 +177,6 @@ class ControlSegment:
         finally:
             owned.disown(getattr(self, "_owned", 0))
             self.seg.close()
-
-
-def _create_file(tmp: Path, name: str) -> int:
-    """The new segment file, or one ConfigError line saying why the folder will not take it."""
-    try:
-        return os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                       0o600)
-    except OSError as err:
-        code = errno.errorcode.get(err.errno or 0, "?")
-        raise ConfigError(f"IPC name {name!r}", f"the shm folder {SHM_DIR} takes no segment "
-                          f"({code}: {err.strerror})", "set WORKBENCH_KV_SHM_DIR to an existing "
-                          "directory you can write, or unset it for /dev/shm") from None
-
-
-def _reserve(fd: int, size: int, name: str) -> None:
-    """Write the magic, then give the file its blocks now: a mapping of a sparse file on a full
-    tmpfs would raise SIGBUS at the first write, where no code can answer it."""
-    try:
-        os.pwrite(fd, HEAD.pack(MAGIC, VERSION, HEADER_SIZE), 0)  # ours from its first byte
-        os.posix_fallocate(fd, 0, size)
-    except OSError as err:
-        code = errno.errorcode.get(err.errno or 0, "?")
-        raise ConfigError(f"IPC name {name!r}", f"the shm folder {SHM_DIR} has no room for a "
-                          f"{size}-byte segment ({code}: {err.strerror})",
-                          "free space there (or set WORKBENCH_KV_SHM_DIR elsewhere)") from None
 
 
 def _claim(tmp: Path, path: Path, name: str) -> None:

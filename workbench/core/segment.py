@@ -248,3 +248,30 @@ def unlink_if_same(path: Path, st: os.stat_result) -> bool:
         return True
     except OSError:
         return False
+
+
+def create_file(tmp: Path, name: str) -> int:
+    """The new segment file ``tmp`` (pool ``name``'s), or one ConfigError line saying why its folder
+    will not take it."""
+    try:
+        return os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                       0o600)
+    except OSError as err:
+        code = errno.errorcode.get(err.errno or 0, "?")
+        raise ConfigError(f"IPC name {name!r}", f"the shm folder {tmp.parent} takes no segment "
+                          f"({code}: {err.strerror})", "set WORKBENCH_KV_SHM_DIR to an existing "
+                          "directory you can write, or unset it for /dev/shm") from None
+
+
+def reserve_space(fd: int, size: int, name: str, folder: Path) -> None:
+    """Write the magic, then give the file its blocks now: a mapping of a sparse file on a full
+    tmpfs would raise SIGBUS at the first write, where no code can answer it."""
+    try:
+        os.pwrite(fd, HEAD.pack(MAGIC, VERSION, HEADER_SIZE), 0)  # ours from its first byte
+        os.posix_fallocate(fd, 0, size)
+    except OSError as err:
+        code = errno.errorcode.get(err.errno or 0, "?")
+        raise ConfigError(f"IPC name {name!r}", f"the shm folder {folder} has no room for a "
+                          f"{size}-byte segment ({code}: {err.strerror})",
+                          "free space there (or set WORKBENCH_KV_SHM_DIR elsewhere)") from None
+

@@ -170,14 +170,12 @@ def colocation(*, steps: int = 48, phase: int = 8, busy: int = 6, idle: int = 1,
     step ``limit_at`` (0: before any traffic). Each pool takes its requests from its own
     :func:`request_stream`, in order: a refused request waits and is offered again next step, so
     ``res.offered[pool]`` is always a prefix of that pool's stream."""
-    rec = Recording()
+    rec, names, pools = Recording(), ["a", "b", "c"], {}
     # a device of device_gib: sim and host honour the capacity; on a real GPU the three pools
     # share a budget of device_gib instead, so they contend as they would on a GPU that size
     dev = make_device(backend, **{"capacity": int(device_gib * GiB), **device_kw})
     if not capabilities(backend).capacity_settable:
         dev = BudgetDevice(dev, int(device_gib * GiB) // dev.granularity * dev.granularity)
-    names = ["a", "b", "c"]
-    pools: dict[str, KVCacheManager] = {}
     for n in names:  # each pool could take 2/3 of the device: together they oversubscribe it
         geo = small_geometry(num_pages=int(device_gib * GiB * 2 / 3) // (16 * MiB))
         pools[n] = KVCacheManager(geo, dev, name=n, events=rec.log,
