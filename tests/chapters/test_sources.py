@@ -133,11 +133,11 @@ def test_the_checker_catches_what_it_should():
     try:
         fake.write_text("as seed 000 §10 says; see 003 E5, research/kvcached.md and §4.\n"
                         "[ok](../../docs/sources.md#seed-000-s10)"
-                        " [gone](../../docs/sources.md#nope) [away](/work/shared/seeds/x.txt)\n")
+                        " [gone](../../docs/sources.md#nope) [away](/home/learner/seeds/x.txt)\n")
         kinds = {b.split(": ")[1] for b in bare_references(fake)}
         assert kinds == set(BARE) - {"the source documents' folder", "a machine path"}, kinds
         assert len(broken_links(fake)) == 2
-        fake.write_text("notes in /work/shared/seeds and shared/research/kvcached\n")
+        fake.write_text("notes in /home/learner/shared/seeds and shared/research/kvcached\n")
         kinds = {b.split(": ")[1] for b in bare_references(fake)}
         assert {"the source documents' folder", "a machine path"} <= kinds
     finally:
