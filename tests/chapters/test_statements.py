@@ -12,7 +12,7 @@ import re
 import pytest
 
 from workbench.config import PoolConfig
-from workbench.core.device import BudgetDevice
+from workbench.core.budget_device import BudgetDevice
 from workbench.core.geometry import KVGeometry
 from workbench.core.ledger import KVCacheManager
 from workbench.errors import ConfigError, DeviceError

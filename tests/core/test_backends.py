@@ -170,7 +170,8 @@ def test_each_backend_says_what_it_can_do(fake_gpus):
 
 
 def test_devices_say_where_their_memory_is_and_wrappers_pass_it_on():
-    from workbench.core.device import BudgetDevice, FaultyDevice
+    from workbench.core.budget_device import BudgetDevice
+    from workbench.core.device import FaultyDevice
 
     sim, host = make_device("sim"), make_device("host", capacity=64 * MiB)
     assert (sim.torch_device, sim.queued_work) == (None, False)

@@ -17,12 +17,14 @@ which charges a page id once and keeps the C fast path.
 from __future__ import annotations
 
 import re
+import threading
+import time
 from typing import Any
 
 from workbench.core.budget_segment import SharedBudget
-from workbench.core.device import Device, MemInfo
-from workbench.errors import DeviceError
-from workbench.units import align_down
+from workbench.core.device import Device, DeviceWrapper, MemInfo
+from workbench.errors import ConfigError, DeviceError
+from workbench.units import GiB, align_down
 
 BATCH_CALLS = ("map_targets", "unmap_targets", "release_handles", "unmap_release")
 
@@ -52,11 +54,11 @@ def instance_capacity(device: Device, instances: int) -> int:
     return split_evenly(device.mem_info().total, instances, device.granularity)
 
 
-class BudgetedDevice:
+class BudgetedDevice(DeviceWrapper):
     """``inner`` with every ``create`` charged to ``budget`` and every ``release`` credited."""
 
     def __init__(self, inner: Device, budget: SharedBudget):
-        self.inner = inner
+        super().__init__(inner)
         self.budget = budget
         self.sizes: dict[int, int] = {}  # live handle -> bytes charged for it
 
@@ -64,25 +66,7 @@ class BudgetedDevice:
         return DeviceError("create", f"out of the GPU budget ({self.budget.path.name}): "
                                      f"{size} more bytes would pass its total")
 
-    # -- Device ------------------------------------------------------------------------------
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def granularity(self) -> int:
-        return self.inner.granularity
-
-    @property
-    def busy_s(self) -> float:
-        return self.inner.busy_s
-
-    def reserve(self, size: int) -> int:
-        return self.inner.reserve(size)
-
-    def unreserve(self, va: int, size: int) -> None:
-        self.inner.unreserve(va, size)
-
+    # -- the calls the budget changes ---------------------------------------------------------
     def create(self, size: int) -> int:
         if not self.budget.charge(size):
             raise self._refuse(size)
@@ -94,15 +78,6 @@ class BudgetedDevice:
         self.sizes[handle] = size
         return handle
 
-    def map(self, va: int, size: int, handle: int) -> None:
-        self.inner.map(va, size, handle)
-
-    def set_access(self, va: int, size: int) -> None:
-        self.inner.set_access(va, size)
-
-    def unmap(self, va: int, size: int) -> None:
-        self.inner.unmap(va, size)
-
     def release(self, handle: int) -> None:
         self.inner.release(handle)
         self.budget.credit(self.sizes.pop(handle, 0))
@@ -111,12 +86,6 @@ class BudgetedDevice:
         free, total = self.inner.mem_info()
         budget, held = self.budget.totals()
         return MemInfo(max(0, min(free, budget - held)), min(total, budget))
-
-    def now(self) -> float:
-        return self.inner.now()
-
-    def __getattr__(self, item: str):  # backend extras (tensor views, queued_work) pass through
-        return getattr(self.inner, item)
 
     def __repr__(self) -> str:
         return f"BudgetedDevice({self.inner!r}, {self.budget.path.name})"
@@ -181,3 +150,87 @@ def budgeted(device: Device, total: int, **open_kw: Any) -> BudgetedDevice:
     cls = BudgetedBatchDevice if all(hasattr(type(device), m) for m in BATCH_CALLS) \
         else BudgetedDevice
     return cls(device, budget)
+
+
+class BudgetDevice:
+    """A device shared by several pools whose physical bytes together may not pass ``budget``.
+
+    ``create``/``release``/``mem_info`` keep the budget; every VMM call (create, map, set_access,
+    unmap, release) is counted and timed in ``calls`` under the thread that made it: ``engine``
+    (the request path) or ``mapper`` (a background mapper thread, named ``*-mapper``). ``refused``
+    counts creates past the budget. ``mem_info`` reports the budget left, so each pool's headroom
+    check sees what the others hold.
+    """
+
+    def __init__(self, inner, budget: int):
+        if budget <= 0 or budget % inner.granularity:
+            raise ConfigError(f"budget {budget}", "it must be a positive multiple of the "
+                              f"device's granularity ({inner.granularity} bytes)",
+                              "round the budget to whole pages")
+        self.inner = inner
+        self.budget = budget
+        self.name = f"{inner.name} (budget {budget / GiB:.2f} GiB)"
+        self.used = 0
+        self.peak = 0
+        self.refused = 0
+        self._sizes: dict[int, int] = {}
+        # thread -> op -> [calls, seconds in the call, seconds waiting for another thread's call]
+        self.calls: dict[str, dict[str, list[float]]] = {}
+        # one call at a time: the pools' mappers and the engine thread share this device
+        self._lock = threading.RLock()
+
+    def _timed(self, op: str, fn, *args):
+        t = time.perf_counter()
+        with self._lock:
+            t1 = time.perf_counter()
+            try:
+                return fn(*args)
+            finally:
+                who = "mapper" if threading.current_thread().name.endswith("-mapper") \
+                    else "engine"
+                c = self.calls.setdefault(who, {}).setdefault(op, [0, 0.0, 0.0])
+                c[0] += 1
+                c[1] += time.perf_counter() - t1
+                c[2] += t1 - t
+
+    def create(self, size: int) -> int:
+        return self._timed("create", self._create, size)
+
+    def _create(self, size: int) -> int:  # under the lock
+        if self.used + size > self.budget:
+            self.refused += 1
+            raise DeviceError("create", f"out of memory (the {self.budget / GiB:.2f} GiB budget "
+                              "the pools share is used up)", "CUDA_ERROR_OUT_OF_MEMORY")
+        h = self.inner.create(size)
+        self._sizes[h] = size
+        self.used += size
+        self.peak = max(self.peak, self.used)
+        return h
+
+    def map(self, va: int, size: int, handle: int) -> None:
+        self._timed("map", self.inner.map, va, size, handle)
+
+    def set_access(self, va: int, size: int) -> None:
+        self._timed("set_access", self.inner.set_access, va, size)
+
+    def unmap(self, va: int, size: int) -> None:
+        self._timed("unmap", self.inner.unmap, va, size)
+
+    def release(self, handle: int) -> None:
+        self._timed("release", self._release, handle)
+
+    def _release(self, handle: int) -> None:  # under the lock
+        self.inner.release(handle)
+        self.used -= self._sizes.pop(handle)
+
+    def mem_info(self) -> MemInfo:
+        return MemInfo(min(self.inner.mem_info().free, self.budget - self.used), self.budget)
+
+    def take_counts(self) -> dict:
+        """The call counts since the last take (then cleared), and the refusals."""
+        out = {"calls": self.calls, "refused_creates": self.refused, "peak_bytes": self.peak}
+        self.calls, self.refused, self.peak = {}, 0, self.used
+        return out
+
+    def __getattr__(self, item: str):
+        return getattr(self.inner, item)

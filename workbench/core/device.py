@@ -23,15 +23,12 @@ process that calls into the core yields ``busy_s`` after minus before.
 
 from __future__ import annotations
 
-import threading
-import time
 from bisect import bisect_left, bisect_right, insort
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple, Protocol, runtime_checkable
 
 from workbench.errors import ConfigError, DeviceError, InjectedFault
-from workbench.units import GiB
 
 VMM_OPS = ("reserve", "create", "map", "set_access", "unmap", "release")
 
@@ -223,7 +220,67 @@ class DriverRefusals:
             raise DeviceError("release", f"handle {handle} is still mapped")
 
 
-class FaultyDevice:
+class DeviceWrapper:
+    """A device over ``inner``: every call and fact passes through unchanged; a wrapper
+    overrides only the calls it changes (the faults, a budget). Backend extras (tensor views)
+    pass through ``__getattr__``; the batched fast paths do not, since ``KVSpace`` looks them up
+    on the class."""
+
+    def __init__(self, inner: Device):
+        self.inner = inner
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def granularity(self) -> int:
+        return self.inner.granularity
+
+    @property
+    def busy_s(self) -> float:
+        return self.inner.busy_s
+
+    @property
+    def queued_work(self) -> bool:
+        return getattr(self.inner, "queued_work", False)
+
+    @property
+    def torch_device(self) -> str | None:
+        return getattr(self.inner, "torch_device", None)
+
+    def reserve(self, size: int) -> int:
+        return self.inner.reserve(size)
+
+    def unreserve(self, va: int, size: int) -> None:
+        self.inner.unreserve(va, size)
+
+    def create(self, size: int) -> int:
+        return self.inner.create(size)
+
+    def map(self, va: int, size: int, handle: int) -> None:
+        self.inner.map(va, size, handle)
+
+    def set_access(self, va: int, size: int) -> None:
+        self.inner.set_access(va, size)
+
+    def unmap(self, va: int, size: int) -> None:
+        self.inner.unmap(va, size)
+
+    def release(self, handle: int) -> None:
+        self.inner.release(handle)
+
+    def mem_info(self) -> MemInfo:
+        return self.inner.mem_info()
+
+    def now(self) -> float:
+        return self.inner.now()
+
+    def __getattr__(self, item: str):
+        return getattr(self.inner, item)
+
+
+class FaultyDevice(DeviceWrapper):
     """Wraps a device so that the Nth call of a kind fails (1-based, counted per kind).
 
     ``FaultyDevice(dev, {"map": [3], "unmap": [1]})`` makes the third ``map`` and the first
@@ -232,7 +289,7 @@ class FaultyDevice:
     """
 
     def __init__(self, inner: Device, plan: Mapping[str, Iterable[int]] | None = None):
-        self.inner = inner
+        super().__init__(inner)
         self.plan: dict[str, set[int]] = {}
         self.counts: Counter[str] = Counter()
         self.injected: list[tuple[str, int]] = []
@@ -256,33 +313,10 @@ class FaultyDevice:
             self.injected.append((op, self.counts[op]))
             raise InjectedFault(op, f"injected failure of call #{self.counts[op]}")
 
-    # -- Device ------------------------------------------------------------------------------
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def granularity(self) -> int:
-        return self.inner.granularity
-
-    @property
-    def busy_s(self) -> float:
-        return self.inner.busy_s
-
-    @property
-    def queued_work(self) -> bool:
-        return getattr(self.inner, "queued_work", False)
-
-    @property
-    def torch_device(self) -> str | None:
-        return getattr(self.inner, "torch_device", None)
-
+    # -- the calls that can fail ---------------------------------------------------------------
     def reserve(self, size: int) -> int:
         self._tick("reserve")
         return self.inner.reserve(size)
-
-    def unreserve(self, va: int, size: int) -> None:
-        self.inner.unreserve(va, size)
 
     def create(self, size: int) -> int:
         self._tick("create")
@@ -303,96 +337,3 @@ class FaultyDevice:
     def release(self, handle: int) -> None:
         self._tick("release")
         self.inner.release(handle)
-
-    def mem_info(self) -> MemInfo:
-        return self.inner.mem_info()
-
-    def now(self) -> float:
-        return self.inner.now()
-
-    def __getattr__(self, item: str):  # backend extras (e.g. tensor views) pass through
-        return getattr(self.inner, item)
-
-
-class BudgetDevice:
-    """A device shared by several pools whose physical bytes together may not pass ``budget``.
-
-    ``create``/``release``/``mem_info`` keep the budget; every VMM call (create, map, set_access,
-    unmap, release) is counted and timed in ``calls`` under the thread that made it: ``engine``
-    (the request path) or ``mapper`` (a background mapper thread, named ``*-mapper``). ``refused``
-    counts creates past the budget. ``mem_info`` reports the budget left, so each pool's headroom
-    check sees what the others hold.
-    """
-
-    def __init__(self, inner, budget: int):
-        if budget <= 0 or budget % inner.granularity:
-            raise ConfigError(f"budget {budget}", "it must be a positive multiple of the "
-                              f"device's granularity ({inner.granularity} bytes)",
-                              "round the budget to whole pages")
-        self.inner = inner
-        self.budget = budget
-        self.name = f"{inner.name} (budget {budget / GiB:.2f} GiB)"
-        self.used = 0
-        self.peak = 0
-        self.refused = 0
-        self._sizes: dict[int, int] = {}
-        # thread -> op -> [calls, seconds in the call, seconds waiting for another thread's call]
-        self.calls: dict[str, dict[str, list[float]]] = {}
-        # one call at a time: the pools' mappers and the engine thread share this device
-        self._lock = threading.RLock()
-
-    def _timed(self, op: str, fn, *args):
-        t = time.perf_counter()
-        with self._lock:
-            t1 = time.perf_counter()
-            try:
-                return fn(*args)
-            finally:
-                who = "mapper" if threading.current_thread().name.endswith("-mapper") \
-                    else "engine"
-                c = self.calls.setdefault(who, {}).setdefault(op, [0, 0.0, 0.0])
-                c[0] += 1
-                c[1] += time.perf_counter() - t1
-                c[2] += t1 - t
-
-    def create(self, size: int) -> int:
-        return self._timed("create", self._create, size)
-
-    def _create(self, size: int) -> int:  # under the lock
-        if self.used + size > self.budget:
-            self.refused += 1
-            raise DeviceError("create", f"out of memory (the {self.budget / GiB:.2f} GiB budget "
-                              "the pools share is used up)", "CUDA_ERROR_OUT_OF_MEMORY")
-        h = self.inner.create(size)
-        self._sizes[h] = size
-        self.used += size
-        self.peak = max(self.peak, self.used)
-        return h
-
-    def map(self, va: int, size: int, handle: int) -> None:
-        self._timed("map", self.inner.map, va, size, handle)
-
-    def set_access(self, va: int, size: int) -> None:
-        self._timed("set_access", self.inner.set_access, va, size)
-
-    def unmap(self, va: int, size: int) -> None:
-        self._timed("unmap", self.inner.unmap, va, size)
-
-    def release(self, handle: int) -> None:
-        self._timed("release", self._release, handle)
-
-    def _release(self, handle: int) -> None:  # under the lock
-        self.inner.release(handle)
-        self.used -= self._sizes.pop(handle)
-
-    def mem_info(self) -> MemInfo:
-        return MemInfo(min(self.inner.mem_info().free, self.budget - self.used), self.budget)
-
-    def take_counts(self) -> dict:
-        """The call counts since the last take (then cleared), and the refusals."""
-        out = {"calls": self.calls, "refused_creates": self.refused, "peak_bytes": self.peak}
-        self.calls, self.refused, self.peak = {}, 0, self.used
-        return out
-
-    def __getattr__(self, item: str):
-        return getattr(self.inner, item)

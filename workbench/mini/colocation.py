@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from workbench.core.device import BudgetDevice
+from workbench.core.budget_device import BudgetDevice
 from workbench.engines.metrics import summarize
 from workbench.engines.sched.request import Request
 from workbench.engines.sim.workloads import ramp_trace

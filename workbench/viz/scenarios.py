@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from workbench.backends import capabilities, make_device
 from workbench.config import PoolConfig
-from workbench.core.device import BudgetDevice
+from workbench.core.budget_device import BudgetDevice
 from workbench.core.geometry import KVGeometry
 from workbench.core.ledger import KVCacheManager
 from workbench.errors import ConfigError
