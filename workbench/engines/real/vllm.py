@@ -87,6 +87,7 @@ class VllmSpec:
     num_gpu_blocks: int | None = None  # vLLM's num_gpu_blocks_override (a small pool)
     prefix_caching: bool = True
     extra_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # vLLM's own settings (VLLM_*) for it
     python: str | None = None
     server_cmd: list[str] | None = None
     startup_timeout_s: float = 600.0
@@ -200,6 +201,7 @@ class VllmEngine:
         if self.spec.device == "cpu":
             env.setdefault("VLLM_TARGET_DEVICE", "cpu")
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        env.update(self.spec.env)
         if self.spec.elastic:
             sockets = self.dir / "sockets"  # the adapters create it (private, mode 0700)
             env.update(WORKBENCH_KV_AUTOPATCH="1", WORKBENCH_KV_IPC_NAME=self.ipc_name,

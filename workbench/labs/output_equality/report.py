@@ -190,6 +190,9 @@ def vllm_report(out: dict[str, Any]) -> tuple[LabRecord, str]:
         ("stock reproduces itself (a second stock engine, the same waves)",
          ", ".join(f"{r['case']}: {r['stock_vs_stock']}/{r['prompts']}" for r in noise)
          or "not run"),
+        ("which requests share a step changes no sum",
+         "vLLM's batch-invariant mode on every engine (VLLM_BATCH_INVARIANT=1)"
+         if out.get("batch_invariant") else "not forced (the CPU's sums do not depend on it)"),
         ("a preempted and recomputed request gives the same tokens",
          f"small pool ({out['small_blocks']} blocks, limit {out['limit']}): preemptions "
          f"stock {pre[0]}, elastic {pre[1]}"),

@@ -62,26 +62,31 @@ def run(backend: str, quick: bool = False, limit: str | None = None) -> dict[str
     # requests outgrow (192 new tokens each), so it preempts and recomputes
     blocks, lim = (64 if cpu else 256), (limit or "4MiB")
     small_kw = {"num_gpu_blocks": blocks, "max_num_seqs": n_prompts}
+    # on CUDA, vLLM's batch-invariant mode (no split-K GEMMs, one attention reduction order):
+    # which requests share a step then changes no sum, so a token that differs is the layout's
+    inv = {} if cpu else {"env": {"VLLM_BATCH_INVARIANT": "1"}}
     knobs = {"memory_limit": lim, "min_reserved_pages": "0", "max_reserved_pages": "1"}
     engines: list = []
     try:
         model = rig.model_dir(py, root)
-        engines = [rig.engine("oe-default-stock", backend, model, py, root, elastic=False),
-                   rig.engine("oe-default-elastic", backend, model, py, root, elastic=True),
+        engines = [rig.engine("oe-default-stock", backend, model, py, root, elastic=False,
+                              **inv),
+                   rig.engine("oe-default-elastic", backend, model, py, root, elastic=True,
+                              **inv),
                    rig.engine("oe-small-stock", backend, model, py, root, elastic=False,
-                              **small_kw),
+                              **small_kw, **inv),
                    rig.engine("oe-small-elastic", backend, model, py, root, elastic=True,
-                              knobs=knobs, **small_kw)]
+                              knobs=knobs, **small_kw, **inv)]
         if not quick:  # a second stock engine: what stock itself reproduces under batching
             engines.append(rig.engine("oe-default-stock-b", backend, model, py, root,
-                                      elastic=False))
+                                      elastic=False, **inv))
         rig.start_all(engines)
         big = _waves("default", *engines[:2], prompts, n_tokens, WAVES,
                      control=engines[4] if not quick else None)
         small = _waves("small", *engines[2:], prompts, 192, WAVES[:1])
         return {"backend": backend, "device": rig.device_of(backend), "model": "tiny-llama",
                 "prompts": n_prompts, "max_tokens": n_tokens, "small_blocks": blocks,
-                "limit": lim, "rows": big["rows"] + small["rows"],
+                "limit": lim, "batch_invariant": bool(inv), "rows": big["rows"] + small["rows"],
                 "engines": {"default": big["engines"], "small": small["engines"]}}
     finally:
         for e in engines:
