@@ -1,7 +1,8 @@
 """KV capacity on a real vLLM (seed 000 §4): vLLM's own ``num_gpu_blocks`` (its
 ``cache_config_info`` metric) against the formula ``KV bytes / bytes per block``, where bytes
-per block = 2 (K, V) x layers x KV heads x head dim x block size x dtype bytes. KV bytes: on the
-CPU vLLM's ``VLLM_CPU_KVCACHE_SPACE``; elastic, the pool's virtual capacity from its segment."""
+per block = 2 (K, V) x layers x KV heads x head dim x block size x dtype bytes. KV bytes: stock
+on the CPU vLLM's ``VLLM_CPU_KVCACHE_SPACE``, on CUDA the bytes it is given; elastic, the pool's
+virtual capacity from its segment."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 from workbench.labs.kit import vllm_rig as rig
 
 GiB = 1 << 30
+STOCK_KV_GPU = 8 * GiB  # the KV bytes stock vLLM is given on CUDA
 
 
 def cache_info(eng) -> dict[str, str]:
@@ -39,7 +41,11 @@ def run(backend: str, quick: bool = False) -> dict[str, Any]:
     engines: list = []
     try:
         model = rig.model_dir(py, root)
-        engines = [rig.engine("kc-stock", backend, model, py, root, elastic=False),
+        # on CUDA stock is told its KV bytes exactly (vLLM's --kv-cache-memory) instead of
+        # profiling for them, so its formula has a known numerator as on the CPU
+        given = [] if cpu else ["--kv-cache-memory", str(STOCK_KV_GPU)]
+        engines = [rig.engine("kc-stock", backend, model, py, root, elastic=False,
+                              extra_args=given),
                    rig.engine("kc-elastic", backend, model, py, root, elastic=True)]
         rig.start_all(engines)
         rows = []
@@ -49,7 +55,8 @@ def run(backend: str, quick: bool = False) -> dict[str, Any]:
             per = block_bytes(model, bs)
             seg = e.kv_pool.info()
             kv = (seg.capacity if seg is not None else
-                  int(float(os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")) * GiB) if cpu else 0)
+                  int(float(os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")) * GiB) if cpu
+                  else STOCK_KV_GPU)
             rows.append({"engine": e.name, "num_gpu_blocks": blocks, "block_size": bs,
                          "bytes_per_block": per, "kv_bytes": kv,
                          "formula_blocks": kv // per if kv else None,

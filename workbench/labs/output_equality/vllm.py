@@ -83,7 +83,7 @@ def run(backend: str, quick: bool = False, limit: str | None = None) -> dict[str
         rig.start_all(engines)
         big = _waves("default", *engines[:2], prompts, n_tokens, WAVES,
                      control=engines[4] if not quick else None)
-        small = _waves("small", *engines[2:], prompts, 192, WAVES[:1])
+        small = _waves("small", *engines[2:4], prompts, 192, WAVES[:1])
         return {"backend": backend, "device": rig.device_of(backend), "model": "tiny-llama",
                 "prompts": n_prompts, "max_tokens": n_tokens, "small_blocks": blocks,
                 "limit": lim, "batch_invariant": bool(inv), "rows": big["rows"] + small["rows"],
