@@ -77,13 +77,26 @@ def where_time_went(reps: list[dict], peaks: list[int], modes: list[str]) -> lis
     return lines + [""]
 
 
+def startups(reps: list[dict]) -> list[dict]:
+    """Every engine start-up the repeats record, once (a repeat of a ``together`` sweep carries
+    the one start-up its call made)."""
+    seen, out = set(), []
+    for r in reps:
+        for u in r.get("startup", []):
+            key = (u.get("start_s"), u.get("free_before"), u.get("free_after"))
+            if key not in seen:
+                seen.add(key)
+                out.append(u)
+    return out
+
+
 def memory_check(reps: list[dict]) -> list[str]:
     """Both modes see the same memory: the static split allocated at start-up, the elastic
     pools' peak mapped together, and the device's free memory."""
     c = reps[0]["config"]
     bb, blocks = c["block_bytes"], c["blocks"]
     n = c["instances"]
-    ups = [u for r in reps for u in r.get("startup", [])]
+    ups = startups(reps)
     lines = ["## Memory both modes see", "",
              f"KV total {c['budget_bytes'] / GiB:.2f} GiB: static {n} x {blocks['static']} "
              f"blocks of {bb / 2**20:.2f} MiB = {n * blocks['static'] * bb / GiB:.2f} GiB "
@@ -153,13 +166,23 @@ def from_repeats(reps: list[dict], backend: str) -> ColocationRun:
         setup=setup, footer=footer, record=_record_fields(reps, backend, ver, graphs),
         results={"config": c, "device": reps[0]["device"], "vllm_version": ver,
                  "provenance": {**(reps[0].get("provenance") or {}),
+                                "report_command": _argv(),
                                 "calls": sorted({(r.get("provenance") or {}).get("date", "?")
                                                  for r in reps})},
-                 "startup": [u for r in reps for u in r.get("startup", [])][:6],
+                 "startup": startups(reps)[:6],
                  "repeats": [{"repeat": r["repeat"], "order": r["order"],
                               "runs": {k: {kk: vv for kk, vv in v.items()
                                            if kk not in ("steps", "requests", "mapped_timeline")}
                                        for k, v in r["runs"].items()}} for r in reps]})
+
+
+def _argv() -> str:
+    import sys
+
+    argv = list(sys.argv)
+    if argv and argv[0].endswith("__main__.py"):
+        argv[0] = "workbench"
+    return " ".join(argv)
 
 
 def _record_fields(reps: list[dict], backend: str, ver: str | None, graphs: bool) -> dict:
@@ -174,6 +197,10 @@ def _record_fields(reps: list[dict], backend: str, ver: str | None, graphs: bool
         kvcached_config={"gpu_budget": c["budget_bytes"],
                          "min_reserved_pages": c["min_reserved_pages"],
                          "max_reserved_pages": c["max_reserved_pages"]})
+    prov = reps[0].get("provenance") or {}
+    # the software the sweep ran on (the report may be built on another machine)
+    manifest.software.update({k: prov[k] for k in ("python", "torch") if k in prov}, vllm=ver,
+                             cuda=prov.get("cuda"), platform=None)
     out_len = max(2, round(c["completion_len"] / c["time_scale"]))
     return dict(
         experiment_id=f"colocation-{c['instances']}x-{c['model']}-vllm-{backend}",
