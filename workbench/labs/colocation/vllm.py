@@ -23,10 +23,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import workbench.labs.colocation.vllm_rows as rows
 from workbench.engines.real import shapes
 from workbench.engines.sched.request import Request
 from workbench.engines.sim.workloads import ramp_trace
-from workbench.labs.colocation import vllm_rows as rows
 from workbench.labs.kit import vllm_rig as rig
 from workbench.units import GiB, MiB
 
