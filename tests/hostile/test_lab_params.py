@@ -200,7 +200,7 @@ def test_a_lab_with_a_real_vllm_run_takes_engine_vllm():
             if importlib.util.find_spec(target.split(":")[0].rsplit(".", 1)[0] + ".vllm")]
     assert real  # kv-capacity, dynamic-limit, output-equality
     for name in real:
-        values = set(_spec(name, "engine").values)
+        values = set(_inner(_spec(name, "engine")).values)  # colocation: None = its default
         mini = importlib.util.find_spec(LABS[name].split(":")[0].rsplit(".", 1)[0] + ".mini")
         assert values == ({"vllm", "mini"} if mini else {"vllm"}), name
 

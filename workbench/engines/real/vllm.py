@@ -72,6 +72,9 @@ def require_vllm(what: str) -> str:
     return py
 
 
+GRAPH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # decode batch sizes captured as graphs
+
+
 @dataclass(slots=True)
 class VllmSpec:
     """How to start one engine. ``server_cmd`` replaces vLLM's server (a test stand-in)."""
@@ -87,7 +90,11 @@ class VllmSpec:
     num_gpu_blocks: int | None = None  # vLLM's num_gpu_blocks_override (a small pool)
     prefix_caching: bool = True
     extra_args: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)  # vLLM's own settings (VLLM_*) for it
+    env: dict[str, str] = field(default_factory=dict)  # set in the server's environment, any mode
+    cuda_graphs: bool = False  # CUDA: full graphs for decode-only steps (else --enforce-eager)
+    kv_cache_bytes: int | None = None  # vLLM's kv_cache_memory_bytes: no memory profiling
+    max_num_batched_tokens: int | None = None
+    load_format: str | None = None  # "dummy": random weights from config.json alone
     python: str | None = None
     server_cmd: list[str] | None = None
     startup_timeout_s: float = 600.0
@@ -97,15 +104,28 @@ class VllmSpec:
         a = ["--model", self.model, "--tokenizer", self.model, "--served-model-name", served,
              "--host", "127.0.0.1", "--port", str(port), "--dtype", "bfloat16", "--seed", "0",
              "--max-model-len", str(self.max_model_len), "--max-num-seqs", str(self.max_num_seqs),
-             "--block-size", str(block), "--enforce-eager",
+             "--block-size", str(block),
              "--gpu-memory-utilization", str(self.gpu_memory_utilization)]
+        graphs = self.cuda_graphs and self.device != "cpu"
+        if not graphs:
+            a.append("--enforce-eager")
+        if self.kv_cache_bytes:
+            a += ["--kv-cache-memory-bytes", str(self.kv_cache_bytes)]
+        if self.max_num_batched_tokens:
+            a += ["--max-num-batched-tokens", str(self.max_num_batched_tokens)]
+        if self.load_format:
+            a += ["--load-format", self.load_format]
         a.append("--enable-prefix-caching" if self.prefix_caching else
                  "--no-enable-prefix-caching")
         if self.num_gpu_blocks:
             a += ["--num-gpu-blocks-override", str(self.num_gpu_blocks)]
         if self.device != "cpu":  # the op library the H200 recipe leaves behind is not needed
+            cc: dict = {"mode": 0, "custom_ops": ["none"]}
+            if graphs:  # what bench/vllm_limit.py ran on the H200: decode-only full graphs
+                sizes = [n for n in GRAPH_SIZES if n <= self.max_num_seqs]
+                cc.update(cudagraph_mode="FULL_DECODE_ONLY", cudagraph_capture_sizes=sizes)
             a += ["--attention-backend", "TRITON_ATTN", "--compilation-config",
-                  json.dumps({"mode": 0, "custom_ops": ["none"]}), "--kernel-config",
+                  json.dumps(cc), "--kernel-config",
                   json.dumps({"ir_op_priority": {"rms_norm": ["native"],
                                                  "fused_add_rms_norm": ["native"]}})]
         return a + list(self.extra_args)
@@ -201,12 +221,12 @@ class VllmEngine:
         if self.spec.device == "cpu":
             env.setdefault("VLLM_TARGET_DEVICE", "cpu")
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-        env.update(self.spec.env)
         if self.spec.elastic:
             sockets = self.dir / "sockets"  # the adapters create it (private, mode 0700)
             env.update(WORKBENCH_KV_AUTOPATCH="1", WORKBENCH_KV_IPC_NAME=self.ipc_name,
                        WORKBENCH_KV_SOCKET_DIR=str(sockets))
             env.update({f"WORKBENCH_KV_{k.upper()}": str(v) for k, v in self.spec.knobs.items()})
+        env.update(self.spec.env)
         return env
 
     def launch(self) -> VllmEngine:

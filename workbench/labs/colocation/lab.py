@@ -17,7 +17,7 @@ from workbench.labs.colocation.report import (
 )
 from workbench.labs.colocation.rows import reading_sweep
 from workbench.labs.kit.base import Lab, LabResult, Progress
-from workbench.labs.kit.params import GIB, MODEL, QUICK, SEED, STEPTIME, TOKENS
+from workbench.labs.kit.params import ENGINE, GIB, MODEL, QUICK, SEED, STEPTIME, TOKENS
 from workbench.ranges import Flag, Ints, Num, Opt, Spec, Text
 
 
@@ -39,13 +39,17 @@ class ColocationParams:
     from_dir: str | None = None  # gpu/host: build the report from the repeat JSONs in this folder
     mapper: bool = True  # gpu/host elastic: background mapper (reserve 1) vs inline maps (0..1)
     cuda_graphs: bool | None = None  # gpu: decode CUDA graphs (None: on; False: eager)
+    engine: str | None = None  # gpu/host: mini (default) or vllm (real vLLM servers)
+    together: bool | None = None  # vllm: both modes' engines up all run (None: gpu yes, host no)
+    deadline_s: float | None = None  # vllm: start no point past this many seconds of wall time
     RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
         "peaks": Opt(Ints(1, 10000)), "quick": QUICK, "seed": SEED, "steptime": Opt(STEPTIME),
         "workers": Opt(Num(int, 1, 32)), "model": Opt(MODEL), "budget_gib": GIB,
         "time_scale": Num(float, 0.01, 1000.0), "prompt_len": TOKENS, "completion_len": TOKENS,
         "repeats": Num(int, 1, 100), "first_repeat": Num(int, 0, 99),
         "out_dir": Opt(Text()), "from_dir": Opt(Text()), "mapper": Flag(),
-        "cuda_graphs": Opt(Flag()),
+        "cuda_graphs": Opt(Flag()), "engine": Opt(ENGINE), "together": Opt(Flag()),
+        "deadline_s": Opt(Num(float, 1.0, 86400.0, "s")),
     }
 
 
@@ -55,6 +59,15 @@ class ColocationLab(Lab):
                    "elastic KV; mean/p99 TTFT and speedups (sim: next to kvcached's table)")
     params_type = ColocationParams
     backends = ("sim", "gpu", "host")
+
+    def check_backend(self, backend: str, params: ColocationParams | None = None) -> None:
+        from workbench.labs.kit.vllm_rig import check_engine
+
+        Lab.check_backend(self, backend, params)
+        engine = getattr(params, "engine", None)
+        if engine is not None and not getattr(params, "from_dir", None):
+            real = not capabilities(backend).simulated
+            check_engine(self.name, backend, engine, "mini" if real else "vllm")
 
     def run(self, params: ColocationParams, backend: str = "sim",
             progress: Progress | None = None) -> LabResult:
@@ -66,6 +79,10 @@ class ColocationLab(Lab):
             from workbench.labs.colocation.sim import run_sim
 
             run = run_sim(params, progress)
+        elif params.engine == "vllm" or _vllm_sweep(params.from_dir):
+            from workbench.labs.colocation.vllm_lab import run_vllm
+
+            run = run_vllm(params, backend, progress)
         else:
             from workbench.labs.colocation.mini import run_mini
 
@@ -75,3 +92,12 @@ class ColocationLab(Lab):
             points = make_points(run)
             return LabResult(build_record(run, points), markdown(run, points),
                              tables={"points": points}, figures=figures(points))
+
+
+def _vllm_sweep(from_dir: str | None) -> bool:
+    """``from_dir`` holds a real-vLLM sweep's repeat files (read back without vLLM)."""
+    if not from_dir:
+        return False
+    from workbench.labs.colocation.vllm_lab import read_sweep
+
+    return read_sweep(from_dir.split(",")[0])[0].get("engine") == "vllm"

@@ -41,11 +41,10 @@ def run(backend: str, quick: bool = False) -> dict[str, Any]:
     engines: list = []
     try:
         model = rig.model_dir(py, root)
-        # on CUDA stock is told its KV bytes exactly (vLLM's --kv-cache-memory) instead of
+        # on CUDA stock is told its KV bytes exactly (vLLM's kv_cache_memory_bytes) instead of
         # profiling for them, so its formula has a known numerator as on the CPU
-        given = [] if cpu else ["--kv-cache-memory", str(STOCK_KV_GPU)]
         engines = [rig.engine("kc-stock", backend, model, py, root, elastic=False,
-                              extra_args=given),
+                              kv_cache_bytes=None if cpu else STOCK_KV_GPU),
                    rig.engine("kc-elastic", backend, model, py, root, elastic=True)]
         rig.start_all(engines)
         rows = []

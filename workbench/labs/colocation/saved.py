@@ -1,0 +1,81 @@
+"""A saved real-vLLM colocation sweep (``records/*.json``, the lab's merged record) read back, not
+re-run: which machine made it, its points, and the Markdown table and figure that set it beside
+a simulated sweep (chapter 04)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+RECORDS = Path(__file__).resolve().parent / "records"
+MAX_BYTES = 8 << 20  # a merged record is well under 2 MB
+
+
+def saved_record(folder: str | Path = RECORDS) -> dict | None:
+    """The newest real-vLLM sweep record in ``folder`` (by name), None when there is none or it
+    is not one (a regular JSON file with ``results.points`` and engine ``vllm``)."""
+    folder = Path(folder)
+    for p in sorted(folder.glob("*.json"), reverse=True) if folder.is_dir() else []:
+        try:
+            if not p.is_file() or p.is_symlink() or p.stat().st_size > MAX_BYTES:
+                continue
+            rec = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        if (isinstance(rec, dict) and rec.get("environment", {}).get("engine") == "vllm"
+                and isinstance(rec.get("results", {}).get("points"), list)):
+            rec["_path"] = p.name
+            return rec
+    return None
+
+
+def machine(rec: dict) -> str:
+    """Who made the record: the device, vLLM's version, the date, the command."""
+    prov = rec.get("results", {}).get("provenance") or {}
+    env = rec.get("environment", {})
+    dev = rec.get("results", {}).get("device") or "?"
+    return (f"{dev}, vLLM {env.get('vllm_version') or '?'}, {prov.get('date', '?')}: "
+            f"`{prov.get('command') or env.get('command', '?')}`")
+
+
+def _cell(sp: dict, unit: str = "") -> str:
+    return f"{sp['median']:,.4g}{unit} [{sp['min']:,.4g}-{sp['max']:,.4g}]"
+
+
+def table(points: list[dict], scaled: bool) -> str:
+    """One row per PEAK: mean and p99 TTFT (ms) static / elastic and the speedups, each the
+    median [min-max] over repeats."""
+    lines = ["| PEAK | mean TTFT static | mean TTFT elastic | mean speedup | p99 TTFT static | "
+             "p99 TTFT elastic | p99 speedup |", "|---|---|---|---|---|---|---|"]
+    for p in points:
+        peak = f"{p['peak']} ({p['effective_peak_rps']:g})" if scaled and \
+            "effective_peak_rps" in p else str(p["peak"])
+        m, q = p["mean_ttft_spread_ms"], p["p99_ttft_spread_ms"]
+        lines.append(f"| {peak} | {_cell(m['static'])} | {_cell(m['elastic'])} | "
+                     f"{_cell(p['mean_speedup_spread'], 'x')} | {_cell(q['static'])} | "
+                     f"{_cell(q['elastic'])} | {_cell(p['p99_speedup_spread'], 'x')} |")
+    return "\n".join(lines)
+
+
+def beside(real: list[dict], sim: list[dict]) -> Any:
+    """Mean and p99 TTFT speedup per PEAK, the simulated sweep left, the real one right (their
+    PEAKs are not the same axis: the real ramp is time-compressed); None without plotly."""
+    try:
+        from plotly.subplots import make_subplots
+    except ImportError:
+        return None
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("simulated (A100-80G model)",
+                                                        "real vLLM (saved record)"))
+    for col, pts in ((1, sim), (2, real)):
+        for stat, dash in (("mean", "solid"), ("p99", "dot")):
+            sp = [p[f"{stat}_speedup_spread"] for p in pts]
+            fig.add_scatter(x=[p["peak"] for p in pts], y=[s["median"] for s in sp],
+                            name=f"{stat} speedup ({'sim' if col == 1 else 'real'})",
+                            line={"dash": dash}, row=1, col=col,
+                            error_y={"type": "data", "symmetric": False,
+                                     "array": [s["max"] - s["median"] for s in sp],
+                                     "arrayminus": [s["median"] - s["min"] for s in sp]})
+    fig.update_yaxes(type="log", title_text="static / elastic TTFT")
+    fig.update_xaxes(title_text="PEAK")
+    return fig
