@@ -86,6 +86,15 @@ H200_MINI_EAGER_FIT = (("flops_eff", 0.33), ("bw_eff", 1.0), ("step_overhead_s",
 
 _H200_VMM = VMMLatency(5e-6, 20e-6, 6e-6, 53e-6, 31e-6, 22e-6)
 
+# Step-time profiles fitted to a real engine's steps, by name: the simulated labs select one with
+# `--param steptime=NAME` (labs/kit/steptime.py). Each keeps the GPU preset it was fitted on, the
+# StepTimeModel fields, and where it comes from (machine, engine version, model shape, date, steps
+# used, residuals, the command). `python -m workbench.bench.calibrate LOGS... --name NAME`
+# regenerates the block between the markers (workbench/bench/profiles.py); re-fit, do not edit.
+# >>> step profiles
+STEP_PROFILES: dict[str, dict] = {}
+# <<< step profiles
+
 
 class PageIdCost(NamedTuple):
     """A measured range (seconds) for growing one page id: create+map+set-access of every target."""
@@ -132,6 +141,15 @@ GPU_PRESETS: dict[str, GPUPreset] = {
 }
 
 
+def step_profile(name: str) -> dict:
+    """A fitted profile of :data:`STEP_PROFILES`, or a one-line ConfigError."""
+    if name not in STEP_PROFILES:
+        have = ", ".join(STEP_PROFILES) or "none yet"
+        raise ConfigError(f"step profile {name!r}", f"is not fitted (fitted: {have})",
+                          "fit one with python -m workbench.bench.calibrate LOGS... --name NAME")
+    return STEP_PROFILES[name]
+
+
 def gpu_preset(key: str) -> GPUPreset:
     if key not in GPU_PRESETS:
         raise ConfigError(f"gpu {key!r}", "has no preset", f"use one of {', '.join(GPU_PRESETS)}")
@@ -139,4 +157,5 @@ def gpu_preset(key: str) -> GPUPreset:
 
 
 __all__ = ["GPU_PRESETS", "H200_MINI_EAGER_FIT", "H200_MINI_FIT", "H200_PAGE_ID_GROW", "GPUPreset",
-           "PageIdCost", "Provenance", "VMMLatency", "VMM_CALLS", "gpu_preset"]
+           "PageIdCost", "Provenance", "STEP_PROFILES", "VMMLatency", "VMM_CALLS", "gpu_preset",
+           "step_profile"]

@@ -10,6 +10,12 @@ least squares at each grid point, minimising the *relative* error (steps span mi
 seconds). The prefill term is fitted only on a sweep whose decode ran in graphs. Runs on a CPU:
 ``python -m workbench.bench.calibrate --sweep DIR [--sweep DIR2] [--bench B]`` (DIR: the colocation
 lab's gpu ``out_dir``; the fit uses the sweep's own steps).
+
+A real engine's steps (``workbench.adapters.vllm.steplog`` logs, or a real colocation record that
+kept them) are fitted the same way and kept as a named profile in ``hardware.py``:
+``python -m workbench.bench.calibrate STEPLOG_OR_RECORD... --name NAME [--repeats 0]
+[--peaks 2,6]`` prints the fit and its residuals and writes the profile with its provenance
+(see :mod:`workbench.bench.steprows` for what is taken of each step).
 """
 
 from __future__ import annotations
@@ -82,6 +88,21 @@ def _fit(rows: np.ndarray, gpu: str, model: str, prefill_term: bool = True) -> d
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="fit the H200 step-time preset; sim vs GPU TTFT")
+    ap.add_argument("inputs", nargs="*", type=Path, metavar="STEPLOG_OR_RECORD",
+                    help="real engine steps: step logs (JSON lines; several = engines of one "
+                         "run) or real colocation records (file, gzip'd file or out_dir)")
+    ap.add_argument("--name", help="write the fit into hardware.py as this step profile")
+    ap.add_argument("--repeats", help="record repeats to fit on, e.g. 0 (default: all)")
+    ap.add_argument("--peaks", help="record PEAKs to fit on, e.g. 2,6 (default: all)")
+    ap.add_argument("--all-steps", action="store_true",
+                    help="also steps that overlapped another engine's (default: solo steps)")
+    ap.add_argument("--gpu", default="h200", help="the GPU preset the fit scales (default h200)")
+    ap.add_argument("--model", help="model shape (default: the record's, else llama-3.1-8b)")
+    ap.add_argument("--machine", help="provenance: the machine (default: the record's device)")
+    ap.add_argument("--engine-version", help="provenance: the engine (default: the record's)")
+    ap.add_argument("--prompt-len", type=int, help="for logs without ctx_tokens")
+    ap.add_argument("--output-len", type=int, help="for logs without ctx_tokens")
+    ap.add_argument("--hardware", type=Path, help=argparse.SUPPRESS)  # tests: another file
     ap.add_argument("--bench", type=Path, help="bench.json from workbench.bench.mini")
     ap.add_argument("--sweep", type=Path, action="append", default=[],
                     help="a folder of repeat_<r>.json from the colocation lab's gpu sweep "
@@ -93,11 +114,26 @@ def main(argv: list[str] | None = None) -> int:
                          "same points simulated again with them, speedups printed")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
-    if not args.sweep and not args.bench:
-        print("error: nothing to fit: no steps were given. Fix: pass --sweep DIR (a colocation "
-              "sweep's out_dir) or --bench FILE (bench mini's JSON)", file=sys.stderr)
+    args.argv = argv
+    if not args.sweep and not args.bench and not args.inputs:
+        print("error: nothing to fit: no steps were given. Fix: pass step logs or a real "
+              "record, --sweep DIR (a colocation sweep's out_dir) or --bench FILE (bench mini's "
+              "JSON)", file=sys.stderr)
         return 2
     from workbench.errors import WorkbenchError
+
+    if args.inputs:
+        try:
+            from workbench.bench import calibrate_real
+
+            calibrate_real.run(args)
+        except WorkbenchError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        except OSError as err:  # hardware.py not writable
+            print(f"error: {ascii(str(err))[1:-1]}", file=sys.stderr)
+            return 2
+        return 0
     from workbench.labs.colocation.rows import reading_sweep
 
     try:  # the sweep and bench files are outside input: a bad one is one line
