@@ -138,6 +138,30 @@ def test_bad_options_are_one_line(tmp_path, hw, capsys):
         assert len(capsys.readouterr().err.strip().splitlines()) == 1
 
 
+def test_async_steps_put_a_prefills_host_cost_on_the_period_before(tmp_path, hw):
+    # async scheduling: step k+1 is scheduled as step k-1's output is processed, and its
+    # host cost (a prefill's eager launch) delays step k's end
+    rng, steps, ends = random.Random(3), [], [1000.0, 1000.0]
+    shapes = [(rng.randint(1, 64), rng.random() < 0.2) for _ in range(1200)]
+    for k, (seqs, pre) in enumerate(shapes):
+        p = 256 * rng.randint(1, 3) if pre else 0
+        dec, c = seqs, seqs * 300
+        pairs = c + dec + p * (p + 1) / 2
+        cost = MODEL.cost(seqs + (1 if p else 0), p + dec, c, pairs)
+        nxt = shapes[k + 1][1] if k + 1 < len(shapes) else False
+        period = cost.gpu_s + MODEL.step_overhead_s + MODEL.seq_overhead_s * (seqs + bool(p)) \
+            + (MODEL.prefill_overhead_s if nxt else 0.0)
+        t = ends[-2]
+        ends.append(ends[-1] + period)
+        steps.append({"t": t, "dur_s": ends[-1] - t, "prefill_tokens": p, "decode_tokens": dec,
+                      "seqs": seqs + (1 if p else 0), "ctx_tokens": c, "attn_pairs": pairs})
+    log = tmp_path / "async.jsonl"
+    log.write_text("".join(json.dumps(d) + "\n" for d in steps))
+    assert steprows.is_async(steprows.read_log(log))
+    assert calibrate.main([str(log), "--name", "async", "--hardware", str(hw)]) == 0
+    _close(_fields(hw, "async"))
+
+
 def test_own_time_and_solo_steps():
     # async scheduling: the second step was scheduled before the first was processed
     a = [Step(0.0, 1.0, 8, 0, 1, 0, 36), Step(0.5, 1.0, 0, 1, 1, 8, 9),
@@ -147,6 +171,7 @@ def test_own_time_and_solo_steps():
     assert steprows.solo_mask([a, b]) == [[True, False, True], [False]]
     rows = steprows.fit_rows([a, b], None)
     assert [r[4] for r in rows] == [1.0, 0.5]
+    assert [r[5] for r in rows] == [1.0, 0.0]  # not async: a prefill's cost is its own step's
     assert len(steprows.fit_rows([a, b], None, solo=False)) == 4
     with pytest.raises(ValueError, match="need the workload's lengths"):
         steprows.fit_rows([[Step(0.0, 1.0, 8, 0, 1)]], None)

@@ -41,13 +41,16 @@ def _flops_bytes(rows: np.ndarray, model: str) -> tuple[np.ndarray, np.ndarray]:
 
 def fit_steptime(steps: list[list[float]], gpu: str = "h200", model: str = "llama-3.1-8b",
                  trim: float = 0.5, prefill_term: bool = True) -> dict:
-    """``steps``: rows of ``[num_seqs, new_tokens, ctx_tokens, attn_pairs, seconds, ...]``;
-    ``prefill_term``: fit ``prefill_overhead_s`` too (else it is 0).
+    """``steps``: rows of ``[num_seqs, new_tokens, ctx_tokens, attn_pairs, seconds]`` and
+    optionally a sixth, ``prefill_host``: 1 where the step's time holds a prefill's host cost
+    (default: the step has more new tokens than sequences); ``prefill_term``: fit
+    ``prefill_overhead_s`` too (else it is 0).
 
     Fits once, drops steps more than ``trim`` (relative) off the fit, fits again: the first step
     of each new batch shape is 2-4x slower (cuBLAS/SDPA selection, allocator growth; seen on the
     H200), and those one-off costs are not what a step-time model describes."""
-    rows = np.asarray([r[:5] for r in steps if r[0] > 0], dtype=float)
+    rows = np.asarray([[*r[:5], r[5] if len(r) > 5 else float(r[1] > r[0])]
+                       for r in steps if r[0] > 0], dtype=float)
     first = _fit(rows, gpu, model, prefill_term)
     keep = np.abs(first.pop("_rel")) <= trim
     out = _fit(rows[keep], gpu, model, prefill_term)
@@ -61,7 +64,7 @@ def _fit(rows: np.ndarray, gpu: str, model: str, prefill_term: bool = True) -> d
     t, n = rows[:, 4], rows[:, 0]
     # a step with a prefill chunk (more new tokens than sequences) runs eagerly where the
     # decode-only steps replay CUDA graphs: its own host term (0 when steps are all eager)
-    mixed = (rows[:, 1] > n).astype(float) if prefill_term else np.zeros(len(rows))
+    mixed = rows[:, 5] if prefill_term else np.zeros(len(rows))
     spec = GPUS[gpu]
     w = 1.0 / t  # relative error weights
     grid = np.linspace(0.05, 1.0, 96)

@@ -69,6 +69,7 @@ def _record_rows(rep: dict, peaks: set[int] | None, wl: Workload | None,
     info["engine"] = info["engine"] or (f"vllm {rep['vllm_version']}"
                                         if rep.get("vllm_version") else rep.get("engine"))
     info["model"] = info["model"] or (rep.get("config") or {}).get("model")
+    info["measured"] = info.get("measured") or (rep.get("provenance") or {}).get("date")
     out: list[list[float]] = []
     for key in sorted(rep["runs"]):
         if peaks is not None and int(key.split("/")[0]) not in peaks:
@@ -85,15 +86,19 @@ def _record_rows(rep: dict, peaks: set[int] | None, wl: Workload | None,
 
 
 def residuals(rows: list[list[float]], fields: dict, gpu: str, model: str) -> dict:
-    """Median and p90 relative error of the fitted model, overall and per kind of step."""
+    """Median and p90 relative error of the fitted model, overall and per kind of period:
+    decode only, or holding a prefill's host cost (``prefill_host``, see steprows)."""
     from workbench.engines.sim.steptime import StepTimeModel
 
     st = StepTimeModel.preset(model, gpu, **fields)
     a = np.asarray(rows, dtype=float)
-    pred = np.array([st.step_time(int(r[0]), int(r[1]), r[2], r[3]) for r in a])
+    host = a[:, 5] if a.shape[1] > 5 else (a[:, 1] > a[:, 0]).astype(float)
+    gpu_s = np.array([st.cost(int(r[0]), int(r[1]), r[2], r[3]).gpu_s for r in a])
+    pred = gpu_s + st.step_overhead_s + st.seq_overhead_s * a[:, 0] + \
+        st.prefill_overhead_s * host
     rel = np.abs(pred - a[:, 4]) / a[:, 4]
-    kinds = {"all": np.ones(len(a), bool), "decode_only": a[:, 1] <= a[:, 0],
-             "with_prefill": a[:, 1] > a[:, 0]}
+    kinds = {"all": np.ones(len(a), bool), "decode_only": (a[:, 1] <= a[:, 0]) & (host == 0),
+             "prefill_host": host > 0}
     return {k: {"steps": int(m.sum()), "median_rel_err": round(float(np.median(rel[m])), 4),
                 "p90_rel_err": round(float(np.percentile(rel[m], 90)), 4)}
             for k, m in kinds.items() if m.any()}
@@ -124,7 +129,8 @@ def run(args: argparse.Namespace) -> dict:
     profile = {"gpu": args.gpu, "model": model, "fields": fields, "provenance": {
         "machine": args.machine or info["machine"] or "not recorded",
         "engine": args.engine_version or info["engine"] or "not recorded",
-        "model_shape": model, "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d"),
+        "model_shape": model, "measured": info.get("measured") or "not recorded",
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d"),
         "steps_used": len(rows), "steps_dropped": fit["n_dropped"],
         "solo_steps_only": not args.all_steps, "context": info["ctx"],
         "median_rel_err": res["all"]["median_rel_err"], "p90_rel_err": res["all"]["p90_rel_err"],

@@ -54,6 +54,13 @@ def _literal(value: object, indent: int) -> list[str]:
             lines[-1] += ","
         return lines + [pad + "}"]
     text = repr(value)
+    if isinstance(value, (list, tuple)) and indent + len(text) >= WIDTH - 24:
+        lines = ["["]
+        for v in value:
+            sub = _literal(v, indent + 4)
+            lines += [f"{pad}    {sub[0]}", *sub[1:]]
+            lines[-1] += ","
+        return lines + [pad + "]"]
     if not isinstance(value, str) or indent + len(text) < WIDTH - 24:
         return [text]
     words, parts, cur = value.split(" "), [], ""

@@ -107,9 +107,31 @@ def own_times(steps: list[Step]) -> list[float]:
     return out
 
 
+def own_spans(steps: list[Step]) -> list[tuple[float, float]]:
+    """Each step's own interval (time order): its own time, ending where it ended."""
+    ordered = sorted(steps, key=lambda s: s.t)
+    return [(s.end - own, s.end) for s, own in zip(ordered, own_times(ordered), strict=True)]
+
+
+def is_async(steps: list[Step]) -> bool:
+    """Most steps were scheduled before the step ahead of them had been processed."""
+    o = sorted(steps, key=lambda s: s.t)
+    return sum(b.t < a.end for a, b in zip(o, o[1:], strict=False)) > len(o) / 2
+
+
+def next_prefill(steps: list[Step]) -> list[bool]:
+    """Per step (time order): whether the step after it carries a prefill. Under async
+    scheduling the engine prepares and launches that step before it processes this one's
+    output, so the host cost of a prefill (an eager, launch-bound forward) lands in the period
+    of the step before it."""
+    o = sorted(steps, key=lambda s: s.t)
+    return [b.prefill > 0 for b in o[1:]] + [False]
+
+
 def solo_mask(engines: list[list[Step]]) -> list[list[bool]]:
-    """Per engine, per step (in time order): True when no other engine's step overlapped it."""
-    spans = [[(s.t, s.end) for s in sorted(e, key=lambda s: s.t)] for e in engines]
+    """Per engine, per step (in time order): True when no other engine's step overlapped its
+    own interval."""
+    spans = [own_spans(e) for e in engines]
     out = []
     for i, mine in enumerate(spans):
         others = sorted(x for j, sp in enumerate(spans) if j != i for x in sp)
@@ -126,14 +148,17 @@ def solo_mask(engines: list[list[Step]]) -> list[list[bool]]:
 
 def fit_rows(engines: list[list[Step]], workload: Workload | None, *,
              solo: bool = True) -> list[list[float]]:
-    """The fit's rows ``[num_seqs, new_tokens, ctx_tokens, attn_pairs, seconds]`` of one point's
-    engines (several when they shared a GPU); ``solo``: only steps no other engine overlapped."""
+    """The fit's rows ``[num_seqs, new_tokens, ctx_tokens, attn_pairs, seconds, prefill_host]``
+    of one point's engines (several when they shared a GPU); ``solo``: only steps no other
+    engine overlapped. ``prefill_host``: the row's period holds a prefill's host cost (its own
+    prefill; under async scheduling the next step's, see :func:`next_prefill`)."""
     masks = solo_mask(engines) if solo and len(engines) > 1 else \
         [[True] * len(e) for e in engines]
     rows = []
     for steps, mask in zip(engines, masks, strict=True):
         ordered = sorted(steps, key=lambda s: s.t)
-        for s, own, keep in zip(ordered, own_times(ordered), mask, strict=True):
+        host = next_prefill(ordered) if is_async(ordered) else [s.prefill > 0 for s in ordered]
+        for s, own, keep, pre in zip(ordered, own_times(ordered), mask, host, strict=True):
             if not keep or s.seqs == 0 or own <= 0:
                 continue
             if s.ctx is None or s.pairs is None:
@@ -143,7 +168,7 @@ def fit_rows(engines: list[list[Step]], workload: Workload | None, *,
                 ctx, pairs = workload.ctx(s), workload.pairs(s)
             else:
                 ctx, pairs = s.ctx, s.pairs
-            rows.append([s.seqs, s.prefill + s.decode, ctx, pairs, own])
+            rows.append([s.seqs, s.prefill + s.decode, ctx, pairs, own, float(pre)])
     return rows
 
 

@@ -22,10 +22,20 @@ FIELDS = ("flops_eff", "bw_eff", "step_overhead_s", "seq_overhead_s", "prefill_o
 
 
 def _repeats(record) -> list[dict]:
+    """The repeats of a repeat dict, a list of them, ``{"repeats": [...]}`` or a lab record
+    (``results.repeats`` beside ``results.config``); each with its sweep's config."""
+    if isinstance(record, dict) and isinstance(record.get("results"), dict):
+        record = record["results"]
     if isinstance(record, dict) and isinstance(record.get("runs"), dict):
         return [record]
     reps = record.get("repeats") if isinstance(record, dict) else record
-    return [r for r in reps or () if isinstance(r, dict) and isinstance(r.get("runs"), dict)]
+    head = record if isinstance(record, dict) else {}
+    out = []
+    for r in reps or ():
+        if isinstance(r, dict) and isinstance(r.get("runs"), dict):
+            out.append({**{k: head[k] for k in ("config", "engine", "device") if k in head},
+                        **r})
+    return out
 
 
 def pick_profile(reps: list[dict], name: str | None = None) -> tuple[str, dict] | None:
