@@ -102,6 +102,7 @@ STEP_PROFILES: dict[str, dict] = {
             'step_overhead_s': 6.782e-05,
             'seq_overhead_s': 1.249e-05,
             'prefill_overhead_s': 0.0534,
+            'prefill_gpu_frac': 0.475,
         },
         'provenance': {
             'machine': 'NVIDIA H200',
@@ -131,6 +132,14 @@ STEP_PROFILES: dict[str, dict] = {
                     'median_rel_err': 0.109,
                     'p90_rel_err': 0.2492,
                 },
+            },
+            'prefill_gpu_share': {
+                'base_s': 0.00779,
+                'beside_s': 0.01251,
+                'prefill_period_s': 0.06716,
+                'n_base': 956,
+                'n_beside': 929,
+                'gpu_s': 0.02534,
             },
             'fitted_on': {
                 'repeats': '0',

@@ -197,3 +197,33 @@ def test_profile_block_round_trip_keeps_the_rest_of_the_file(hw):
     head, tail = before.split(profiles.BEGIN)[0], before.split(profiles.END)[1]
     assert after.startswith(head + profiles.BEGIN) and after.endswith(profiles.END + tail)
     compile(after, "hardware.py", "exec")
+
+
+def test_a_prefills_gpu_share_is_read_from_decodes_beside_it():
+    # engine A decodes 8 ms periods alone, 12 ms while B is in its 60 ms prefill period
+    a, b, t = [], [], 0.0
+    for k in range(200):
+        beside = k % 2 == 1
+        if beside:
+            b.append(Step(t, 0.06, 256, 0, 1, 0, 256 * 257 / 2))
+            for _ in range(5):
+                a.append(Step(t, 0.012, 0, 4, 4, 1200, 1204))
+                t += 0.012
+        else:
+            for _ in range(5):
+                a.append(Step(t, 0.008, 0, 4, 4, 1200, 1204))
+                t += 0.008
+        t += 0.001
+    share = steprows.prefill_gpu_share([[a, b]])
+    assert share["base_s"] == pytest.approx(0.008) and share["beside_s"] == pytest.approx(0.012)
+    assert share["gpu_s"] == pytest.approx(0.004 * 0.06 / 0.012)  # 20 ms of B's 60 ms
+    assert steprows.prefill_gpu_share([[a]]) is None
+
+
+def test_the_gpu_share_of_a_prefill_holds_the_gpu_in_the_model():
+    host = StepTimeModel.preset("llama-3.1-8b", "h200", **TRUE)
+    half = StepTimeModel.preset("llama-3.1-8b", "h200", **TRUE, prefill_gpu_frac=0.5)
+    a, b = host.cost(2, 257, 0, 257 * 129), half.cost(2, 257, 0, 257 * 129)
+    assert b.total_s == pytest.approx(a.total_s)
+    assert b.gpu_s - a.gpu_s == pytest.approx(TRUE["prefill_overhead_s"] / 2)
+    assert half.cost(4, 4, 1200, 1204) == host.cost(4, 4, 1200, 1204)  # decode unchanged

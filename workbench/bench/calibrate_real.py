@@ -41,9 +41,10 @@ def gather(args: argparse.Namespace) -> tuple[list[list[float]], dict]:
         else None
     rows: list[list[float]] = []
     info: dict = {"source": [p.name for p in args.inputs], "machine": None, "engine": None,
-                  "model": None, "points": [], "ctx": "logged"}
+                  "model": None, "points": [], "ctx": "logged", "engines": []}
     if logs:
         engines = [steprows.read_log(p) for p in logs]
+        info["engines"].append(engines)
         if any(s.ctx is None for e in engines for s in e):
             info["ctx"] = _ctx_note(wl)
         rows += steprows.fit_rows(engines, wl, solo=not args.all_steps)
@@ -80,6 +81,7 @@ def _record_rows(rep: dict, peaks: set[int] | None, wl: Workload | None,
         if any(s.ctx is None for e in engines for s in e):
             info["ctx"] = _ctx_note(wl)
         got = steprows.fit_rows(engines, wl, solo=not args.all_steps)
+        info["engines"].append(engines)
         out += got
         info["points"].append(f"r{rep.get('repeat')} {key} ({len(got)})")
     return out
@@ -121,6 +123,7 @@ def run(args: argparse.Namespace) -> dict:
     fit = fit_steptime(rows, gpu=args.gpu, model=model, prefill_term=True)
     fields = {k: float(f"{fit[k]:.4g}") for k in FIELDS}
     res = residuals(rows, fields, args.gpu, model)
+    share = _gpu_share(info.pop("engines"), fields)
     print(json.dumps({"fields": fields, "steps": len(rows), "dropped": fit["n_dropped"],
                       "residuals": res}, indent=1))
     for kind, r in res.items():
@@ -134,8 +137,9 @@ def run(args: argparse.Namespace) -> dict:
         "steps_used": len(rows), "steps_dropped": fit["n_dropped"],
         "solo_steps_only": not args.all_steps, "context": info["ctx"],
         "median_rel_err": res["all"]["median_rel_err"], "p90_rel_err": res["all"]["p90_rel_err"],
-        "residuals": res, "fitted_on": {"repeats": args.repeats or "all",
-                                        "peaks": args.peaks or "all", "points": info["points"]},
+        "residuals": res, "prefill_gpu_share": share,
+        "fitted_on": {"repeats": args.repeats or "all", "peaks": args.peaks or "all",
+                      "points": info["points"]},
         "source": info["source"], "command": "python -m workbench.bench.calibrate " + " ".join(
             _shown_args(sys.argv[1:] if args.argv is None else args.argv))}}
     if args.name:
@@ -143,6 +147,20 @@ def run(args: argparse.Namespace) -> dict:
         print(f"profile {args.name!r} written to {path.name}; select it with --param "
               f"steptime={args.name}")
     return profile
+
+
+def _gpu_share(points: list, fields: dict) -> dict | None:
+    """``prefill_gpu_frac`` from the fitted points' shared-GPU periods (steprows), set in
+    ``fields``; what it was read from, for the provenance (None: not measurable here)."""
+    share = steprows.prefill_gpu_share(points) if any(len(p) > 1 for p in points) else None
+    if share is None or fields["prefill_overhead_s"] <= 0:
+        return None
+    frac = min(max(share["gpu_s"] / fields["prefill_overhead_s"], 0.0), 1.0)
+    fields["prefill_gpu_frac"] = round(frac, 3)
+    print(f"prefill_gpu_frac {frac:.3f}: a decode beside another engine's prefill period took "
+          f"{share['beside_s'] * 1e3:.1f} ms, alone {share['base_s'] * 1e3:.1f} ms "
+          f"({share['n_beside']} / {share['n_base']} periods)")
+    return {k: round(v, 5) if isinstance(v, float) else v for k, v in share.items()}
 
 
 def _shown_args(argv: list[str]) -> list[str]:

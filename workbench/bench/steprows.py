@@ -17,6 +17,7 @@ Three corrections turn logged steps into what a single-engine step-time model de
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import math
 from dataclasses import dataclass
@@ -244,3 +245,41 @@ def workload_of(rep: dict) -> Workload | None:
         return None
     out = c.get("output_len") or max(2, round(c["completion_len"] / c.get("time_scale", 1.0)))
     return Workload(int(c["prompt_len"]), int(out))
+
+
+def prefill_gpu_share(points: list[list[list[Step]]]) -> dict | None:
+    """How much of another engine's prefill period holds the GPU, read from decode periods of
+    engines sharing it: ``base`` (the others idle) against ``beside`` (exactly one other in a
+    period that holds a prefill's cost). A simulator whose GPU serves whole steps in turn
+    reproduces the delay those decodes suffered if the prefill holds the GPU for
+    ``(beside - base) * period / beside`` seconds; None with too few periods of either kind."""
+    base, beside, periods = [], [], []
+    for engines in points:
+        spans = [own_spans(e) for e in engines]
+        orders = [sorted(e, key=lambda s: s.t) for e in engines]
+        host = [next_prefill(o) if is_async(o) else [s.prefill > 0 for s in o] for o in orders]
+        for i in range(len(engines)):
+            for (a, b), s, h in zip(spans[i], orders[i], host[i], strict=True):
+                if h:
+                    periods.append(b - a)
+                if s.prefill or h:
+                    continue
+                others = [_state_at(spans[j], host[j], (a + b) / 2)
+                          for j in range(len(engines)) if j != i]
+                if all(o == "-" for o in others):
+                    base.append(b - a)
+                elif sorted(others)[-1] == "H" and others.count("-") == len(others) - 1:
+                    beside.append(b - a)
+    if len(base) < 20 or len(beside) < 20 or not periods:
+        return None
+    mb, mh, mp = (float(sorted(x)[len(x) // 2]) for x in (base, beside, periods))
+    return {"base_s": mb, "beside_s": mh, "prefill_period_s": mp, "n_base": len(base),
+            "n_beside": len(beside), "gpu_s": max(mh - mb, 0.0) * mp / mh}
+
+
+def _state_at(spans: list[tuple[float, float]], host: list[bool], t: float) -> str:
+    """An engine at time ``t``: "-" idle, "D" in a decode period, "H" in a prefill's period."""
+    k = bisect.bisect(spans, (t, math.inf)) - 1
+    if k < 0 or not spans[k][0] <= t <= spans[k][1]:
+        return "-"
+    return "H" if host[k] else "D"

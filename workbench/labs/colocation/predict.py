@@ -18,7 +18,8 @@ from workbench.hardware import STEP_PROFILES
 from workbench.labs.colocation.rows import spread
 
 P50_TOL, P99_TOL = 0.15, 0.25
-FIELDS = ("flops_eff", "bw_eff", "step_overhead_s", "seq_overhead_s", "prefill_overhead_s")
+FIELDS = ("flops_eff", "bw_eff", "step_overhead_s", "seq_overhead_s", "prefill_overhead_s",
+          "prefill_gpu_frac")
 
 
 def _repeats(record) -> list[dict]:
