@@ -4,6 +4,9 @@ counted as a miss; the held-out repeats are the ones judged; no profile, no pred
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from workbench.labs.colocation import predict
@@ -75,3 +78,17 @@ def test_in_sample_points_are_marked(monkeypatch, sims):
     monkeypatch.setattr(predict, "STEP_PROFILES", {"vllm26-test": _profile("all")})
     pred = predict.sim_beside_real(_record(sims))
     assert pred["held_out_points"] == 0 and pred["both_ok"] == 4
+
+
+RECORD = (Path(predict.__file__).parent / "records" / "h200-vllm026-20261201.json")
+
+
+@pytest.mark.skipif(not RECORD.exists(), reason="the H200 sweep's record is not in this checkout")
+def test_the_h200_sweep_is_predicted_from_its_first_repeat():
+    # the committed profile was fitted on repeat 0 of this record: repeats 1 and 2 are judged
+    pred = predict.sim_beside_real(json.loads(RECORD.read_text()))
+    assert pred is not None and pred["profile"] == "vllm026-h200"
+    assert pred["points"] == 8 == pred["held_out_points"]
+    assert all(r["judged_on_repeats"] == [1, 2] for r in pred["rows"])
+    assert [s["peak"] for s in pred["speedups"]] == [2, 5, 9, 13]
+    print(predict.markdown(pred))
