@@ -86,6 +86,85 @@ H200_MINI_EAGER_FIT = (("flops_eff", 0.33), ("bw_eff", 1.0), ("step_overhead_s",
 
 _H200_VMM = VMMLatency(5e-6, 20e-6, 6e-6, 53e-6, 31e-6, 22e-6)
 
+# Step-time profiles fitted to a real engine's steps, by name: the simulated labs select one with
+# `--param steptime=NAME` (labs/kit/steptime.py). Each keeps the GPU preset it was fitted on, the
+# StepTimeModel fields, and where it comes from (machine, engine version, model shape, date, steps
+# used, residuals, the command). `python -m workbench.bench.calibrate LOGS... --name NAME`
+# regenerates the block between the markers (workbench/bench/profiles.py); re-fit, do not edit.
+# >>> step profiles
+STEP_PROFILES: dict[str, dict] = {
+    'vllm026-h200': {
+        'gpu': 'h200',
+        'model': 'llama-3.1-8b',
+        'fields': {
+            'flops_eff': 1.0,
+            'bw_eff': 0.5,
+            'step_overhead_s': 6.782e-05,
+            'seq_overhead_s': 1.249e-05,
+            'prefill_overhead_s': 0.0534,
+            'prefill_gpu_frac': 0.475,
+        },
+        'provenance': {
+            'machine': 'NVIDIA H200',
+            'engine': 'vllm 0.26.0',
+            'model_shape': 'llama-3.1-8b',
+            'measured': '2026-12-01 23:45 UTC',
+            'date': '2026-12-02',
+            'steps_used': 1352,
+            'steps_dropped': 86,
+            'solo_steps_only': True,
+            'context': 'estimated (prompt 256, output 43)',
+            'median_rel_err': 0.0731,
+            'p90_rel_err': 0.2775,
+            'residuals': {
+                'all': {
+                    'steps': 1352,
+                    'median_rel_err': 0.0731,
+                    'p90_rel_err': 0.2775,
+                },
+                'decode_only': {
+                    'steps': 937,
+                    'median_rel_err': 0.0674,
+                    'p90_rel_err': 0.103,
+                },
+                'prefill_host': {
+                    'steps': 302,
+                    'median_rel_err': 0.109,
+                    'p90_rel_err': 0.2492,
+                },
+            },
+            'prefill_gpu_share': {
+                'base_s': 0.00779,
+                'beside_s': 0.01251,
+                'prefill_period_s': 0.06716,
+                'n_base': 956,
+                'n_beside': 929,
+                'gpu_s': 0.02534,
+            },
+            'fitted_on': {
+                'repeats': '0',
+                'peaks': 'all',
+                'points': [
+                    'r0 13/elastic (319)',
+                    'r0 13/static (314)',
+                    'r0 2/elastic (68)',
+                    'r0 2/static (64)',
+                    'r0 5/elastic (86)',
+                    'r0 5/static (80)',
+                    'r0 9/elastic (169)',
+                    'r0 9/static (252)',
+                ],
+            },
+            'source': ['h200-vllm026-20261201.repeats.json.gz'],
+            'command': (
+                'python -m workbench.bench.calibrate h200-vllm026-20261201.repeats.json.gz '
+                '--repeats 0 --name vllm026-h200'
+            ),
+        },
+    },
+}
+# <<< step profiles
+
 
 class PageIdCost(NamedTuple):
     """A measured range (seconds) for growing one page id: create+map+set-access of every target."""
@@ -132,6 +211,15 @@ GPU_PRESETS: dict[str, GPUPreset] = {
 }
 
 
+def step_profile(name: str) -> dict:
+    """A fitted profile of :data:`STEP_PROFILES`, or a one-line ConfigError."""
+    if name not in STEP_PROFILES:
+        have = ", ".join(STEP_PROFILES) or "none yet"
+        raise ConfigError(f"step profile {name!r}", f"is not fitted (fitted: {have})",
+                          "fit one with python -m workbench.bench.calibrate LOGS... --name NAME")
+    return STEP_PROFILES[name]
+
+
 def gpu_preset(key: str) -> GPUPreset:
     if key not in GPU_PRESETS:
         raise ConfigError(f"gpu {key!r}", "has no preset", f"use one of {', '.join(GPU_PRESETS)}")
@@ -139,4 +227,5 @@ def gpu_preset(key: str) -> GPUPreset:
 
 
 __all__ = ["GPU_PRESETS", "H200_MINI_EAGER_FIT", "H200_MINI_FIT", "H200_PAGE_ID_GROW", "GPUPreset",
-           "PageIdCost", "Provenance", "VMMLatency", "VMM_CALLS", "gpu_preset"]
+           "PageIdCost", "Provenance", "STEP_PROFILES", "VMMLatency", "VMM_CALLS", "gpu_preset",
+           "step_profile"]

@@ -175,6 +175,9 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("socket_dir", PATH, None, "an absolute directory path", unset_ok=True),
     Knob("shm_dir", PATH, "/dev/shm", "an absolute directory path",
          existing=True),
+    # an engine process appends one JSON line per scheduler step here (observes, changes nothing)
+    Knob("step_log", PATH, None, "an absolute file path (e.g. /tmp/run/steps-0.jsonl)",
+         unset_ok=True),
 )}
 POOL_KNOBS = tuple(k for k in KNOBS.values() if k.pool)
 RESERVE_FIX = f"use min <= max, each an integer from 0 to {MAX_RESERVE}"

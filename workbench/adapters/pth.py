@@ -1,7 +1,8 @@
 """Install / remove the ``.pth`` file that boots autopatch at interpreter start.
 
 ``python -m workbench.adapters.pth install|uninstall|status`` (in the engine's venv). The line
-imports nothing from the workbench unless ``WORKBENCH_KV_AUTOPATCH`` is set, so an interpreter
+imports nothing from the workbench unless ``WORKBENCH_KV_AUTOPATCH`` or ``WORKBENCH_KV_STEP_LOG``
+(the step recorder, which also observes a stock engine) is set, so an interpreter
 with autopatch off starts as fast as before. Child processes (vLLM's spawned EngineCore, SGLang's
 scheduler) run it too: that is why patching starts from a ``.pth`` and not from user code.
 """
@@ -13,9 +14,9 @@ import sysconfig
 from pathlib import Path
 
 NAME = "workbench_autopatch.pth"
-LINE = ("import os; os.environ.get('WORKBENCH_KV_AUTOPATCH', '').strip().lower() in "
-        "('1', 'true', 'yes', 'on') and __import__('workbench.adapters.boot', "
-        "fromlist=['install']).install()\n")
+LINE = ("import os; (os.environ.get('WORKBENCH_KV_AUTOPATCH', '').strip().lower() in "
+        "('1', 'true', 'yes', 'on') or bool(os.environ.get('WORKBENCH_KV_STEP_LOG'))) and "
+        "__import__('workbench.adapters.boot', fromlist=['install']).install()\n")
 
 
 def path() -> Path:

@@ -10,6 +10,12 @@ least squares at each grid point, minimising the *relative* error (steps span mi
 seconds). The prefill term is fitted only on a sweep whose decode ran in graphs. Runs on a CPU:
 ``python -m workbench.bench.calibrate --sweep DIR [--sweep DIR2] [--bench B]`` (DIR: the colocation
 lab's gpu ``out_dir``; the fit uses the sweep's own steps).
+
+A real engine's steps (``workbench.adapters.vllm.steplog`` logs, or a real colocation record that
+kept them) are fitted the same way and kept as a named profile in ``hardware.py``:
+``python -m workbench.bench.calibrate STEPLOG_OR_RECORD... --name NAME [--repeats 0]
+[--peaks 2,6]`` prints the fit and its residuals and writes the profile with its provenance
+(see :mod:`workbench.bench.steprows` for what is taken of each step).
 """
 
 from __future__ import annotations
@@ -35,13 +41,16 @@ def _flops_bytes(rows: np.ndarray, model: str) -> tuple[np.ndarray, np.ndarray]:
 
 def fit_steptime(steps: list[list[float]], gpu: str = "h200", model: str = "llama-3.1-8b",
                  trim: float = 0.5, prefill_term: bool = True) -> dict:
-    """``steps``: rows of ``[num_seqs, new_tokens, ctx_tokens, attn_pairs, seconds, ...]``;
-    ``prefill_term``: fit ``prefill_overhead_s`` too (else it is 0).
+    """``steps``: rows of ``[num_seqs, new_tokens, ctx_tokens, attn_pairs, seconds]`` and
+    optionally a sixth, ``prefill_host``: 1 where the step's time holds a prefill's host cost
+    (default: the step has more new tokens than sequences); ``prefill_term``: fit
+    ``prefill_overhead_s`` too (else it is 0).
 
     Fits once, drops steps more than ``trim`` (relative) off the fit, fits again: the first step
     of each new batch shape is 2-4x slower (cuBLAS/SDPA selection, allocator growth; seen on the
     H200), and those one-off costs are not what a step-time model describes."""
-    rows = np.asarray([r[:5] for r in steps if r[0] > 0], dtype=float)
+    rows = np.asarray([[*r[:5], r[5] if len(r) > 5 else float(r[1] > r[0])]
+                       for r in steps if r[0] > 0], dtype=float)
     first = _fit(rows, gpu, model, prefill_term)
     keep = np.abs(first.pop("_rel")) <= trim
     out = _fit(rows[keep], gpu, model, prefill_term)
@@ -55,7 +64,7 @@ def _fit(rows: np.ndarray, gpu: str, model: str, prefill_term: bool = True) -> d
     t, n = rows[:, 4], rows[:, 0]
     # a step with a prefill chunk (more new tokens than sequences) runs eagerly where the
     # decode-only steps replay CUDA graphs: its own host term (0 when steps are all eager)
-    mixed = (rows[:, 1] > n).astype(float) if prefill_term else np.zeros(len(rows))
+    mixed = rows[:, 5] if prefill_term else np.zeros(len(rows))
     spec = GPUS[gpu]
     w = 1.0 / t  # relative error weights
     grid = np.linspace(0.05, 1.0, 96)
@@ -82,6 +91,21 @@ def _fit(rows: np.ndarray, gpu: str, model: str, prefill_term: bool = True) -> d
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="fit the H200 step-time preset; sim vs GPU TTFT")
+    ap.add_argument("inputs", nargs="*", type=Path, metavar="STEPLOG_OR_RECORD",
+                    help="real engine steps: step logs (JSON lines; several = engines of one "
+                         "run) or real colocation records (file, gzip'd file or out_dir)")
+    ap.add_argument("--name", help="write the fit into hardware.py as this step profile")
+    ap.add_argument("--repeats", help="record repeats to fit on, e.g. 0 (default: all)")
+    ap.add_argument("--peaks", help="record PEAKs to fit on, e.g. 2,6 (default: all)")
+    ap.add_argument("--all-steps", action="store_true",
+                    help="also steps that overlapped another engine's (default: solo steps)")
+    ap.add_argument("--gpu", default="h200", help="the GPU preset the fit scales (default h200)")
+    ap.add_argument("--model", help="model shape (default: the record's, else llama-3.1-8b)")
+    ap.add_argument("--machine", help="provenance: the machine (default: the record's device)")
+    ap.add_argument("--engine-version", help="provenance: the engine (default: the record's)")
+    ap.add_argument("--prompt-len", type=int, help="for logs without ctx_tokens")
+    ap.add_argument("--output-len", type=int, help="for logs without ctx_tokens")
+    ap.add_argument("--hardware", type=Path, help=argparse.SUPPRESS)  # tests: another file
     ap.add_argument("--bench", type=Path, help="bench.json from workbench.bench.mini")
     ap.add_argument("--sweep", type=Path, action="append", default=[],
                     help="a folder of repeat_<r>.json from the colocation lab's gpu sweep "
@@ -93,11 +117,26 @@ def main(argv: list[str] | None = None) -> int:
                          "same points simulated again with them, speedups printed")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
-    if not args.sweep and not args.bench:
-        print("error: nothing to fit: no steps were given. Fix: pass --sweep DIR (a colocation "
-              "sweep's out_dir) or --bench FILE (bench mini's JSON)", file=sys.stderr)
+    args.argv = argv
+    if not args.sweep and not args.bench and not args.inputs:
+        print("error: nothing to fit: no steps were given. Fix: pass step logs or a real "
+              "record, --sweep DIR (a colocation sweep's out_dir) or --bench FILE (bench mini's "
+              "JSON)", file=sys.stderr)
         return 2
     from workbench.errors import WorkbenchError
+
+    if args.inputs:
+        try:
+            from workbench.bench import calibrate_real
+
+            calibrate_real.run(args)
+        except WorkbenchError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        except OSError as err:  # hardware.py not writable
+            print(f"error: {ascii(str(err))[1:-1]}", file=sys.stderr)
+            return 2
+        return 0
     from workbench.labs.colocation.rows import reading_sweep
 
     try:  # the sweep and bench files are outside input: a bad one is one line

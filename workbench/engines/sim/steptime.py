@@ -19,6 +19,9 @@ Defaults and where they come from (all are fields, so they can be calibrated lat
   STREAM-like numbers; this project measured 4.27 of 4.8 TB/s = 0.89 on an H200 copy kernel).
 * ``flops_eff = 0.60``: large-token prefill GEMMs reach ~55-70% MFU in vLLM/SGLang profiles
   (Vidur's profiled MLP tables are in that range); a guess until calibrated.
+* ``prefill_gpu_frac = 0``: the share of ``prefill_overhead_s`` that holds the GPU; a real
+  engine's eager, launch-bound prefill forward slows the other processes' steps on the GPU too
+  (measured from their decodes beside it: ``workbench.bench.steprows.prefill_gpu_share``).
 * ``step_overhead_s = 2.5 ms`` and ``seq_overhead_s = 15 us``: vLLM V1 CPU-side scheduling, input
   preparation, sampling and detokenisation per iteration (order of magnitude from the vLLM V1 blog's
   "CPU overhead" discussion and Vidur's ``cpu_overhead`` profiles); a guess until calibrated.
@@ -70,6 +73,10 @@ class StepTimeModel:
     # host cost added to a step that computes a prefill chunk (new tokens > sequences): an engine
     # that replays decode-only steps as CUDA graphs runs those eagerly (0: one cost for both)
     prefill_overhead_s: float = 0.0
+    # the share of ``prefill_overhead_s`` that holds the GPU (0: all host-side). A real engine's
+    # eager prefill forward keeps its context busy with launch-bound kernels, which slows the
+    # other processes' steps on the same GPU although its own time is mostly launches.
+    prefill_gpu_frac: float = 0.0
 
     @classmethod
     def preset(cls, model: str | ModelSpec, gpu: str = "a100", *, fitted: bool = False,
@@ -110,5 +117,6 @@ class StepTimeModel:
                 nbytes / (self.gpu.peak_bw * self.bw_eff))
         host = self.step_overhead_s + self.seq_overhead_s * num_seqs
         if new_tokens > num_seqs:
-            host += self.prefill_overhead_s
+            t += self.prefill_overhead_s * self.prefill_gpu_frac
+            host += self.prefill_overhead_s * (1.0 - self.prefill_gpu_frac)
         return StepCost(t, host)

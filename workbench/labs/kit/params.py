@@ -72,4 +72,4 @@ GIB = Num(float, 0.01, 128.0, "GiB")  # gpu/host: real memory, at most one H200'
 STEPTIME = Pairs(tuple(CALIBRATIONS), {
     "flops_eff": Num(float, 0.01, 1.0), "bw_eff": Num(float, 0.01, 1.0),
     "step_overhead_s": Num(float, 0.0, 1.0), "seq_overhead_s": Num(float, 0.0, 0.1),
-    "prefill_overhead_s": Num(float, 0.0, 1.0)})
+    "prefill_overhead_s": Num(float, 0.0, 1.0), "prefill_gpu_frac": Num(float, 0.0, 1.0)})

@@ -6,6 +6,7 @@ from __future__ import annotations
 from workbench.engines.sched.scheduler import attn_pairs
 from workbench.engines.sim.steptime import H200_MINI_FIT, StepTimeModel
 from workbench.errors import ConfigError
+from workbench.hardware import STEP_PROFILES
 
 # Step-time what-ifs. "kvcached-fit": slower steps (HBM at 55% of peak, 5 ms host overhead per
 # step) chosen by hand so the static knee lands at PEAK 15 as in the published table; a fit to
@@ -15,6 +16,8 @@ CALIBRATIONS: dict[str, dict[str, float]] = {
     "kvcached-fit": {"bw_eff": 0.55, "step_overhead_s": 0.005},
     # measured: the mini engine on an H200 (engines/steptime.py H200_MINI_FIT), a what-if here
     "mini-h200": dict(H200_MINI_FIT),
+    # measured: real engines' steps fitted into named profiles (hardware.STEP_PROFILES)
+    **{name: dict(p["fields"]) for name, p in STEP_PROFILES.items()},
 }
 
 

@@ -1,0 +1,196 @@
+"""The simulator beside a real colocation sweep: the record's own workload and PEAKs run on the
+simulated H200 with a step-time profile fitted to real engine steps (``hardware.STEP_PROFILES``),
+TTFT p50 and p99 per (PEAK, mode) against the real median over repeats, and the sim's speedups
+beside the real ones.
+
+Held out: a profile fitted on some repeats or PEAKs of this sweep (its provenance says which)
+is judged on the rest; a point the fit saw counts as in-sample. The simulated cluster matches the
+real one where the record says how: the same KV total (static: split evenly; elastic: one shared
+budget every pool may address), the same scaled ramp and seed, vLLM's ``max_num_seqs`` and token
+budget; each engine its own process, so a step's host part overlaps the others' GPU steps
+(``host="parallel"``). Runs on a CPU (SimPy)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from workbench.hardware import STEP_PROFILES
+from workbench.labs.colocation.rows import spread
+
+P50_TOL, P99_TOL = 0.15, 0.25
+FIELDS = ("flops_eff", "bw_eff", "step_overhead_s", "seq_overhead_s", "prefill_overhead_s",
+          "prefill_gpu_frac")
+
+
+def _repeats(record) -> list[dict]:
+    """The repeats of a repeat dict, a list of them, ``{"repeats": [...]}`` or a lab record
+    (``results.repeats`` beside ``results.config``); each with its sweep's config."""
+    if isinstance(record, dict) and isinstance(record.get("results"), dict):
+        record = record["results"]
+    if isinstance(record, dict) and isinstance(record.get("runs"), dict):
+        return [record]
+    reps = record.get("repeats") if isinstance(record, dict) else record
+    head = record if isinstance(record, dict) else {}
+    out = []
+    for r in reps or ():
+        if isinstance(r, dict) and isinstance(r.get("runs"), dict):
+            out.append({**{k: head[k] for k in ("config", "engine", "device") if k in head},
+                        **r})
+    return out
+
+
+def pick_profile(reps: list[dict], name: str | None = None) -> tuple[str, dict] | None:
+    """``name``'s profile, else the fitted profile of the record's model shape on an engine of
+    the record's kind (the newest by date); None when none exists."""
+    if name is not None:
+        return (name, STEP_PROFILES[name]) if name in STEP_PROFILES else None
+    model = (reps[0].get("config") or {}).get("model", "llama-3.1-8b") if reps else None
+    kind = str(reps[0].get("engine", "vllm")) if reps else "vllm"
+    fits = [(p["provenance"].get("date", ""), n, p) for n, p in STEP_PROFILES.items()
+            if p.get("model") == model and kind in str(p["provenance"].get("engine", ""))]
+    return max(fits)[1:] if fits else None
+
+
+def _fitted_set(text, all_: set[int]) -> set[int]:
+    if text in (None, "all"):
+        return set(all_)
+    return {int(x) for x in str(text).split(",") if x.strip()}
+
+
+def real_points(reps: list[dict]) -> dict[tuple[int, str], dict[int, dict]]:
+    """(PEAK, mode) -> repeat -> the point's overall TTFT (ms: p50, p99, mean)."""
+    out: dict[tuple[int, str], dict[int, dict]] = {}
+    for rep in reps:
+        for key, run in rep["runs"].items():
+            peak, mode = key.split("/")
+            t = run["overall"]["ttft"]
+            out.setdefault((int(peak), mode), {})[rep.get("repeat", 0)] = \
+                {s: 1e3 * t[s] for s in ("p50", "p99", "mean")}
+    return out
+
+
+def sim_point(c: dict, peak: int, mode: str, fields: dict, gpu: str = "h200") -> dict:
+    """The record's workload at ``peak`` on the simulated GPU: TTFT ms (p50, p99, mean)."""
+    from workbench.config import PoolConfig
+    from workbench.engines.models import get_model
+    from workbench.engines.sim.cluster import ClusterConfig, run_cluster
+    from workbench.engines.sim.steptime import GPUS
+    from workbench.engines.sim.vllm_like import VLLMOptions
+    from workbench.engines.sim.workloads import ramp_trace
+
+    spec, model = GPUS[gpu], get_model(c.get("model", "llama-3.1-8b"))
+    budget, n = int(c["budget_gib"] * (1 << 30)), int(c["instances"])
+    scale = float(c["time_scale"])
+    out_len = max(2, round(c["completion_len"] / scale))
+    cfg = ClusterConfig(
+        mode=mode, gpu=gpu, model=model.name, num_instances=n, activation_bytes=0,
+        gpu_memory_utilization=(budget / n + model.weight_bytes) / spec.memory_bytes,
+        kv_gpu_utilization=(n * model.weight_bytes + budget) / spec.memory_bytes,
+        kv_virtual_bytes=budget,
+        pool=replace(PoolConfig(), min_reserved_pages=int(c.get("min_reserved_pages", 0)),
+                     max_reserved_pages=int(c.get("max_reserved_pages", 1))),
+        vllm=VLLMOptions(max_num_seqs=int(c["max_num_seqs"]),
+                         max_num_batched_tokens=int(c["max_batched_tokens"])),
+        steptime=dict(fields), seed=int(c.get("seed", 0)), host="parallel")
+    wl = []
+    for i in range(n):
+        reqs = ramp_trace(peak, i, num_models=n, prompt_len=int(c["prompt_len"]),
+                          output_len=out_len, seed=int(c.get("seed", 0)))
+        for r in reqs:
+            r.arrival /= scale
+        wl.append(reqs)
+    o = run_cluster(cfg, wl).overall.as_dict()["ttft"]
+    return {s: 1e3 * o[s] for s in ("p50", "p99", "mean")}
+
+
+def _row(key, by_rep: dict[int, dict], held: set[int], sim: dict, peak_held: bool) -> dict:
+    out_reps = [r for r in by_rep if r in held] or list(by_rep)
+    row: dict = {"peak": key[0], "mode": key[1],
+                 "held_out": peak_held or any(r in held for r in by_rep),
+                 "judged_on_repeats": sorted(out_reps)}
+    for stat, tol in (("p50", P50_TOL), ("p99", P99_TOL)):
+        real = spread([by_rep[r][stat] for r in out_reps])
+        ratio = sim[stat] / real["median"] if real["median"] > 0 else float("inf")
+        row[stat] = {"real": real, "sim": sim[stat], "ratio": ratio,
+                     "ok": abs(ratio - 1.0) <= tol}
+    row["ok"] = row["p50"]["ok"] and row["p99"]["ok"]
+    return row
+
+
+def speedups(real: dict, sim: dict) -> list[dict]:
+    """Per PEAK: static / elastic TTFT (mean and p99), real (median [min, max] over repeats)
+    beside the sim's."""
+    out = []
+    for p in sorted({k[0] for k in real}):
+        s, e = real.get((p, "static"), {}), real.get((p, "elastic"), {})
+        both = [r for r in s if r in e]
+        if not both or (p, "static") not in sim or (p, "elastic") not in sim:
+            continue
+        row: dict = {"peak": p}
+        for stat in ("mean", "p99"):
+            row[stat] = {"real": spread([s[r][stat] / e[r][stat] for r in both]),
+                         "sim": sim[(p, "static")][stat] / sim[(p, "elastic")][stat]}
+        out.append(row)
+    return out
+
+
+def sim_beside_real(record, profile: str | None = None) -> dict | None:
+    """Per-point rows (real vs sim TTFT p50 and p99 per mode, within 15% / 25%), counts within
+    tolerance (all points and held-out ones), the sim's speedups beside the real ones; None when
+    no fitted profile exists for the record's engine and model."""
+    reps = _repeats(record)
+    got = pick_profile(reps, profile)
+    if not reps or got is None:
+        return None
+    name, prof = got
+    fitted = prof["provenance"].get("fitted_on", {})
+    all_reps = {r.get("repeat", 0) for r in reps}
+    real = real_points(reps)
+    held = all_reps - _fitted_set(fitted.get("repeats"), all_reps)
+    fit_peaks = _fitted_set(fitted.get("peaks"), {k[0] for k in real})
+    fields = {k: prof["fields"][k] for k in FIELDS if k in prof["fields"]}
+    c = reps[0]["config"]
+    sim = {key: sim_point(c, key[0], key[1], fields, prof.get("gpu", "h200"))
+           for key in sorted(real)}
+    rows = [_row(key, real[key], held, sim[key], key[0] not in fit_peaks) for key in sorted(real)]
+    out_rows = [r for r in rows if r["held_out"]]
+    return {"profile": name, "provenance": prof["provenance"], "fields": fields,
+            "tolerance": {"p50": P50_TOL, "p99": P99_TOL}, "rows": rows,
+            "points": len(rows), "p50_ok": sum(r["p50"]["ok"] for r in rows),
+            "p99_ok": sum(r["p99"]["ok"] for r in rows), "both_ok": sum(r["ok"] for r in rows),
+            "held_out_points": len(out_rows), "held_out_both_ok": sum(r["ok"] for r in out_rows),
+            "speedups": speedups(real, sim)}
+
+
+def markdown(pred: dict) -> str:
+    """The prediction as the lab report's section: per point, then the speedups."""
+    prov = pred["provenance"]
+    lines = [f"Simulator with step profile `{pred['profile']}` (fitted on {prov.get('machine')}, "
+             f"{prov.get('engine')}, {prov.get('steps_used')} steps, median error "
+             f"{prov.get('median_rel_err', 0):.1%}); real: median [min-max] over the repeats a "
+             "point is judged on; TTFT ms.", "",
+             "| PEAK | mode | held out | real p50 | sim p50 | sim/real | real p99 | sim p99 | "
+             "sim/real | both within |", "|---" * 10 + "|"]
+
+    def g(d: dict) -> str:
+        return f"{d['median']:,.0f} [{d['min']:,.0f}-{d['max']:,.0f}]"
+
+    for r in pred["rows"]:
+        a, b = r["p50"], r["p99"]
+        lines.append(f"| {r['peak']} | {r['mode']} | {'yes' if r['held_out'] else 'no'} | "
+                     f"{g(a['real'])} | {a['sim']:,.0f} | {a['ratio']:.2f}"
+                     f"{'' if a['ok'] else ' (off)'} | {g(b['real'])} | {b['sim']:,.0f} | "
+                     f"{b['ratio']:.2f}{'' if b['ok'] else ' (off)'} | "
+                     f"{'yes' if r['ok'] else 'no'} |")
+    t = pred["tolerance"]
+    lines += ["", f"p50 within {t['p50']:.0%}: {pred['p50_ok']}/{pred['points']}; p99 within "
+              f"{t['p99']:.0%}: {pred['p99_ok']}/{pred['points']}; both: {pred['both_ok']}/"
+              f"{pred['points']}; held out, both: {pred['held_out_both_ok']}/"
+              f"{pred['held_out_points']}.", "",
+              "| PEAK | real mean speedup | sim | real p99 speedup | sim |", "|---" * 5 + "|"]
+    for s in pred["speedups"]:
+        m, p = s["mean"], s["p99"]
+        lines.append(f"| {s['peak']} | {m['real']['median']:.2f}x [{m['real']['min']:.2f}-"
+                     f"{m['real']['max']:.2f}] | {m['sim']:.2f}x | {p['real']['median']:.2f}x "
+                     f"[{p['real']['min']:.2f}-{p['real']['max']:.2f}] | {p['sim']:.2f}x |")
+    return "\n".join(lines)
