@@ -121,6 +121,19 @@ def memory_check(reps: list[dict]) -> list[str]:
     return lines + [""]
 
 
+def _prediction(reps: list[dict]) -> tuple[dict, list[str]] | None:
+    """The simulator's answer for this sweep (a fitted step profile, judged on the repeats it
+    was not fitted on): its counts for the record and its section for the report."""
+    from workbench.labs.colocation import predict
+
+    pred = predict.sim_beside_real(reps)
+    if pred is None:
+        return None
+    keep = {k: pred[k] for k in ("profile", "points", "p50_ok", "p99_ok", "both_ok",
+                                 "held_out_points", "held_out_both_ok", "tolerance")}
+    return keep, ["## The simulator beside this sweep", "", predict.markdown(pred), ""]
+
+
 def from_repeats(reps: list[dict], backend: str) -> ColocationRun:
     """The lab's run from repeat files; the backend is the one they ran on (read back on
     another machine, the record still says where the sweep ran)."""
@@ -140,8 +153,9 @@ def from_repeats(reps: list[dict], backend: str) -> ColocationRun:
         ratio = spread([e[i]["ttft"]["mean"] / s[i]["ttft"]["mean"] for i in range(k)])
         footer += [f"Low load (PEAK {low}): elastic/static mean TTFT {_sp(ratio)} (median "
                    "[min-max] over repeats).", ""]
+    pred = _prediction(reps)
     footer += memory_check(reps) + per_instance(reps, peaks, modes) + \
-        where_time_went(reps, peaks, modes)
+        where_time_went(reps, peaks, modes) + (pred[1] if pred else [])
     ver = next((r.get("vllm_version") for r in reps if r.get("vllm_version")), None)
     graphs = all(f["cuda_graphs"] and not f.get("eager", True) for r in reps
                  for u in r.get("startup", []) for f in u["engines"].values())
@@ -169,7 +183,7 @@ def from_repeats(reps: list[dict], backend: str) -> ColocationRun:
                                 "report_command": _argv(),
                                 "calls": sorted({(r.get("provenance") or {}).get("date", "?")
                                                  for r in reps})},
-                 "startup": startups(reps)[:6],
+                 "startup": startups(reps)[:6], "prediction": pred[0] if pred else None,
                  "repeats": [{"repeat": r["repeat"], "order": r["order"],
                               "runs": {k: {kk: vv for kk, vv in v.items()
                                            if kk not in ("steps", "requests", "mapped_timeline")}
