@@ -299,6 +299,10 @@ def vllm_report(out: dict[str, Any]) -> tuple[LabRecord, str]:
     verdict = ("supported: mapped bytes followed the load and went back to the reserve when "
                "idle, only empty pages went back, no request was lost" if not bad
                else "refuted: " + ", ".join(keys_text(bad)))
+    retired = max(r["end_retired_mib"] for r in rows if r["phase"] in REAL_IDLE)
+    if bad and retired:
+        verdict += (f" ({retired:g} MiB still retired when idle: emptied pages wait for a "
+                    "later scheduler step's fence check)")
     free = f"device free moved {c['d_free'] / MiB:+.0f} MiB"
     headline = (f"mapped {rows[0]['end_mapped_mib']:g} -> {long['peak_mapped_mib']:g} (long) "
                 f"-> {idle['end_mapped_mib']:g} MiB (idle); {free} for {c['d_mapped'] / MiB:.0f}"

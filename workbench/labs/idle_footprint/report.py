@@ -104,8 +104,10 @@ def vllm_report(out: dict) -> tuple[LabRecord, str]:
          f"{sim['page_aware']}x against LRU {sim['lru']}x ({sim['page_aware_pages']} against "
          f"{sim['lru_pages']} pages)"),
         ("reclaiming cached blocks when idle", "nothing on a timer; vLLM's own "
-         "`/reset_prefix_cache`: " + (f"mapped {free['mapped'] / MiB:.0f} -> "
-                                      f"{reset['mapped'] / MiB:.0f} MiB, "
+         "`/reset_prefix_cache`: " + (f"in use {free['used'] / MiB:.0f} -> "
+                                      f"{reset['used'] / MiB:.0f} MiB (mapped "
+                                      f"{free['mapped'] / MiB:.0f} -> "
+                                      f"{reset['mapped'] / MiB:.0f}), "
                                       f"{reset['cached_blocks']} blocks held"
                                       if reset.get("offered") else
                                       f"not offered ({reset.get('detail', '-')})")),
