@@ -129,3 +129,20 @@ def test_engine_vllm_without_vllm_is_refused_in_one_line(monkeypatch):
     lab.check_backend("sim", lab.params())  # on sim engine=vllm is the simulated engine
     with pytest.raises(ConfigError, match="engine=sglang"):
         lab.parse_params({"engine": "sglang"})
+
+
+@pytest.mark.parametrize("quick", [True, False])
+def test_every_phase_fits_the_engines_context_and_follows_the_seeds_order(quick):
+    from workbench.engines.real.vllm import VllmSpec
+    from workbench.labs.grow_reclaim.vllm import phases
+    from workbench.labs.kit.vllm_rig import prompts
+
+    plan = phases(quick)
+    assert [p[0] for p in plan] == ["idle-0", "short", "long", "idle-1", "short-again",
+                                    "idle-2"]
+    for name, n, plen, out in plan:
+        assert (n == 0) == name.startswith("idle")
+        if n:
+            lens = [len(p) for p in prompts(n, shared=0, tail=plen - 2 * (n - 1), seed=1)]
+            assert 0 < min(lens) and max(lens) == plen
+            assert plen + out <= VllmSpec(model="m").max_model_len

@@ -112,3 +112,15 @@ def test_engine_vllm_without_vllm_is_refused_in_one_line(monkeypatch):
         run_lab("idle-footprint", lab.params(engine="vllm", quick=True), "host")
     assert "make engine-vllm" in str(err.value) and "\n" not in str(err.value)
     lab.check_backend("sim", lab.params())
+
+
+def test_the_wave_shares_prefixes_and_fits_the_engines_context():
+    from workbench.engines.real.vllm import VllmSpec
+    from workbench.labs.idle_footprint.vllm import wave
+
+    work = wave(48, seed=0)
+    assert wave(48, seed=0) == work and wave(48, seed=1) != work
+    heads = {tuple(p[:128]) for p, _ in work}
+    assert 1 < len(heads) <= 4  # a few shared prefixes: prefix hits
+    assert max(len(p) + k for p, k in work) <= VllmSpec(model="m").max_model_len
+    assert all(16 <= k <= 64 for _, k in work)

@@ -29,7 +29,10 @@ def wave(n: int, seed: int, groups: int = 4) -> list[tuple[list[int], int]]:
     own suffix (32-96) and 16-64 output tokens -- the sim's prefix-heavy mix, scaled to the
     tiny model's 512-token context."""
     rng = random.Random(seed)
-    tok = lambda k: [rng.randrange(rig.VOCAB_LO, rig.VOCAB_HI) for _ in range(k)]  # noqa: E731
+
+    def tok(k: int) -> list[int]:
+        return [rng.randrange(rig.VOCAB_LO, rig.VOCAB_HI) for _ in range(k)]
+
     heads = [tok(rng.randrange(128, 225)) for _ in range(groups)]
     return [(heads[rng.randrange(groups)] + tok(rng.randrange(32, 97)), rng.randrange(16, 65))
             for _ in range(n)]
