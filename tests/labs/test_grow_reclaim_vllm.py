@@ -55,6 +55,7 @@ def test_a_run_that_follows_the_seed_is_supported_and_shows_each_link_once():
     (long,) = [r for r in rec.results["phases"] if r["phase"] == "long"]
     assert long["peak_mapped_mib"] == 36.0 and long["end_mapped_mib"] == 12.0
     assert long["peak_used_mib"] == 32.0 and long["end_retired_mib"] == 0.0
+    assert rec.cache_state.startswith("prefix cache off")
 
 
 def test_a_page_with_live_blocks_gone_refutes_only_empty_pages_go_back():

@@ -334,7 +334,8 @@ def vllm_report(out: dict[str, Any]) -> tuple[LabRecord, str]:
                       verdict, headline, "blocks come from pages; a page is parked or "
                       "unmapped only when its last block is freed",
                       {"checks": {k: v for k, v in c.items() if k != "bad_samples"},
-                       "page_id_bytes": out["page_id_bytes"]}, {"phases": rows})
+                       "page_id_bytes": out["page_id_bytes"]}, {"phases": rows},
+                      cache_state="prefix cache off (the simulated baseline's)")
     return rec, md
 
 

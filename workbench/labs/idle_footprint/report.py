@@ -128,5 +128,6 @@ def vllm_report(out: dict) -> tuple[LabRecord, str]:
                       verdict, headline, "a cached block is held (ref 0) so its page stays "
                       "mapped; a page returns only when its last block is evicted or freed",
                       {"checks": c, "sim_gap": sim, "page_aware_in_adapter": False},
-                      {"rows": out["rows"]})
+                      {"rows": out["rows"]}, cache_state="prefix cache on: unbounded, and "
+                      "bounded by max_cached_tokens (LRU)")
     return rec, md
