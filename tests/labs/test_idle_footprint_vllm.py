@@ -43,6 +43,7 @@ def test_what_the_cache_pins_is_reported_beside_the_seeds_expectation():
     assert "under the LRU bound 2.5x" in rec.verdict  # 5 pages for a 2-page floor
     assert "simulator's only (1.0x against LRU 2.4x there)" in rec.verdict
     assert md.count(EXPECTED) == 1 and "Page-aware is not in the adapter" in md
+    assert "it evicted 122 blocks and freed 1 pages" in md
     assert "in use 24 -> 4 MiB (mapped 24 -> 4), 0 blocks held" in md
     assert rec.kv["page_aware_in_adapter"] is False and rec.kv["sim_gap"]["lru"] == 2.4
     assert [r["engine"] for r in rec.results["rows"]] == ["if-unbounded", "if-lru"]

@@ -99,7 +99,10 @@ def vllm_report(out: dict) -> tuple[LabRecord, str]:
          f"{free['floor_pages']}"),
         (EXPECTED, "the vLLM adapter evicts least recently "
          f"freed first (its only order): {lru['in_use_pages']} pages for "
-         f"{lru['cached_blocks']} blocks, {lru['ratio_in_use']}x the floor. Page-aware is not "
+         f"{lru['cached_blocks']} blocks, {lru['ratio_in_use']}x the floor; against the "
+         f"unbounded engine on the same wave it evicted "
+         f"{free['cached_blocks'] - lru['cached_blocks']} blocks and freed "
+         f"{free['in_use_pages'] - lru['in_use_pages']} pages. Page-aware is not "
          f"in the adapter: the simulator's {sim['requests']}-request run gives page-aware "
          f"{sim['page_aware']}x against LRU {sim['lru']}x ({sim['page_aware_pages']} against "
          f"{sim['lru_pages']} pages)"),
