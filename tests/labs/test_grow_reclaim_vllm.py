@@ -147,3 +147,22 @@ def test_every_phase_fits_the_engines_context_and_follows_the_seeds_order(quick)
             lens = [len(p) for p in prompts(n, shared=0, tail=plen - 2 * (n - 1), seed=1)]
             assert 0 < min(lens) and max(lens) == plen
             assert plen + out <= VllmSpec(model="m").max_model_len
+
+
+def test_blocks_per_page_from_vllms_block_size_or_the_one_it_was_given(tmp_path, monkeypatch):
+    import json
+    from types import SimpleNamespace
+
+    from workbench.engines.real.vllm import VllmSpec
+    from workbench.labs.kit import vllm_rig
+
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"hidden_size": 512, "num_attention_heads": 8, "num_key_value_heads": 8,
+         "head_dim": 64, "num_hidden_layers": 2}))
+    eng = SimpleNamespace(spec=VllmSpec(model=str(tmp_path), device="cuda"))
+    # one 32-token block: 2 (K, V) x 2 layers x 8 heads x 64 x 32 tokens x 2 bytes = 128 KiB
+    assert vllm_rig.block_bytes(str(tmp_path), 32) == 128 << 10
+    monkeypatch.setattr(vllm_rig, "cache_config", lambda e: {"block_size": "32"})
+    assert vllm_rig.blocks_per_page(eng, 4 * MiB) == (32, 32)
+    monkeypatch.setattr(vllm_rig, "cache_config", lambda e: {})  # no label: what it was given
+    assert vllm_rig.blocks_per_page(eng, 4 * MiB) == (16, 64)

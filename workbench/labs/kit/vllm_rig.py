@@ -178,6 +178,13 @@ def cache_config(eng: VllmEngine) -> dict[str, str]:
 
 
 def blocks_per_page(eng: VllmEngine, page_id_bytes: int) -> tuple[int, int]:
-    """(vLLM's block size in tokens, its blocks per page id) for a started engine."""
-    size = int(cache_config(eng).get("block_size") or 0)
-    return size, page_id_bytes // block_bytes(eng.spec.model, size) if size else 0
+    """(vLLM's block size in tokens, its blocks per page id) for a started engine: the size
+    vLLM reports, else the ``--block-size`` it was started with."""
+    import httpx
+
+    try:
+        size = int(cache_config(eng).get("block_size") or 0)
+    except (httpx.HTTPError, ValueError):  # no metrics, or a label that is not a number
+        size = 0
+    size = size or eng.spec.block_size or (32 if eng.spec.device == "cpu" else 16)
+    return size, page_id_bytes // block_bytes(eng.spec.model, size)
