@@ -95,7 +95,7 @@ def test_params_parse_from_text_by_field_type():
 
 
 @pytest.mark.parametrize("lab,backend,why", [
-    ("idle-footprint", "gpu", "is not supported by this lab"),
+    ("chunked-prefill", "gpu", "is not supported by this lab"),
     ("idle-footprint", "banana", "unknown device name"),
     ("colocation", "banana", "unknown device name"),
 ])

@@ -4,13 +4,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from workbench.labs.grow_reclaim.report import checks, markdown, record
 from workbench.labs.grow_reclaim.sim import VARIANTS, sweep
 from workbench.labs.kit.base import Lab, LabResult, Progress
-from workbench.labs.kit.params import GPU, MODEL, QUICK, RATE, REPEATS, SECONDS, SEED, TOKENS
+from workbench.labs.kit.params import (
+    GPU,
+    MODEL,
+    QUICK,
+    RATE,
+    REPEATS,
+    SECONDS,
+    SEED,
+    TOKENS,
+    VLLM_ONLY,
+)
 from workbench.labs.kit.phase_figs import phase_rows, timeline_figure
+from workbench.labs.kit.vllm_report import real_result
 from workbench.ranges import Num, Spec
 
 
@@ -29,25 +40,43 @@ class GrowReclaimParams:
     long_output: int = 512
     min_reserved_pages: int = 5
     max_reserved_pages: int = 10
+    # on sim the simulated vLLM-like engine (every field above); on host/gpu a real vLLM with
+    # the tiny model, its own phases and a 1..2-page reserve (grow_reclaim.vllm)
+    engine: str = "vllm"
     RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
         "quick": QUICK, "seed": SEED, "repeats": REPEATS, "model": MODEL, "gpu": GPU,
         "phase_s": SECONDS, "short_rate": RATE, "short_len": TOKENS, "long_rate": RATE,
         "long_prompt": TOKENS, "long_output": TOKENS,
         "min_reserved_pages": Num(int, 0, 10000, "pages"),
         "max_reserved_pages": Num(int, 0, 10000, "pages"),
+        "engine": VLLM_ONLY,
     }
 
 
 class GrowReclaimLab(Lab):
     name = "grow-reclaim"
     description = ("one instance, idle -> short -> long -> idle -> repeat: mapped pages follow "
-                   "load, only empty pages go back, reserve and prealloc (seed 000 §6)")
+                   "load, only empty pages go back, reserve and prealloc (seed 000 §6); on "
+                   "host/gpu one real elastic vLLM")
     params_type = GrowReclaimParams
-    backends = ("sim",)
+    backends = ("sim", "host", "gpu")
+
+    def check_backend(self, backend: str, params: Any = None) -> None:
+        from workbench.labs.kit.vllm_rig import check_engine
+
+        Lab.check_backend(self, backend, params)
+        check_engine(self.name, backend, getattr(params, "engine", "vllm"), "vllm")
 
     def run(self, params: GrowReclaimParams, backend: str = "sim",
             progress: Progress | None = None) -> LabResult:
-        self.check_backend(backend)
+        from workbench.labs.kit.vllm_rig import on_real
+
+        self.check_backend(backend, params)
+        if on_real(backend, params.engine):  # a real vLLM: this lab's .vllm runner
+            from workbench.labs.grow_reclaim.report import vllm_report
+            from workbench.labs.grow_reclaim.vllm import run as run_vllm
+
+            return real_result(vllm_report, lambda: run_vllm(backend, quick=params.quick))
         data = sweep(params, progress)
         first = data["seeds"][0]
         rows = [r for v in VARIANTS for r in phase_rows(data["runs"][v][first], v)]

@@ -9,7 +9,8 @@ from workbench.engines.models import get_model
 from workbench.labs.kit.phase_figs import latency_lines
 from workbench.labs.kit.phased_sim import window_slice
 from workbench.labs.kit.record import LabRecord, Manifest
-from workbench.units import GiB
+from workbench.labs.kit.vllm_report import real_markdown, real_record
+from workbench.units import GiB, MiB
 
 LOAD = ("short", "long", "short-again", "long-again")
 IDLE_AFTER_LOAD = ("idle-1", "idle-2")
@@ -210,3 +211,136 @@ def record(p: Any, data: dict, rows: list[dict], found: dict, backend: str) -> L
         results={"phases": rows, "timelines": {v: data["runs"][v][first]["timeline"]
                                                for v in data["runs"]},
                  "windows": data["runs"]["baseline"][first]["windows"]})
+
+
+# -- on a real vLLM (:mod:`.vllm`'s rows) ------------------------------------------------------
+REAL_LOAD = ("short", "long", "short-again")
+REAL_IDLE = {"idle-1": "long", "idle-2": "short-again"}  # idle phase: the load before it
+
+
+def _in(out: dict[str, Any], phase: str) -> list[dict[str, Any]]:
+    return [s for s in out["samples"] if s["phase"] == phase]
+
+
+def _peak(out: dict[str, Any], phase: str, key: str) -> int:
+    return max((s[key] for s in _in(out, phase)), default=0)
+
+
+def real_checks(out: dict[str, Any]) -> dict[str, Any]:
+    """The seed's links measured on the real run, keyed as :data:`SEED_LINKS` (and two more:
+    no request lost; the device's free memory following the mapped bytes)."""
+    page, bpp = out["page_id_bytes"], out["blocks_per_page"]
+    lo, hi = out["min_reserved_pages"] * page, out["max_reserved_pages"] * page
+    end = {r["phase"]: r["end"] for r in out["phases"]}
+    prev = {r["phase"]: out["phases"][i - 1]["phase"] for i, r in enumerate(out["phases"]) if i}
+    s = out["samples"]
+    # the pages the held blocks need at least (the null block's included)
+    pinned = [x for x in s if x["used"] < math.ceil((x["used_blocks"] + 1) / bpp) * page
+              or x["mapped"] < x["used"]]
+    peak = max(_in(out, "long"), key=lambda x: x["mapped"], default=None)
+    idle = end["idle-1"]
+    d_mapped = (peak["mapped"] - idle["mapped"]) if peak else 0
+    d_free = (idle["free"] - peak["free"]) if peak else 0
+    follows = abs(d_free - d_mapped) <= max(0.25 * d_mapped, page)
+    return {
+        "occupies_in_load": all(_peak(out, ph, "used") > end[prev[ph]]["used"]
+                                for ph in REAL_LOAD),
+        "maps_in_long": _peak(out, "long", "mapped") > end[prev["long"]]["mapped"],
+        "long_peak_above_short": _peak(out, "long", "mapped") > _peak(out, "short", "mapped"),
+        "returns_in_idle": all(end[i]["mapped"] < _peak(out, ld, "mapped")
+                               for i, ld in REAL_IDLE.items()),
+        "live_unmaps": len(pinned),
+        "reserve_within_max": all(x["reserved"] <= hi for x in s),
+        "idle_reserve_within_min_max": all(lo <= end[i]["reserved"] <= hi for i in REAL_IDLE),
+        "idle_holds_only_cached": all(end[i]["used_blocks"] == 0 and end[i]["used"] == page
+                                      for i in REAL_IDLE),
+        "no_request_lost": all(r["finished"] == r["requests"] for r in out["phases"]),
+        "device_free_follows": follows, "d_mapped": d_mapped, "d_free": d_free,
+        "samples": len(s), "bad_samples": pinned[:3]}
+
+
+REAL_NOTES = {  # what the real run changes in a link's reading
+    "idle_holds_only_cached": "prefix cache off: nothing is cached, so idle holds no block and "
+                              "only the null block's page is in use",
+    "live_unmaps": "out of process: at every sample the in-use pages cover the held blocks and "
+                   "mapped >= used",
+}
+
+
+def real_rows(out: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per phase, in MiB (device free relative to the end of idle-0)."""
+    base = out["phases"][0]["end"]["free"]
+    rows = []
+    for r in out["phases"]:
+        e, ph = r["end"], r["phase"]
+        rows.append({"phase": ph, "requests": r["requests"],
+                     "finished": r["finished"], "start_s": r["start_s"], "end_s": r["end_s"],
+                     "peak_mapped_mib": round(_peak(out, ph, "mapped") / MiB, 1),
+                     "end_mapped_mib": round(e["mapped"] / MiB, 1),
+                     "peak_used_mib": round(_peak(out, ph, "used") / MiB, 1),
+                     "end_used_mib": round(e["used"] / MiB, 1),
+                     "end_reserved_mib": round(e["reserved"] / MiB, 1),
+                     "end_retired_mib": round((e["mapped"] - e["used"] - e["reserved"]) / MiB, 1),
+                     "end_held_blocks": e["used_blocks"],
+                     "device_free_delta_mib": round((e["free"] - base) / MiB, 1)})
+    return rows
+
+
+def vllm_report(out: dict[str, Any]) -> tuple[LabRecord, str]:
+    """The record and Markdown of a run on a real vLLM: the seed's links (the simulated
+    report's text) beside what the engine did, and the per-phase memory."""
+    c, rows = real_checks(out), real_rows(out)
+    gpu = out["device"] != "cpu"
+    keys = [k for _, k in SEED_LINKS] + ["no_request_lost"] + (["device_free_follows"] if gpu
+                                                                else [])
+    bad = [k for k in keys if (c[k] != 0 if k == "live_unmaps" else not c[k])]
+    long = next(r for r in rows if r["phase"] == "long")
+    idle = next(r for r in rows if r["phase"] == "idle-1")
+    verdict = ("supported: mapped bytes followed the load and went back to the reserve when "
+               "idle, only empty pages went back, no request was lost" if not bad
+               else "refuted: " + ", ".join(keys_text(bad)))
+    retired = max(r["end_retired_mib"] for r in rows if r["phase"] in REAL_IDLE)
+    if bad and retired:
+        verdict += (f" ({retired:g} MiB still retired when idle: emptied pages wait for a "
+                    "later scheduler step's fence check)")
+    free = f"device free moved {c['d_free'] / MiB:+.0f} MiB"
+    headline = (f"mapped {rows[0]['end_mapped_mib']:g} -> {long['peak_mapped_mib']:g} (long) "
+                f"-> {idle['end_mapped_mib']:g} MiB (idle); {free} for {c['d_mapped'] / MiB:.0f}"
+                f" MiB unmapped" + ("" if gpu else " (host MemAvailable, not judged)"))
+    said = []
+    for text, key in SEED_LINKS:
+        got = c[key]
+        ok = got == 0 if key == "live_unmaps" else bool(got)
+        note = REAL_NOTES.get(key, "")
+        said.append((text, ("yes" if ok else "NO") + (f" ({got} samples broke it)" if key ==
+                                                      "live_unmaps" and got else "")
+                     + (f"; {note}" if note else "")))
+    said.append(("no request is lost", f"{sum(r['finished'] for r in rows)}/"
+                                       f"{sum(r['requests'] for r in rows)} finished in full"))
+    said.append(("device free memory moves by the mapped delta (long peak -> idle-1)",
+                 f"{free} for {c['d_mapped'] / MiB:.0f} MiB unmapped: " +
+                 (("yes" if c["device_free_follows"] else "NO") if gpu else
+                  "reported only (host MemAvailable: other processes move it too)")))
+    md = real_markdown("Grow and reclaim", said, rows, verdict)
+    md += (f"\nOne elastic vLLM, the tiny model, prefix cache off, reserve "
+           f"{out['min_reserved_pages']}..{out['max_reserved_pages']} pages of "
+           f"{out['page_id_bytes'] / MiB:g} MiB ({out['blocks_per_page']} blocks of "
+           f"{out['block_size']} tokens a page); {c['samples']} samples of the pool's segment. "
+           "*Retired* is mapped memory neither in use nor reserved: on a device with queued "
+           "work an emptied page waits for the kernels queued before its release, and is "
+           "parked or unmapped at the next scheduler step that checks its fence.\n")
+    rec = real_record("grow-reclaim", out, "mapped KV follows load; only wholly empty pages "
+                      "return; the reserve keeps between min and max reserved pages mapped",
+                      verdict, headline, "blocks come from pages; a page is parked or "
+                      "unmapped only when its last block is freed",
+                      {"checks": {k: v for k, v in c.items() if k != "bad_samples"},
+                       "page_id_bytes": out["page_id_bytes"]}, {"phases": rows},
+                      cache_state="prefix cache off (the simulated baseline's)")
+    return rec, md
+
+
+def keys_text(keys: list[str]) -> list[str]:
+    names = {k: t for t, k in SEED_LINKS}
+    names.update(no_request_lost="no request lost",
+                 device_free_follows="device free follows mapped")
+    return [names.get(k, k) for k in keys]

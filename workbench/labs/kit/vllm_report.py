@@ -11,11 +11,12 @@ from workbench.labs.kit.record import LabRecord, Manifest
 
 
 def real_record(lab: str, out: dict, hypothesis: str, verdict: str, headline: str,
-                mechanism: str, kv: dict, tables: dict) -> LabRecord:
+                mechanism: str, kv: dict, tables: dict,
+                cache_state: str = "prefix cache on") -> LabRecord:
     return LabRecord(
         experiment_id=lab, hypothesis=hypothesis,
         environment={"backend": out["backend"], "device": out["device"], "engine": "vllm"},
-        model_io={"model": "tiny-llama (2 layers, random weights)"}, cache_state="prefix cache on",
+        model_io={"model": "tiny-llama (2 layers, random weights)"}, cache_state=cache_state,
         load={}, samples={}, outcomes={"headline": headline}, ttft={}, tpot_itl={}, e2e={},
         throughput={}, slo_goodput={}, hits={}, transfer_bytes=None, phase_times=None, kv=kv,
         correctness=verdict, raw_data={"run": out}, verdict=verdict, mechanism=mechanism,

@@ -153,3 +153,38 @@ def device_free(device: str) -> int:
     from workbench.engines.real.vllm import device_free_bytes
 
     return device_free_bytes(device)
+
+
+def block_bytes(model: str, block_size: int, dtype_bytes: int = 2) -> int:
+    """The KV bytes of one block over every layer (K and V) of the model in folder ``model``:
+    what a page id's bytes divide by to give blocks per page."""
+    import json
+
+    cfg = json.loads((Path(model) / "config.json").read_text())
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    return (2 * cfg["num_hidden_layers"] * cfg["num_key_value_heads"] * head_dim * block_size
+            * dtype_bytes)
+
+
+def cache_config(eng: VllmEngine) -> dict[str, str]:
+    """vLLM's own ``cache_config_info`` labels from ``/metrics`` (``block_size``,
+    ``num_gpu_blocks``, ...): the block size vLLM chose, which the pool's segment does not
+    carry (its ledger counts vLLM blocks, each one block of its geometry)."""
+    import httpx
+
+    text = httpx.get(eng.url + "/metrics", timeout=10).text
+    m = re.search(r"^vllm:cache_config_info\{([^}]*)\}", text, re.M)
+    return dict(re.findall(r'(\w+)="([^"]*)"', m.group(1))) if m else {}
+
+
+def blocks_per_page(eng: VllmEngine, page_id_bytes: int) -> tuple[int, int]:
+    """(vLLM's block size in tokens, its blocks per page id) for a started engine: the size
+    vLLM reports, else the ``--block-size`` it was started with."""
+    import httpx
+
+    try:
+        size = int(cache_config(eng).get("block_size") or 0)
+    except (httpx.HTTPError, ValueError):  # no metrics, or a label that is not a number
+        size = 0
+    size = size or eng.spec.block_size or (32 if eng.spec.device == "cpu" else 16)
+    return size, page_id_bytes // block_bytes(eng.spec.model, size)
