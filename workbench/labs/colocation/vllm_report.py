@@ -124,14 +124,14 @@ def memory_check(reps: list[dict]) -> list[str]:
 def _prediction(reps: list[dict]) -> tuple[dict, list[str]] | None:
     """The simulator's answer for this sweep (a fitted step profile, judged on the repeats it
     was not fitted on): its counts for the record and its section for the report."""
-    from workbench.labs.colocation import predict
+    from workbench.labs.colocation.predict import markdown, sim_beside_real
 
-    pred = predict.sim_beside_real(reps)
+    pred = sim_beside_real(reps)
     if pred is None:
         return None
     keep = {k: pred[k] for k in ("profile", "points", "p50_ok", "p99_ok", "both_ok",
                                  "held_out_points", "held_out_both_ok", "tolerance")}
-    return keep, ["## The simulator beside this sweep", "", predict.markdown(pred), ""]
+    return keep, ["## The simulator beside this sweep", "", markdown(pred), ""]
 
 
 def from_repeats(reps: list[dict], backend: str) -> ColocationRun:
