@@ -18,8 +18,9 @@ if [ ! -d "$SITE/sglang" ]; then
   mkdir -p "$SITE/xgrammar"
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" \
     "$DEST"/wheels/*.whl || say "pip install FAILED"
-  tar -xJf "$DEST/sgl_kernel.tar.xz" -C "$SITE" || say "sgl_kernel FAILED to unpack"
-  tar -xJf "$DEST/flashinfer.tar.xz" -C "$SITE" || say "flashinfer FAILED to unpack"
+  for t in sglang transformers sgl_kernel flashinfer; do
+    tar -xJf "$DEST/$t.tar.xz" -C "$SITE" || say "$t FAILED to unpack"
+  done
   cp "$CODE/gpu/sglang0516/xgrammar_stub.py" "$SITE/xgrammar/__init__.py"
 fi
 say "installed ($(du -sh "$SITE" | cut -f1))"

@@ -18,7 +18,7 @@ PLAT+=(--platform manylinux2014_x86_64 --platform manylinux1_x86_64)
 fetch() { python3 -m pip download -q --no-deps "${PLAT[@]}" -d "$1" "${@:2}"; }
 # what SGLang 0.5.16's server imports that the device image lacks (found by tracing the
 # server's imports in a CPU venv), the project's settings, and simpy
-fetch "$DEST/wheels" sglang==0.5.16 annotated-types==0.8.0 apache-tvm-ffi==0.1.11 \
+fetch "$DEST/wheels" annotated-types==0.8.0 apache-tvm-ffi==0.1.11 \
   compressed-tensors==0.20.1 dill==0.4.1 distro==1.9.0 fastapi==0.136.3 starlette==1.0.1 \
   gguf==0.18.0 loguru==0.7.3 msgspec==0.23.0 openai==2.6.1 jiter==0.19.0 sniffio==1.3.1 \
   orjson==3.11.5 partial-json-parser==0.2.1.1.post7 pybase64==1.5.1 pydantic==2.14.4 \
@@ -31,7 +31,10 @@ fetch "$DEST/wheels" sglang==0.5.16 annotated-types==0.8.0 apache-tvm-ffi==0.1.1
   jedi==0.19.2 parso==0.8.5 matplotlib-inline==0.2.1 pexpect==4.9.0 ptyprocess==0.7.0 \
   prompt-toolkit==3.0.52 wcwidth==0.2.14 pure-eval==0.2.3 stack-data==0.6.3 tabulate==0.9.0 \
   pydantic-settings==2.16.3 python-dotenv==1.2.4 simpy==4.1.2
-fetch "$DEST/tmp" sglang-kernel==0.4.5 flashinfer-python==0.6.14
+# sglang and transformers travel as xz'd trees (64 MiB a call): SGLang 0.5.16 needs its pinned
+# transformers 5.12.1, the image's 5.17 already registers a config SGLang registers again
+# ("'qwen3_asr' is already used by a Transformers config")
+fetch "$DEST/tmp" sglang==0.5.16 transformers==5.12.1 sglang-kernel==0.4.5 flashinfer-python==0.6.14
 python3 - "$DEST" <<'PY'
 import glob, io, sys, tarfile, zipfile
 dest = sys.argv[1]
@@ -50,6 +53,8 @@ def pack(tar_name, whl_glob, keep, preset=6):
 pack("sgl_kernel.tar.xz", "sglang_kernel-0.4.5-*.whl", lambda n: n.endswith(".py") or n in (
     "sgl_kernel/sm90/common_ops.abi3.so", "sgl_kernel/spatial_ops.abi3.so")
     or (n.startswith("sglang_kernel-0.4.5.dist-info/") and not n.endswith("RECORD")), preset=9)
+pack("sglang.tar.xz", "sglang-0.5.16-*.whl", lambda n: not n.endswith("RECORD"))
+pack("transformers.tar.xz", "transformers-5.12.1-*.whl", lambda n: not n.endswith("RECORD"))
 pack("flashinfer.tar.xz", "flashinfer_python-0.6.14-*.whl", lambda n: n.endswith(".py") or (
     n.startswith("flashinfer_python-0.6.14.dist-info/") and not n.endswith("RECORD")))
 PY
