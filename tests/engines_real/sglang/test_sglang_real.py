@@ -1,4 +1,5 @@
-"""SGLang 0.5.23's own mem_cache classes against the elastic allocator, on CPU tensors.
+"""SGLang's own mem_cache classes (0.5.23, or 0.5.16 in its own venv) against the elastic
+allocator, on CPU tensors.
 
 Runs ``scenario.py`` in fresh interpreters of the SGLang venv: once stock, once with
 ``WORKBENCH_KV_AUTOPATCH=1`` (the ``.pth`` file boots the patches, as in a real server start).
@@ -90,6 +91,22 @@ def test_mla_pool_is_elastic_with_stock_shapes(stock, elastic):
     assert e["shape"] == s["shape"] == [8193, 1, 576] and e["readback"] == s["readback"] == 2.5
     # 576 bf16 = 1152 B per slot per layer; slot 0's page id (2 MiB x 2 layers) is mapped
     assert e["layout"] == "contiguous" and e["mapped"] == e["page_id"] == 2 * (2 << 20)
+
+
+@pytest.mark.parametrize("page_size", ["1", "16"])
+def test_frees_in_a_free_group_land_at_its_end(elastic, page_size):
+    f = elastic["free_group"][page_size]
+    pages = 128 // int(page_size)  # two allocations of 64 slots
+    assert (f["held"], f["in_group"], f["after_group"]) == (pages, pages, 0)
+    if page_size == "16":
+        assert f["decode"] == {"opens_page": True, "continues": True}
+
+
+def test_the_plan_is_the_installed_versions(elastic):
+    import sglang
+
+    want = ">=0.5.16,<0.5.17" if sglang.__version__.startswith("0.5.16") else ">=0.5.23,<0.5.24"
+    assert {p["versions"] for p in elastic["patches"]} == {want}
 
 
 def test_leak_check_counts_unheld_slots_not_what_a_limit_lets_allocate(elastic):

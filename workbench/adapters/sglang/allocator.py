@@ -109,9 +109,12 @@ class ElasticPagedTokenToKVPoolAllocator(_ElasticMixin, PagedTokenToKVPoolAlloca
                                             need_sort)
         self.num_pages = size // page_size
         self.debug_mode = False
-        self.use_triton_kernels = _paged.current_platform.capabilities.supports_triton
+        self.use_triton_kernels = self._use_triton()
         self.ledger = _ledger_of(kvcache)
         self.clear()
+
+    def _use_triton(self) -> bool:
+        return bool(_paged.current_platform.capabilities.supports_triton)
 
     def clear(self):
         self._reset()
@@ -166,9 +169,11 @@ class ElasticPagedTokenToKVPoolAllocator(_ElasticMixin, PagedTokenToKVPoolAlloca
             _paged.alloc_decode_kernel[(bs,)](seq_lens, last_loc, pages, out,
                                               _paged.next_power_of_2(bs), self.page_size)
         else:
-            _paged.alloc_decode_naive(seq_lens, last_loc, pages, out, self.page_size,
-                                      num_new_pages)
+            self._decode_naive(seq_lens, last_loc, pages, out, num_new_pages)
         return out
+
+    def _decode_naive(self, seq_lens, last_loc, pages, out, num_new_pages: int) -> None:
+        _paged.alloc_decode_naive(seq_lens, last_loc, pages, out, self.page_size, num_new_pages)
 
     def _release_page_ids(self, *page_ids: torch.Tensor):
         ids = torch.cat(page_ids).tolist() if len(page_ids) > 1 else page_ids[0].tolist()

@@ -43,8 +43,10 @@ def virtual_budget(total: int, utilization: float, reserved: int,
     return left
 
 
-def make_profile(orig, module):
-    """``KVCacheConfigurator._profile_available_bytes`` -> the per-process virtual budget."""
+def make_profile(orig, module, fraction_of=None):
+    """``KVCacheConfigurator._profile_available_bytes`` -> the per-process virtual budget.
+    ``mem_fraction_static`` comes from ``module.get_schedule()`` (0.5.23) or, when given,
+    ``fraction_of(configurator)`` (0.5.16 reads it from its ``server_args``)."""
 
     def _profile_available_bytes(self, pre_model_load_memory):
         import torch
@@ -57,8 +59,10 @@ def make_profile(orig, module):
         index = int(self.gpu_id)
         total = torch.cuda.mem_get_info(index)[1]
         cfg = runtime.pool_config()
+        fraction = (fraction_of(self) if fraction_of is not None
+                    else module.get_schedule().mem_fraction_static)
         return virtual_budget(total, cfg.gpu_utilization, torch.cuda.memory_reserved(index),
-                              module.get_schedule().mem_fraction_static)
+                              fraction)
 
     return _profile_available_bytes
 

@@ -1,5 +1,6 @@
-"""SGLang's patch plan. Written against SGLang 0.5.23 (the range says so; other versions are
-refused with the reason rather than patched on hope)."""
+"""SGLang's patch plan. Written against SGLang 0.5.23 (the range says so); SGLang 0.5.16 has its
+own plan (``plan0516.py``), which ``build_plan`` picks when 0.5.16 is installed. Other versions
+are refused with the reason rather than patched on hope."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ RANGE = ">=0.5.23,<0.5.24"
 # one IPC name, so TP > 1 is not supported here.
 ACCEPTS = {"executors": ["scheduler"], "tensor_parallel": "1",
            "note": "KV pool in the scheduler process; overlap scheduling fenced"}
-FIX = "install sglang==0.5.23 (the version these patches were written and tested for)"
+FIX = ("install sglang==0.5.23 or sglang==0.5.16 (the versions these patches were written and "
+       "tested for)")
 MEM = "sglang.srt.mem_cache.memory_pool"
 ALLOC = "sglang.srt.mem_cache.allocator"
 RADIX = "sglang.srt.mem_cache.radix_cache"
@@ -166,6 +168,13 @@ def _apply_radix(m: ModuleType):
 
 
 def build_plan() -> EnginePlan:
+    from workbench.adapters.sglang import plan0516
+    from workbench.adapters.versions import VersionRange, dist_version
+
+    found = dist_version("sglang")
+    if found is not None and found[1] in VersionRange(plan0516.RANGE):
+        return plan0516.build_plan()
+
     def p(name, module, apply, check, doc, required=True):
         return Patch(name, module, RANGE, apply, check, fix=FIX, doc=doc, required=required)
 

@@ -1,0 +1,229 @@
+"""The ``sglang`` engine kind: one real SGLang server per instance (``sglang.launch_server`` in a
+process of its own), elastic (autopatch + ``WORKBENCH_KV_*``) or stock.
+
+It shares the ``vllm`` kind's life cycle (:class:`~workbench.engines.real.vllm.VllmEngine`:
+process group, control segment view, memory sampler, clean-up on close and signals) and differs
+in what it starts and how it talks: SGLang's native ``/generate`` with ``input_ids`` (the server
+runs without a tokenizer), streamed, every chunk timed on arrival. SGLang runs on CUDA only here:
+Triton attention, the pytorch sampler, random weights (``--load-format dummy``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workbench.engines.real.client import Outcome, Sampling, Sender
+from workbench.engines.real.vllm import REPO, VllmEngine
+from workbench.engines.sched.request import ReqState, Request
+from workbench.errors import ConfigError
+
+HOST_VENVS = [REPO / ".venvs" / v / "bin" / "python" for v in ("sglang0516", "sglang")]
+HOW_TO_GET = ("on an H200 use the gpu/sglang0516 recipe (SGLang 0.5.16 for torch 2.11); "
+              "`make engine-sglang0516` builds a CPU venv (its classes, no server)")
+
+
+def _has_sglang(python: str) -> bool:
+    if python == sys.executable:
+        return importlib.util.find_spec("sglang") is not None
+    probe = "import importlib.util,sys; sys.exit(importlib.util.find_spec('sglang') is None)"
+    try:
+        return subprocess.run([python, "-c", probe], capture_output=True,
+                              timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def sglang_python() -> str | None:
+    """``WORKBENCH_SGLANG_PYTHON`` when set, else this interpreter, else a host venv."""
+    chosen = os.environ.get("WORKBENCH_SGLANG_PYTHON")
+    if chosen:
+        return chosen if _has_sglang(chosen) else None
+    if _has_sglang(sys.executable):
+        return sys.executable
+    return next((str(p) for p in HOST_VENVS if p.exists() and _has_sglang(str(p))), None)
+
+
+def sglang_missing() -> str | None:
+    """None when a real SGLang server can be started here, else the one-line reason."""
+    return None if sglang_python() else f"no SGLang importable here; {HOW_TO_GET}"
+
+
+@dataclass(slots=True)
+class SglangSpec:
+    """How to start one SGLang server. ``server_cmd`` replaces SGLang's (a test stand-in)."""
+
+    model: str
+    device: str = "cuda"
+    elastic: bool = True
+    knobs: dict[str, str] = field(default_factory=dict)  # WORKBENCH_KV_<key> for elastic runs
+    mem_fraction_static: float = 0.3
+    max_total_tokens: int | None = None  # SGLang's pool size in tokens (None: from memory)
+    max_running_requests: int = 64
+    context_length: int = 4096
+    page_size: int = 1
+    radix_cache: bool = True
+    extra_args: list[str] = field(default_factory=list)
+    python: str | None = None
+    server_cmd: list[str] | None = None
+    startup_timeout_s: float = 600.0
+
+    def args(self, port: int, served: str) -> list[str]:
+        a = ["--model-path", self.model, "--served-model-name", served, "--host", "127.0.0.1",
+             "--port", str(port), "--load-format", "dummy", "--dtype", "bfloat16",
+             "--random-seed", "0", "--attention-backend", "triton", "--sampling-backend",
+             "pytorch", "--grammar-backend", "none", "--skip-tokenizer-init",
+             "--disable-cuda-graph", "--skip-server-warmup", "--page-size", str(self.page_size),
+             "--mem-fraction-static", str(self.mem_fraction_static), "--context-length",
+             str(self.context_length), "--max-running-requests", str(self.max_running_requests)]
+        if self.max_total_tokens:
+            a += ["--max-total-tokens", str(self.max_total_tokens)]
+        if not self.radix_cache:
+            a.append("--disable-radix-cache")
+        return a + list(self.extra_args)
+
+
+def body(req: Request, sampling: Sampling) -> dict[str, Any]:
+    params: dict[str, Any] = {"max_new_tokens": req.max_new_tokens,
+                              "temperature": sampling.temperature,
+                              "ignore_eos": sampling.ignore_eos}
+    if sampling.seed is not None:
+        params["sampling_seed"] = sampling.seed + req.rid
+    return {"input_ids": list(req.prompt), "sampling_params": params, "stream": True}
+
+
+def new_ids(msg: dict, seen: int) -> list[int]:
+    """The tokens a chunk adds: SGLang streams ``output_ids`` whole or as increments (a server
+    setting); ``meta_info.completion_tokens`` counts them all, so the new ones are the last
+    ``completion_tokens - seen`` either way."""
+    ids = [int(t) for t in msg.get("output_ids") or []]
+    total = (msg.get("meta_info") or {}).get("completion_tokens")
+    if total is None:
+        return ids
+    n = int(total) - seen
+    return ids[-n:] if n > 0 else []
+
+
+def stream_one(client, url: str, _model: str, req: Request, sampling: Sampling, clock,
+               out: Outcome) -> None:
+    """POST one streamed ``/generate``; fills ``req``'s timings and ``out``."""
+    req.state = ReqState.RUNNING
+    try:
+        with client.stream("POST", url, json=body(req, sampling)) as resp:
+            if resp.status_code != 200:
+                resp.read()
+                raise RuntimeError(f"HTTP {resp.status_code}: {resp.text[:300]}")
+            for line in resp.iter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                msg = json.loads(data)
+                ids = new_ids(msg, len(out.token_ids))
+                cached = (msg.get("meta_info") or {}).get("cached_tokens")
+                if cached is not None:
+                    out.cached_tokens = int(cached)
+                if ids:
+                    now = clock()
+                    if req.first_token is None:
+                        req.first_token = now
+                    out.token_ids.extend(ids)
+                    req.token_times.extend([now] * len(ids))
+                    req.tokens.extend(ids)
+        req.finish = clock()
+        req.state = ReqState.FINISHED
+        req.output_len = len(out.token_ids)
+    except Exception as err:  # a lost request is a figure, not a crash of the run
+        out.error = f"{type(err).__name__}: {err}"[:400]
+        req.state = ReqState.REJECTED
+
+
+class SglangSender(Sender):
+    def __init__(self, base_url: str, model: str, sampling: Sampling, clock):
+        super().__init__(base_url, model, sampling, clock)
+        self.url = base_url.rstrip("/") + "/generate"
+
+    def send(self, req: Request) -> None:
+        out = self.outcomes.setdefault(req.rid, Outcome())
+
+        def go() -> None:
+            delay = req.arrival - self.clock()
+            if delay > 0:
+                time.sleep(delay)
+            stream_one(self.client, self.url, self.model, req, self.sampling, self.clock, out)
+
+        t = threading.Thread(target=go, daemon=True, name=f"req-{req.rid}")
+        self.threads.append(t)
+        t.start()
+
+
+class SglangEngine(VllmEngine):
+    """One real SGLang server behind the :class:`~workbench.engines.base.Engine` protocol."""
+
+    kind = "sglang"
+
+    def env(self) -> dict[str, str]:
+        env = VllmEngine.env(self)
+        for k in [k for k in env if k.startswith("VLLM_")]:
+            del env[k]
+        env.update(SGLANG_IS_FLASHINFER_AVAILABLE="false", SGLANG_ENABLE_JIT_DEEPGEMM="0")
+        return env
+
+    def launch(self) -> SglangEngine:
+        try:
+            if self.spec.device == "cpu":
+                raise ConfigError(f"engine {self.name!r} on the CPU",
+                                  "the sglang kind runs SGLang's CUDA server only",
+                                  "run it on a GPU (--backend gpu), or use the vllm kind here")
+            if self.spec.elastic:
+                self.reaper.segments.append(self.ipc_name)
+            python = self.spec.python or sglang_python()
+            if self.spec.server_cmd is None and python is None:
+                raise ConfigError(f"engine {self.name!r}", "needs a real SGLang and none is "
+                                  "importable here", HOW_TO_GET)
+            cmd = self.spec.server_cmd or [python, "-m", "sglang.launch_server"]
+            self.process = self.reaper.spawn(cmd + self.spec.args(self.port, self.name),
+                                             self.env(), self.log)
+            return self
+        except BaseException:
+            self.close()
+            raise
+
+    def ready(self) -> SglangEngine:
+        try:
+            self._wait_healthy()
+            self.t0 = time.monotonic()
+            self._sender = SglangSender(self.url, self.name, self.sampling, self.clock)
+            self._sampler = threading.Thread(target=self._sample_loop, daemon=True)
+            self._sampler.start()
+            return self
+        except BaseException:
+            self.close()
+            raise
+
+
+def tiny_llama_config(path: str | Path, *, hidden: int = 1024, heads: int = 8,
+                      kv_heads: int = 8, head_dim: int = 128, layers: int = 4,
+                      vocab: int = 4096) -> Path:
+    """A Llama-shaped ``config.json`` alone: SGLang makes random weights for it
+    (``--load-format dummy``) and needs no tokenizer (``--skip-tokenizer-init``)."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
+           "num_hidden_layers": layers, "num_attention_heads": heads,
+           "num_key_value_heads": kv_heads, "head_dim": head_dim,
+           "intermediate_size": 2 * hidden, "vocab_size": vocab, "hidden_act": "silu",
+           "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+           "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": False,
+           "torch_dtype": "bfloat16"}
+    (path / "config.json").write_text(json.dumps(cfg, indent=1))
+    return path
