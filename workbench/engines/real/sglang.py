@@ -72,6 +72,7 @@ class SglangSpec:
     page_size: int = 1
     radix_cache: bool = True
     extra_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # set last in the server's environment
     python: str | None = None
     server_cmd: list[str] | None = None
     startup_timeout_s: float = 600.0
