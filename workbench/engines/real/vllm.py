@@ -87,6 +87,7 @@ class VllmSpec:
     num_gpu_blocks: int | None = None  # vLLM's num_gpu_blocks_override (a small pool)
     prefix_caching: bool = True
     extra_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # set last in the server's environment
     python: str | None = None
     server_cmd: list[str] | None = None
     startup_timeout_s: float = 600.0
@@ -205,6 +206,7 @@ class VllmEngine:
             env.update(WORKBENCH_KV_AUTOPATCH="1", WORKBENCH_KV_IPC_NAME=self.ipc_name,
                        WORKBENCH_KV_SOCKET_DIR=str(sockets))
             env.update({f"WORKBENCH_KV_{k.upper()}": str(v) for k, v in self.spec.knobs.items()})
+        env.update(self.spec.env)
         return env
 
     def launch(self) -> VllmEngine:

@@ -7,6 +7,7 @@ from typing import Any
 from workbench.engines.models import get_model
 from workbench.labs.kit.phase_figs import latency_lines
 from workbench.labs.kit.record import LabRecord, Manifest
+from workbench.units import MiB
 
 EXPECT = [
     ("B", "the peaking instance maps pages; the idle one stays at its floor",
@@ -145,3 +146,122 @@ def record(p: Any, data: dict, rows: list[dict], ipc: dict | None, ipc_sum: dict
                              "max_cached_tokens": -1}),
         results={"phases": rows, "timeline": runs[0]["run"]["timeline"],
                  "windows": runs[0]["run"]["windows"], "ipc": ipc, "ipc_summary": ipc_sum})
+
+
+# the real run's phases are the seed's B (A busy), C (A drained, B busy) and D (both busy)
+def _phase_rows(out: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per phase of the real run: each engine's peak and end mapped bytes, the budget's peak."""
+    rows = []
+    s = out["samples"]
+    for ph in out["phases"]:
+        inside = [x for x in s if x["phase"] == ph]
+        after = [x for x in s if x["phase"] == f"{ph} drained"] or inside
+        row: dict[str, Any] = {"phase": ph, "samples": len(inside)}
+        for e in ("A", "B"):
+            vals = [x[e] for x in inside if x.get(e) is not None]
+            row[f"{e}_peak_mib"] = round(max(vals, default=0) / MiB, 1)
+            row[f"{e}_end_mib"] = round((after[-1].get(e) or 0) / MiB, 1) if after else None
+        held = [x["held"] for x in inside if "held" in x]
+        row["held_peak_mib"] = round(max(held, default=0) / MiB, 1)
+        both = [x["A"] + x["B"] for x in inside if x.get("A") is not None
+                and x.get("B") is not None]
+        row["sum_peak_mib"] = round(max(both, default=0) / MiB, 1)
+        frees = [x["free"] for x in inside if "free" in x]
+        row["device_free_min_mib"] = round(min(frees, default=0) / MiB)
+        rows.append(row)
+    return rows
+
+
+def real_checks(out: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, bool]:
+    by = {r["phase"]: r for r in rows}
+    budget = out["budget"] / MiB
+    page = out["page_id_bytes"] / MiB
+    s = out["samples"]
+    checks = {
+        "B_first_grows": by["A"]["A_peak_mib"] > by["idle"]["A_peak_mib"],
+        "B_second_flat": by["A"]["B_peak_mib"] <= by["idle"]["B_peak_mib"],
+        "C_first_gives_back": by["A"]["A_end_mib"] < by["A"]["A_peak_mib"],
+        "C_second_grows_into_freed": by["B"]["B_peak_mib"] + by["A"]["A_peak_mib"] > budget,
+        "never_above_budget": all(x["held"] <= x["total"] for x in s if "held" in x)
+        and all(x["A"] + x["B"] <= out["budget"] for x in s
+                if x.get("A") is not None and x.get("B") is not None),
+        "no_request_lost": not out["lost"] and out["finished"] == out["requests"],
+        "holders_are_the_engines": _holders_ok(out),
+    }
+    if "both" in by:
+        checks["D_at_budget"] = by["both"]["held_peak_mib"] >= budget - page
+    return checks
+
+
+def _holders_ok(out: dict[str, Any]) -> bool:
+    """Every holder ``kvctl budget`` named is one of the two engines' processes, and in a
+    phase where one engine is busy it holds more of the budget than the idle one."""
+    mine = {str(p): e for e, ps in out["pids"].items() for p in ps}
+    for ph, got in out["kvctl_budget"].items():
+        for b in got.get("budgets", {}).values():
+            if b["total"] != out["budget"]:
+                continue
+            held: dict[str | None, int] = {}
+            for h in b["holders"]:
+                if h["held"]:
+                    e = mine.get(str(h["pid"]))
+                    held[e] = held.get(e, 0) + h["held"]
+            if None in held:
+                return False
+            if ph in ("A", "B") and held.get(ph, 0) <= held.get("B" if ph == "A" else "A", 0):
+                return False
+    return True
+
+
+def vllm_report(out: dict[str, Any]) -> tuple[LabRecord, str]:
+    """The record and Markdown of two real elastic vLLMs sharing one budget."""
+    from workbench.labs.kit.vllm_report import real_markdown, real_record
+
+    rows = _phase_rows(out)
+    checks = real_checks(out, rows)
+    by = {r["phase"]: r for r in rows}
+    budget = out["budget"] / MiB
+    pre = {e: int(c.get("num_preemptions", 0)) for e, c in out["counters"].items()}
+    done = sum(out["finished"].values())
+    sent = sum(out["requests"].values())
+    measured = {
+        "B": f"A {by['idle']['A_peak_mib']:g} -> {by['A']['A_peak_mib']:g} MiB; B stayed at "
+             f"{by['A']['B_peak_mib']:g} MiB",
+        "C": f"A gave back to {by['A']['A_end_mib']:g} MiB; B peaked at "
+             f"{by['B']['B_peak_mib']:g} MiB ({by['B']['B_peak_mib'] + by['A']['A_peak_mib']:g}"
+             f" MiB of peaks > the {budget:g} MiB budget)",
+        "D": (f"held peak {by['both']['held_peak_mib']:g} of {budget:g} MiB" if "both" in by
+              else "not run (quick)"),
+        "E": "not run on the real engine (the pair runs to the end; close frees everything)",
+    }
+    expect = []
+    for ph, text, keys in EXPECT:
+        if ph == "all" and "never_above_budget" in keys:
+            ok = checks["never_above_budget"]
+            peak = max((x["held"] for x in out["samples"] if "held" in x), default=0) / MiB
+            expect.append((text, f"{'yes' if ok else 'NO'}: the budget held at most {peak:g} of "
+                                 f"{budget:g} MiB over {len(out['samples'])} readings"))
+        elif ph == "all":
+            expect.append((text, "not visible from outside the engines (the sim counts it)"))
+        else:
+            keys_ok = [checks[k] for k in keys if k in checks]
+            mark = "" if not keys_ok else ("yes: " if all(keys_ok) else "NO: ")
+            expect.append((f"{ph}: {text}", mark + measured[ph]))
+    expect.append(("no request is lost", f"{done}/{sent} finished in full; preemptions "
+                   + ", ".join(f"{e} {n}" for e, n in pre.items())))
+    expect.append(("the budget's holders are the engines' processes (kvctl budget)",
+                   "yes" if checks["holders_are_the_engines"] else "NO"))
+    bad = [k for k, ok in checks.items() if not ok]
+    verdict = (f"supported: B mapped what A released under one {budget:g} MiB budget, never "
+               "over it, no request lost" if not bad else "refuted: " + ", ".join(bad))
+    top = max((x["held"] for x in out["samples"] if "held" in x), default=0) / MiB
+    headline = (f"budget {budget:g} MiB: A peaked {by['A']['A_peak_mib']:g} MiB while B held "
+                f"{by['A']['B_peak_mib']:g}; A gave back to {by['A']['A_end_mib']:g}, B peaked "
+                f"{by['B']['B_peak_mib']:g}; held at most {top:g} MiB; {done}/{sent} finished")
+    md = real_markdown("Two same-kind instances on one device", expect, rows, verdict)
+    rec = real_record("same-engine-pair", out, "pages one engine frees are mapped by the other "
+                      "under one shared budget that neither over-commits", verdict, headline,
+                      "each engine charges every page it creates to the device's budget "
+                      "segment and credits it on release; a charge past the total is a miss",
+                      {"checks": checks, "preemptions": pre}, {"phases": rows})
+    return rec, md
