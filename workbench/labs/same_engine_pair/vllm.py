@@ -153,14 +153,20 @@ def run(backend: str, quick: bool = False) -> dict[str, Any]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _forget_budget() -> None:
-    """Remove this run's budget file once no live process holds bytes of it."""
-    import contextlib
-
+def _forget_budget(wait_s: float = 15.0) -> None:
+    """Remove this run's budget file once no live process holds bytes of it (the engines'
+    worker processes may take a moment to go after their server)."""
     from workbench.errors import ConfigError
 
-    found, _ = bs.scan_budgets()
-    for ident, s in found.items():
-        if s.total == BUDGET:
-            with contextlib.suppress(ConfigError, OSError):
+    end = time.monotonic() + wait_s
+    while True:
+        found, _ = bs.scan_budgets()
+        left = [ident for ident, s in found.items() if s.total == BUDGET]
+        try:
+            for ident in left:
                 bs.delete_budget(ident)
+            return
+        except (ConfigError, OSError):
+            if time.monotonic() > end:
+                return
+            time.sleep(0.2)
