@@ -97,6 +97,9 @@ def test_engine_vllm_dispatches_to_the_real_runner_and_sim_stays(monkeypatch):
     res = lab.run(lab.parse_params({"engine": "vllm", "quick": "true"}), "host")
     assert res.record.experiment_id == "same-engine-pair" and res.record.raw_data["wall_s"] >= 0
     lab.check_backend("sim", lab.params())  # on sim: the simulated engines, as before
+    lab.check_backend("sim", lab.params(kind="sglang"))
+    with pytest.raises(ConfigError, match="kind='sglang' on backend 'host'"):
+        lab.check_backend("host", lab.params(kind="sglang"))
     with pytest.raises(ConfigError, match="engine=sglang"):
         lab.params(engine="sglang")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from workbench.errors import ConfigError
 from workbench.labs.kit.base import Lab, LabResult, Progress
 from workbench.labs.kit.params import (
     GIB,
@@ -62,7 +63,11 @@ class SameEnginePairLab(Lab):
         from workbench.labs.kit.vllm_rig import check_engine
 
         Lab.check_backend(self, backend, params)
-        check_engine(self.name, backend, getattr(params, "engine", "vllm"), "vllm")
+        real = check_engine(self.name, backend, getattr(params, "engine", "vllm"), "vllm")
+        if real and getattr(params, "kind", "vllm") != "vllm":
+            raise ConfigError(f"lab {self.name!r} parameter kind={params.kind!r} on backend "
+                              f"{backend!r}", "the real pair is two vLLM processes",
+                              "use kind=vllm, or backend sim for simulated SGLang-like ones")
 
     def run(self, params: PairParams, backend: str = "sim",
             progress: Progress | None = None) -> LabResult:
