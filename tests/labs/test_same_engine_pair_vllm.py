@@ -83,7 +83,15 @@ def test_the_both_busy_phase_must_reach_the_budget():
     out["samples"].append(_row(6.0, "both", 10, 10, {"11": 10, "21": 10}))
     from workbench.labs.same_engine_pair.report import _phase_rows
 
+    alone = {"p50": 50.0, "p99": 90.0}
+    out["ttft_ms"] = {"A": {"A": alone}, "B": {"B": alone},
+                      "both": {"A": {"p50": 70.0, "p99": 200.0}, "B": {"p50": 60.0, "p99": 150.0}}}
     assert real_checks(out, _phase_rows(out))["D_at_budget"]
+    assert real_checks(out, _phase_rows(out))["D_slower_than_alone"]
+    rec, md = vllm_report(out)
+    assert rec.verdict.startswith("supported") and "A 90 ms alone -> 200 ms both" in md
+    out["ttft_ms"]["both"]["B"]["p99"] = 80.0
+    assert not real_checks(out, _phase_rows(out))["D_slower_than_alone"]
     out["samples"][-1] = _row(6.0, "both", 6, 6, {"11": 6, "21": 6})
     assert not real_checks(out, _phase_rows(out))["D_at_budget"]
 

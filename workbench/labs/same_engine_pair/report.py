@@ -190,6 +190,10 @@ def real_checks(out: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, bo
     }
     if "both" in by:
         checks["D_at_budget"] = by["both"]["held_peak_mib"] >= budget - page
+        t = out.get("ttft_ms") or {}
+        if t:
+            checks["D_slower_than_alone"] = all(t["both"][e]["p99"] > t[e][e]["p99"]
+                                                for e in ("A", "B"))
     return checks
 
 
@@ -213,6 +217,14 @@ def _holders_ok(out: dict[str, Any]) -> bool:
     return True
 
 
+def _waits(out: dict[str, Any]) -> str:
+    t = out.get("ttft_ms") or {}
+    if "both" not in t:
+        return ""
+    return "; TTFT p99 " + ", ".join(f"{e} {t[e][e]['p99']:g} ms alone -> "
+                                     f"{t['both'][e]['p99']:g} ms both" for e in ("A", "B"))
+
+
 def vllm_report(out: dict[str, Any]) -> tuple[LabRecord, str]:
     """The record and Markdown of two real elastic vLLMs sharing one budget."""
     from workbench.labs.kit.vllm_report import real_markdown, real_record
@@ -230,8 +242,8 @@ def vllm_report(out: dict[str, Any]) -> tuple[LabRecord, str]:
         "C": f"A gave back to {by['A']['A_end_mib']:g} MiB; B peaked at "
              f"{by['B']['B_peak_mib']:g} MiB ({by['B']['B_peak_mib'] + by['A']['A_peak_mib']:g}"
              f" MiB of peaks > the {budget:g} MiB budget)",
-        "D": (f"held peak {by['both']['held_peak_mib']:g} of {budget:g} MiB" if "both" in by
-              else "not run (quick)"),
+        "D": (f"held peak {by['both']['held_peak_mib']:g} of {budget:g} MiB" + _waits(out)
+              if "both" in by else "not run (quick)"),
         "E": "not run on the real engine (the pair runs to the end; close frees everything)",
     }
     expect = []

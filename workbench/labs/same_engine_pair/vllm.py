@@ -26,6 +26,7 @@ from typing import Any
 
 from workbench.core import budget_segment as bs
 from workbench.core import control
+from workbench.engines.metrics import summarize
 from workbench.engines.real.client import Sampling
 from workbench.engines.real.procs import descendants
 from workbench.engines.sched.request import Request
@@ -102,6 +103,12 @@ def busy(engines, prompts: list[list[int]], tokens: int, seconds: float,
     return sent
 
 
+def _ttft_ms(reqs: list[Request]) -> dict[str, float]:
+    """Client-side TTFT p50 / p99 of one engine's requests in one phase (ms)."""
+    d = summarize(reqs).as_dict()["ttft"]
+    return {"p50": round(d["p50"] * 1e3, 1), "p99": round(d["p99"] * 1e3, 1)}
+
+
 def run(backend: str, quick: bool = False) -> dict[str, Any]:
     py = rig.python_for("same-engine-pair")
     root = rig.workroot()
@@ -123,14 +130,17 @@ def run(backend: str, quick: bool = False) -> dict[str, Any]:
         time.sleep(1.0)
         work = [("A", [a]), ("B", [b])] + ([] if quick else [("both", [a, b])])
         sent, budgets = [], {"idle": kvctl_budget()}
+        ttft: dict[str, dict[str, dict[str, float]]] = {}
         for i, (name, engs) in enumerate(work):
             sampler.phase = name
             prompts = rig.prompts(n, shared=0, tail=160, seed=10 + i)
             ask = threading.Timer(phase_s * 0.6, lambda k=name: budgets.__setitem__(
                 k, kvctl_budget()))  # mid-phase, while the busy engine holds its peak
             ask.start()
-            sent += busy(engs, prompts, tokens, phase_s, first_rid=100000 * (i + 1))
+            got = busy(engs, prompts, tokens, phase_s, first_rid=100000 * (i + 1))
             ask.join()
+            sent += got
+            ttft[name] = {e.name: _ttft_ms([r for x, r in got if x is e]) for e in engs}
             sampler.phase = f"{name} drained"
             time.sleep(1.5)  # the drained pool's last frees unmap its pages
         sampler.stop.set()
@@ -144,7 +154,7 @@ def run(backend: str, quick: bool = False) -> dict[str, Any]:
                                     and len(o.token_ids) == tokens) for e in pids},
                 "lost": [o.error for _, o in outs if o.error][:3],
                 "counters": {e.name: rig.counters(e) for e in (a, b)},
-                "kvctl_budget": budgets, "samples": sampler.rows}
+                "kvctl_budget": budgets, "ttft_ms": ttft, "samples": sampler.rows}
     finally:
         sampler.stop.set()
         for e in (a, b):
