@@ -19,7 +19,8 @@ BUDGET = 20 * MiB
 
 def _row(t, phase, a, b, holders=None):
     holders = holders or {}
-    return {"t": t, "phase": phase, "A": a * MiB, "B": b * MiB, "A_used": 1, "B_used": 1,
+    return {"t": t, "phase": phase, "A": None if a is None else a * MiB, "B": b * MiB,
+            "A_used": 1, "B_used": 1,
             "total": BUDGET, "held": sum(holders.values()) * MiB,
             "holders": {k: v * MiB for k, v in holders.items()}, "free": 10 << 30}
 
@@ -121,3 +122,20 @@ def test_without_vllm_the_lab_stops_in_one_line(monkeypatch):
     with pytest.raises(ConfigError) as err:
         run_lab("same-engine-pair", lab.params(engine="vllm", quick=True), "host")
     assert "make engine-vllm" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_graceful_exit_returns_the_first_engines_bytes_and_the_other_grows():
+    from workbench.labs.same_engine_pair.report import _phase_rows
+
+    out = canned()
+    out["phases"] += ["both", "E"]
+    out["samples"] += [_row(6.0, "both", 12, 8, {"11": 12, "21": 8}),
+                       _row(7.0, "E", None, 16, {"21": 16}),
+                       _row(8.0, "E drained", None, 4, {"21": 4})]
+    out["kvctl_budget"]["E"] = _budget(0, 16)
+    got = real_checks(out, _phase_rows(out))
+    assert got["E_first_released_all"] and got["E_second_grows_past_D"], got
+    _, md = vllm_report(out)
+    assert "its budget slot held 0 MiB after" in md and "B 8 -> 16 MiB" in md
+    out["kvctl_budget"]["E"] = _budget(4, 16)  # a slot left holding bytes: not returned
+    assert not real_checks(out, _phase_rows(out))["E_first_released_all"]

@@ -194,7 +194,19 @@ def real_checks(out: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, bo
         if t:
             checks["D_slower_than_alone"] = all(t["both"][e]["p99"] > t[e][e]["p99"]
                                                 for e in ("A", "B"))
+    if "E" in by:
+        gone = [x for x in s if x["phase"] == "E drained"]
+        checks["E_first_released_all"] = (_held_by(out, "E", "A") == 0 and bool(gone)
+                                          and gone[-1].get("A") is None)
+        checks["E_second_grows_past_D"] = by["E"]["B_peak_mib"] > by["both"]["B_peak_mib"]
     return checks
+
+
+def _held_by(out: dict[str, Any], phase: str, engine: str) -> int:
+    """Bytes ``kvctl budget`` showed held by ``engine``'s processes (alive or not) mid-phase."""
+    mine = {str(p) for p in out["pids"][engine]}
+    return sum(h["held"] for b in out["kvctl_budget"].get(phase, {}).get("budgets", {}).values()
+               if b["total"] == out["budget"] for h in b["holders"] if str(h["pid"]) in mine)
 
 
 def _holders_ok(out: dict[str, Any]) -> bool:
@@ -244,7 +256,9 @@ def vllm_report(out: dict[str, Any]) -> tuple[LabRecord, str]:
              f" MiB of peaks > the {budget:g} MiB budget)",
         "D": (f"held peak {by['both']['held_peak_mib']:g} of {budget:g} MiB" + _waits(out)
               if "both" in by else "not run (quick)"),
-        "E": "not run on the real engine (the pair runs to the end; close frees everything)",
+        "E": (f"A closed mid-phase: its budget slot held {_held_by(out, 'E', 'A') / MiB:g} MiB "
+              f"after, its segment gone; B {by['both']['B_peak_mib']:g} -> "
+              f"{by['E']['B_peak_mib']:g} MiB" if "E" in by else "not run (quick)"),
     }
     expect = []
     for ph, text, keys in EXPECT:

@@ -5,7 +5,9 @@ engine maps at its peak, so whoever is busy fills the budget and the other stays
 Phases (prefix caching off, no reserve, so a drained engine's empty pages unmap at once):
 
 * **idle**  both idle;  **A**  A busy, B idle;  **B**  A drained and idle, B busy (B maps what A
-  released);  **both** (not in quick) both busy: together at the budget, neither over it.
+  released);  not in quick: **both** both busy: together at the budget, neither over it; **E**
+  B busy, A closed a third of the way in (SIGTERM, a graceful stop): B grows past its share
+  in *both* into what A returned.
 
 Every 50 ms one thread reads both control segments (mapped bytes) and the budget segment (its
 total, what each holder holds) and the device's free memory; ``workbench kvctl budget --json``
@@ -109,6 +111,39 @@ def _ttft_ms(reqs: list[Request]) -> dict[str, float]:
     return {"p50": round(d["p50"] * 1e3, 1), "p99": round(d["p99"] * 1e3, 1)}
 
 
+class Phases:
+    """The run's phases in order, what was sent in each, the mid-phase ``kvctl budget``
+    answers and each busy engine's TTFT."""
+
+    def __init__(self, sampler: Sampler, n: int, tokens: int, phase_s: float):
+        self.sampler, self.n, self.tokens, self.phase_s = sampler, n, tokens, phase_s
+        self.names = ["idle"]
+        self.sent: list[tuple[Any, Request]] = []
+        self.budgets = {"idle": kvctl_budget()}
+        self.ttft: dict[str, dict[str, dict[str, float]]] = {}
+
+    def busy(self, name: str, engs, during=None) -> None:
+        """Phase ``name``: ``engs`` busy for ``phase_s``; ``during`` runs a third of the way in
+        (E: the first engine's graceful exit)."""
+        i = len(self.names)
+        self.names.append(name)
+        self.sampler.phase = name
+        prompts = rig.prompts(self.n, shared=0, tail=160, seed=10 + i)
+        timers = [threading.Timer(self.phase_s * 0.6, lambda: self.budgets.__setitem__(
+            name, kvctl_budget()))]  # mid-phase, while the busy engine holds its peak
+        if during is not None:
+            timers.append(threading.Timer(self.phase_s * 0.3, during))
+        for t in timers:
+            t.start()
+        got = busy(engs, prompts, self.tokens, self.phase_s, first_rid=100000 * i)
+        for t in timers:
+            t.join()
+        self.sent += got
+        self.ttft[name] = {e.name: _ttft_ms([r for x, r in got if x is e]) for e in engs}
+        self.sampler.phase = f"{name} drained"
+        time.sleep(1.5)  # the drained pool's last frees unmap its pages
+
+
 def run(backend: str, quick: bool = False) -> dict[str, Any]:
     py = rig.python_for("same-engine-pair")
     root = rig.workroot()
@@ -128,33 +163,26 @@ def run(backend: str, quick: bool = False) -> dict[str, Any]:
         pids = {e.name: [e.process.pid, *descendants(e.process.pid)] for e in (a, b)}
         sampler.start()
         time.sleep(1.0)
-        work = [("A", [a]), ("B", [b])] + ([] if quick else [("both", [a, b])])
-        sent, budgets = [], {"idle": kvctl_budget()}
-        ttft: dict[str, dict[str, dict[str, float]]] = {}
-        for i, (name, engs) in enumerate(work):
-            sampler.phase = name
-            prompts = rig.prompts(n, shared=0, tail=160, seed=10 + i)
-            ask = threading.Timer(phase_s * 0.6, lambda k=name: budgets.__setitem__(
-                k, kvctl_budget()))  # mid-phase, while the busy engine holds its peak
-            ask.start()
-            got = busy(engs, prompts, tokens, phase_s, first_rid=100000 * (i + 1))
-            ask.join()
-            sent += got
-            ttft[name] = {e.name: _ttft_ms([r for x, r in got if x is e]) for e in engs}
-            sampler.phase = f"{name} drained"
-            time.sleep(1.5)  # the drained pool's last frees unmap its pages
+        ph = Phases(sampler, n, tokens, phase_s)
+        ph.busy("A", [a])
+        ph.busy("B", [b])
+        counters = {}
+        if not quick:
+            ph.busy("both", [a, b])
+            counters["A"] = rig.counters(a)
+            ph.busy("E", [b], during=a.close)  # A exits gracefully while B is busy
+        counters.update({e.name: rig.counters(e) for e in (a, b) if e.name not in counters})
         sampler.stop.set()
         sampler.join()
-        outs = [(e.name, e.outcome(r.rid)) for e, r in sent]
+        outs = [(e.name, e.outcome(r.rid)) for e, r in ph.sent]
         return {"backend": backend, "device": dev, "budget": BUDGET, "page_id_bytes": PAGE_ID,
                 "in_flight": n, "max_tokens": tokens, "phase_s": phase_s,
-                "phases": ["idle", *(w[0] for w in work)], "pids": pids,
+                "phases": ph.names, "pids": pids,
                 "requests": {e: sum(1 for x, _ in outs if x == e) for e in pids},
                 "finished": {e: sum(1 for x, o in outs if x == e and not o.error
                                     and len(o.token_ids) == tokens) for e in pids},
-                "lost": [o.error for _, o in outs if o.error][:3],
-                "counters": {e.name: rig.counters(e) for e in (a, b)},
-                "kvctl_budget": budgets, "ttft_ms": ttft, "samples": sampler.rows}
+                "lost": [o.error for _, o in outs if o.error][:3], "counters": counters,
+                "kvctl_budget": ph.budgets, "ttft_ms": ph.ttft, "samples": sampler.rows}
     finally:
         sampler.stop.set()
         for e in (a, b):
