@@ -136,6 +136,26 @@ def test_a_graceful_exit_returns_the_first_engines_bytes_and_the_other_grows():
     got = real_checks(out, _phase_rows(out))
     assert got["E_first_released_all"] and got["E_second_grows_past_D"], got
     _, md = vllm_report(out)
-    assert "its budget slot held 0 MiB after" in md and "B 8 -> 16 MiB" in md
-    out["kvctl_budget"]["E"] = _budget(4, 16)  # a slot left holding bytes: not returned
-    assert not real_checks(out, _phase_rows(out))["E_first_released_all"]
+    assert "its segment gone, its budget slot still held 0 MiB after the exit" in md
+    assert "B 8 MiB in D -> 16 before" in md
+
+
+def test_a_dead_engines_slot_left_held_refutes_E_and_gc_is_reported():
+    """The exit the real run showed: A's engine core killed, its 4 MiB slot still held by a
+    dead pid; B stuck at its share of D until ``kvctl budget --gc`` reclaimed the slot."""
+
+    out = canned()
+    out["phases"] += ["both", "E"]
+    out["samples"] += [_row(6.0, "both", 4, 16, {"11": 4, "21": 16}),
+                       _row(7.0, "E", None, 16, {"11": 4, "21": 16}),
+                       _row(8.0, "E after gc", None, 20, {"21": 20}),
+                       _row(9.0, "E drained", None, 4, {"21": 4})]
+    out["kvctl_budget"]["E"] = _budget(4, 16)
+    gc = _budget(0, 16)
+    gc["budgets"]["host"]["reclaimed"] = 4 * MiB
+    out["kvctl_budget"]["E gc"] = gc
+    rec, md = vllm_report(out)
+    failed = [k for k, ok in rec.kv["checks"].items() if not ok]
+    assert failed == ["E_first_released_all"], failed
+    assert "slot still held 4 MiB after the exit" in md
+    assert "16 before `kvctl budget --gc` (reclaimed 4 MiB) -> 20 after" in md

@@ -6,8 +6,8 @@ Phases (prefix caching off, no reserve, so a drained engine's empty pages unmap 
 
 * **idle**  both idle;  **A**  A busy, B idle;  **B**  A drained and idle, B busy (B maps what A
   released);  not in quick: **both** both busy: together at the budget, neither over it; **E**
-  B busy, A closed a third of the way in (SIGTERM, a graceful stop): B grows past its share
-  in *both* into what A returned.
+  B busy, A closed early on (SIGTERM, then SIGKILL after the grace): does A's share come back
+  to the budget, and does B grow past its share in *both*? Then ``kvctl budget --gc``.
 
 Every 50 ms one thread reads both control segments (mapped bytes) and the budget segment (its
 total, what each holder holds) and the device's free memory; ``workbench kvctl budget --json``
@@ -73,9 +73,9 @@ class Sampler(threading.Thread):
             self.stop.wait(0.05)
 
 
-def kvctl_budget() -> dict[str, Any]:
+def kvctl_budget(*extra: str) -> dict[str, Any]:
     """``workbench kvctl budget --json`` in a process of its own, as an operator runs it."""
-    p = subprocess.run([sys.executable, "-m", "workbench", "kvctl", "budget", "--json"],
+    p = subprocess.run([sys.executable, "-m", "workbench", "kvctl", "budget", "--json", *extra],
                        capture_output=True, text=True, timeout=120)
     try:
         return {"rc": p.returncode, "budgets": json.loads(p.stdout)}
@@ -122,26 +122,39 @@ class Phases:
         self.budgets = {"idle": kvctl_budget()}
         self.ttft: dict[str, dict[str, dict[str, float]]] = {}
 
-    def busy(self, name: str, engs, during=None) -> None:
-        """Phase ``name``: ``engs`` busy for ``phase_s``; ``during`` runs a third of the way in
-        (E: the first engine's graceful exit)."""
+    def ask(self, key: str):
+        return lambda: self.budgets.__setitem__(key, kvctl_budget())
+
+    def busy(self, name: str, engs, at=None, stretch: float = 1.0) -> None:
+        """Phase ``name``: ``engs`` busy for ``stretch * phase_s``; ``at`` is (fraction of the
+        phase, action) pairs, by default ``kvctl budget`` 60 % in (the busy engine at its peak)."""
         i = len(self.names)
         self.names.append(name)
         self.sampler.phase = name
         prompts = rig.prompts(self.n, shared=0, tail=160, seed=10 + i)
-        timers = [threading.Timer(self.phase_s * 0.6, lambda: self.budgets.__setitem__(
-            name, kvctl_budget()))]  # mid-phase, while the busy engine holds its peak
-        if during is not None:
-            timers.append(threading.Timer(self.phase_s * 0.3, during))
+        seconds = self.phase_s * stretch
+        timers = [threading.Timer(seconds * f, fn)
+                  for f, fn in (at if at is not None else [(0.6, self.ask(name))])]
         for t in timers:
             t.start()
-        got = busy(engs, prompts, self.tokens, self.phase_s, first_rid=100000 * i)
+        got = busy(engs, prompts, self.tokens, seconds, first_rid=100000 * i)
         for t in timers:
             t.join()
         self.sent += got
         self.ttft[name] = {e.name: _ttft_ms([r for x, r in got if x is e]) for e in engs}
         self.sampler.phase = f"{name} drained"
         time.sleep(1.5)  # the drained pool's last frees unmap its pages
+
+    def exit_first(self, a, b) -> None:
+        """E (twice as long): B busy; A closed (SIGTERM, then SIGKILL after the grace) 15 % in;
+        ``kvctl budget`` at 50 % (A's slot after its exit), then ``kvctl budget --gc`` at 55 %
+        as an operator would, and once more at 80 %."""
+        def gc() -> None:
+            self.budgets["E gc"] = kvctl_budget("--gc")
+            self.sampler.phase = "E after gc"
+
+        self.busy("E", [b], stretch=2.0, at=[(0.15, a.close), (0.5, self.ask("E")),
+                                            (0.55, gc), (0.8, self.ask("E late"))])
 
 
 def run(backend: str, quick: bool = False) -> dict[str, Any]:
@@ -170,7 +183,7 @@ def run(backend: str, quick: bool = False) -> dict[str, Any]:
         if not quick:
             ph.busy("both", [a, b])
             counters["A"] = rig.counters(a)
-            ph.busy("E", [b], during=a.close)  # A exits gracefully while B is busy
+            ph.exit_first(a, b)  # A exits while B is busy
         counters.update({e.name: rig.counters(e) for e in (a, b) if e.name not in counters})
         sampler.stop.set()
         sampler.join()
