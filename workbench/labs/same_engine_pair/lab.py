@@ -4,11 +4,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
+from workbench.errors import ConfigError
 from workbench.labs.kit.base import Lab, LabResult, Progress
-from workbench.labs.kit.params import GIB, GPU, MODEL, QUICK, RATE, REPEATS, SECONDS, SEED, TOKENS
+from workbench.labs.kit.params import (
+    GIB,
+    GPU,
+    MODEL,
+    QUICK,
+    RATE,
+    REPEATS,
+    SECONDS,
+    SEED,
+    TOKENS,
+    VLLM_ONLY,
+)
 from workbench.labs.kit.phase_figs import phase_rows, timeline_figure
+from workbench.labs.kit.vllm_report import real_result
 from workbench.labs.same_engine_pair.sim import (
     sweep,
 )
@@ -29,26 +42,46 @@ class PairParams:
     prompt_len: int = 1024
     output_len: int = 256
     ipc_demo: bool = True  # the same vs separate IPC names part (real /dev/shm segments)
+    engine: str = "vllm"  # on sim the simulated engines of ``kind``; on host/gpu two real vLLMs
     RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
         "quick": QUICK, "seed": SEED, "repeats": REPEATS, "kind": Choice(("vllm", "sglang")),
         "model": MODEL, "gpu": GPU, "kv_budget_gib": GIB, "phase_s": SECONDS,
         "peak_rate": RATE, "prompt_len": TOKENS, "output_len": TOKENS, "ipc_demo": Flag(),
+        "engine": VLLM_ONLY,
     }
 
 
 class SameEnginePairLab(Lab):
     name = "same-engine-pair"
     description = ("two same-kind instances on one device, phases A-E: pages move between them; "
-                   "same vs separate IPC names (seed 000 §7)")
+                   "same vs separate IPC names (seed 000 §7); on host/gpu two real elastic "
+                   "vLLMs sharing one GPU budget")
     params_type = PairParams
-    backends = ("sim",)
+    backends = ("sim", "host", "gpu")
+
+    def check_backend(self, backend: str, params: Any = None) -> None:
+        from workbench.labs.kit.vllm_rig import check_engine
+
+        Lab.check_backend(self, backend, params)
+        real = check_engine(self.name, backend, getattr(params, "engine", "vllm"), "vllm")
+        if real and getattr(params, "kind", "vllm") != "vllm":
+            raise ConfigError(f"lab {self.name!r} parameter kind={params.kind!r} on backend "
+                              f"{backend!r}", "the real pair is two vLLM processes",
+                              "use kind=vllm, or backend sim for simulated SGLang-like ones")
 
     def run(self, params: PairParams, backend: str = "sim",
             progress: Progress | None = None) -> LabResult:
+        from workbench.labs.kit.vllm_rig import on_real
+
+        if on_real(backend, params.engine):  # two real vLLMs: this lab's .vllm runner
+            from workbench.labs.same_engine_pair.report import vllm_report
+            from workbench.labs.same_engine_pair.vllm import run as run_vllm
+
+            return real_result(vllm_report, lambda: run_vllm(backend, quick=params.quick))
         from workbench.labs.kit.ipc_names import ipc_names_demo, summary
         from workbench.labs.same_engine_pair.report import markdown, record
 
-        self.check_backend(backend)
+        self.check_backend(backend, params)
         data = sweep(params, progress)
         ipc = ipc_names_demo(params.model) if params.ipc_demo else None
         ipc_sum = summary(ipc) if ipc else None

@@ -7,6 +7,7 @@ from typing import Any
 from workbench.engines.models import get_model
 from workbench.labs.kit.phase_figs import latency_lines
 from workbench.labs.kit.record import LabRecord, Manifest
+from workbench.units import MiB
 
 EXPECT = [
     ("B", "the peaking instance maps pages; the idle one stays at its floor",
@@ -145,3 +146,165 @@ def record(p: Any, data: dict, rows: list[dict], ipc: dict | None, ipc_sum: dict
                              "max_cached_tokens": -1}),
         results={"phases": rows, "timeline": runs[0]["run"]["timeline"],
                  "windows": runs[0]["run"]["windows"], "ipc": ipc, "ipc_summary": ipc_sum})
+
+
+# the real run's phases are the seed's B (A busy), C (A drained, B busy) and D (both busy)
+def _phase_rows(out: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per phase of the real run: each engine's peak and end mapped bytes, the budget's peak."""
+    rows = []
+    s = out["samples"]
+    extra = ["E after gc"] if any(x["phase"] == "E after gc" for x in s) else []
+    for ph in [*out["phases"], *extra]:
+        inside = [x for x in s if x["phase"] == ph]
+        after = [x for x in s if x["phase"] == f"{ph} drained"] or inside
+        row: dict[str, Any] = {"phase": ph, "samples": len(inside)}
+        for e in ("A", "B"):
+            vals = [x[e] for x in inside if x.get(e) is not None]
+            row[f"{e}_peak_mib"] = round(max(vals, default=0) / MiB, 1)
+            row[f"{e}_end_mib"] = round((after[-1].get(e) or 0) / MiB, 1) if after else None
+        held = [x["held"] for x in inside if "held" in x]
+        row["held_peak_mib"] = round(max(held, default=0) / MiB, 1)
+        both = [x["A"] + x["B"] for x in inside if x.get("A") is not None
+                and x.get("B") is not None]
+        row["sum_peak_mib"] = round(max(both, default=0) / MiB, 1)
+        frees = [x["free"] for x in inside if "free" in x]
+        row["device_free_min_mib"] = round(min(frees, default=0) / MiB)
+        rows.append(row)
+    return rows
+
+
+def real_checks(out: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, bool]:
+    by = {r["phase"]: r for r in rows}
+    budget = out["budget"] / MiB
+    page = out["page_id_bytes"] / MiB
+    s = out["samples"]
+    checks = {
+        "B_first_grows": by["A"]["A_peak_mib"] > by["idle"]["A_peak_mib"],
+        "B_second_flat": by["A"]["B_peak_mib"] <= by["idle"]["B_peak_mib"],
+        "C_first_gives_back": by["A"]["A_end_mib"] < by["A"]["A_peak_mib"],
+        "C_second_grows_into_freed": by["B"]["B_peak_mib"] + by["A"]["A_peak_mib"] > budget,
+        "never_above_budget": all(x["held"] <= x["total"] for x in s if "held" in x)
+        and all(x["A"] + x["B"] <= out["budget"] for x in s
+                if x.get("A") is not None and x.get("B") is not None),
+        "no_request_lost": not out["lost"] and out["finished"] == out["requests"],
+        "holders_are_the_engines": _holders_ok(out),
+    }
+    if "both" in by:
+        checks["D_at_budget"] = by["both"]["held_peak_mib"] >= budget - page
+        t = out.get("ttft_ms") or {}
+        if t:
+            checks["D_slower_than_alone"] = all(t["both"][e]["p99"] > t[e][e]["p99"]
+                                                for e in ("A", "B"))
+    if "E" in by:
+        gone = [x for x in s if x["phase"] == "E drained"]
+        checks["E_first_released_all"] = (_held_by(out, "E", "A") == 0 and bool(gone)
+                                          and gone[-1].get("A") is None)
+        late = max(by["E"]["B_peak_mib"], by.get("E after gc", {}).get("B_peak_mib", 0))
+        checks["E_second_grows_past_D"] = late > by["both"]["B_peak_mib"]
+    return checks
+
+
+def _held_by(out: dict[str, Any], phase: str, engine: str) -> int:
+    """Bytes ``kvctl budget`` showed held by ``engine``'s processes (alive or not) mid-phase."""
+    mine = {str(p) for p in out["pids"][engine]}
+    return sum(h["held"] for b in out["kvctl_budget"].get(phase, {}).get("budgets", {}).values()
+               if b["total"] == out["budget"] for h in b["holders"] if str(h["pid"]) in mine)
+
+
+def _holders_ok(out: dict[str, Any]) -> bool:
+    """Every holder ``kvctl budget`` named is one of the two engines' processes, and in the
+    budget segment's readings the busy engine's peak share passes the idle one's."""
+    mine = {str(p): e for e, ps in out["pids"].items() for p in ps}
+    for got in out["kvctl_budget"].values():
+        for b in got.get("budgets", {}).values():
+            if b["total"] == out["budget"] and any(
+                    h["held"] and str(h["pid"]) not in mine for h in b["holders"]):
+                return False
+    for ph, idle in (("A", "B"), ("B", "A")):
+        peak = {e: 0 for e in ("A", "B")}
+        for x in out["samples"]:
+            if x["phase"] == ph:
+                for pid, held in (x.get("holders") or {}).items():
+                    e = mine.get(pid)
+                    if e is None:
+                        return False
+                    peak[e] = max(peak[e], held)
+        if peak[ph] <= peak[idle]:
+            return False
+    return True
+
+
+def _exit_text(out: dict[str, Any], by: dict[str, dict]) -> str:
+    if "E" not in by:
+        return "not run (quick)"
+    gc = sum(b.get("reclaimed", 0) for b in out["kvctl_budget"].get("E gc", {})
+             .get("budgets", {}).values() if b["total"] == out["budget"])
+    after = by.get("E after gc", {}).get("B_peak_mib")
+    return (f"A closed (SIGTERM, SIGKILL after the grace); its segment "
+            f"{'gone' if (by['E'].get('A_end_mib') or 0) == 0 else 'still there'}, its budget "
+            f"slot still held {_held_by(out, 'E', 'A') / MiB:g} MiB after the exit; B "
+            f"{by['both']['B_peak_mib']:g} MiB in D -> {by['E']['B_peak_mib']:g} before "
+            f"`kvctl budget --gc` (reclaimed {gc / MiB:g} MiB)"
+            + (f" -> {after:g} after" if after is not None else ""))
+
+
+def _waits(out: dict[str, Any]) -> str:
+    t = out.get("ttft_ms") or {}
+    if "both" not in t:
+        return ""
+    return "; TTFT p99 " + ", ".join(f"{e} {t[e][e]['p99']:g} ms alone -> "
+                                     f"{t['both'][e]['p99']:g} ms both" for e in ("A", "B"))
+
+
+def vllm_report(out: dict[str, Any]) -> tuple[LabRecord, str]:
+    """The record and Markdown of two real elastic vLLMs sharing one budget."""
+    from workbench.labs.kit.vllm_report import real_markdown, real_record
+
+    rows = _phase_rows(out)
+    checks = real_checks(out, rows)
+    by = {r["phase"]: r for r in rows}
+    budget = out["budget"] / MiB
+    pre = {e: int(c.get("num_preemptions", 0)) for e, c in out["counters"].items()}
+    done = sum(out["finished"].values())
+    sent = sum(out["requests"].values())
+    measured = {
+        "B": f"A {by['idle']['A_peak_mib']:g} -> {by['A']['A_peak_mib']:g} MiB; B stayed at "
+             f"{by['A']['B_peak_mib']:g} MiB",
+        "C": f"A gave back to {by['A']['A_end_mib']:g} MiB; B peaked at "
+             f"{by['B']['B_peak_mib']:g} MiB ({by['B']['B_peak_mib'] + by['A']['A_peak_mib']:g}"
+             f" MiB of peaks > the {budget:g} MiB budget)",
+        "D": (f"held peak {by['both']['held_peak_mib']:g} of {budget:g} MiB" + _waits(out)
+              if "both" in by else "not run (quick)"),
+        "E": _exit_text(out, by),
+    }
+    expect = []
+    for ph, text, keys in EXPECT:
+        if ph == "all" and "never_above_budget" in keys:
+            ok = checks["never_above_budget"]
+            peak = max((x["held"] for x in out["samples"] if "held" in x), default=0) / MiB
+            expect.append((text, f"{'yes' if ok else 'NO'}: the budget held at most {peak:g} of "
+                                 f"{budget:g} MiB over {len(out['samples'])} readings"))
+        elif ph == "all":
+            expect.append((text, "not visible from outside the engines (the sim counts it)"))
+        else:
+            keys_ok = [checks[k] for k in keys if k in checks]
+            mark = "" if not keys_ok else ("yes: " if all(keys_ok) else "NO: ")
+            expect.append((f"{ph}: {text}", mark + measured[ph]))
+    expect.append(("no request is lost", f"{done}/{sent} finished in full; preemptions "
+                   + ", ".join(f"{e} {n}" for e, n in pre.items())))
+    expect.append(("the budget's holders are the engines' processes (kvctl budget)",
+                   "yes" if checks["holders_are_the_engines"] else "NO"))
+    bad = [k for k, ok in checks.items() if not ok]
+    verdict = (f"supported: B mapped what A released under one {budget:g} MiB budget, never "
+               "over it, no request lost" if not bad else "refuted: " + ", ".join(bad))
+    top = max((x["held"] for x in out["samples"] if "held" in x), default=0) / MiB
+    headline = (f"budget {budget:g} MiB: A peaked {by['A']['A_peak_mib']:g} MiB while B held "
+                f"{by['A']['B_peak_mib']:g}; A gave back to {by['A']['A_end_mib']:g}, B peaked "
+                f"{by['B']['B_peak_mib']:g}; held at most {top:g} MiB; {done}/{sent} finished")
+    md = real_markdown("Two same-kind instances on one device", expect, rows, verdict)
+    rec = real_record("same-engine-pair", out, "pages one engine frees are mapped by the other "
+                      "under one shared budget that neither over-commits", verdict, headline,
+                      "each engine charges every page it creates to the device's budget "
+                      "segment and credits it on release; a charge past the total is a miss",
+                      {"checks": checks, "preemptions": pre}, {"phases": rows})
+    return rec, md
