@@ -138,13 +138,26 @@ def accept_kernel_dialog(page, timeout_ms: int = 5_000) -> None:
     page.click(".jp-Dialog .jp-mod-accept")
 
 
-def open_notebook(page, url: str) -> None:
-    """Open a notebook and wait until its kernel is idle."""
+def open_notebook(page, url: str, wait_idle: bool = True) -> None:
+    """Open a notebook and (``wait_idle``) wait until its kernel is idle."""
     page.goto(url, timeout=90_000)
     page.wait_for_selector(".jp-NotebookPanel", timeout=90_000)
-    accept_kernel_dialog(page)
-    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']",
-                           timeout=90_000)
+    if wait_idle:
+        wait_kernel_idle(page)
+
+
+def wait_kernel_idle(page, timeout_s: float = 90) -> None:
+    """Wait until the notebook's kernel is idle, accepting the kernel dialog whenever Lab shows
+    one (it sometimes asks which kernel to start although the notebook names one)."""
+    deadline = time.monotonic() + timeout_s
+    idle = ".jp-Notebook-ExecutionIndicator[data-status='idle']"
+    while time.monotonic() < deadline:
+        if page.locator(idle).count():
+            return
+        if page.locator(".jp-Dialog .jp-mod-accept").count():
+            page.click(".jp-Dialog .jp-mod-accept")
+        page.wait_for_timeout(200)
+    raise AssertionError(f"the kernel was not idle within {timeout_s:.0f} s")
 
 
 def run_menu(page, item: str) -> None:
