@@ -13,7 +13,7 @@ go = pytest.importorskip("plotly.graph_objects")
 
 from workbench.viz import figure  # noqa: E402
 from workbench.viz.labfigs import styled  # noqa: E402
-from workbench.viz.style import POOL_COLORS, THEME_NAME  # noqa: E402
+from workbench.viz.style import SERIES_COLORS, THEME_NAME  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 # figure code: every viz module but the palette itself, and the labs' shared figure kit
@@ -34,7 +34,7 @@ def test_the_theme_is_plotlys_default_once_workbench_viz_is_imported():
 
     assert pio.templates.default == THEME_NAME
     fig = go.Figure(go.Bar(x=[1], y=[1]))
-    assert list(fig.layout.template.layout.colorway) == POOL_COLORS
+    assert list(fig.layout.template.layout.colorway) == SERIES_COLORS
     assert fig.layout.template.layout.plot_bgcolor == "#ffffff"
 
 
@@ -42,10 +42,10 @@ def test_the_theme_is_plotlys_default_once_workbench_viz_is_imported():
 def test_a_figure_built_with_another_template_is_shown_in_ours(live):
     fig = go.Figure(go.Scatter(x=[0, 1], y=[1, 0]), layout=dict(template="plotly_dark"))
     shown = figure(fig, live=live)
-    assert list(shown.layout.template.layout.colorway) == POOL_COLORS
+    assert list(shown.layout.template.layout.colorway) == SERIES_COLORS
 
 
 def test_a_lab_figure_is_styled_in_the_theme():
     fig = styled(go.Figure(go.Bar(x=[1], y=[2]), layout=dict(template="ggplot2")), "t")
-    assert list(fig.layout.template.layout.colorway) == POOL_COLORS
+    assert list(fig.layout.template.layout.colorway) == SERIES_COLORS
     assert fig.layout.title.text == "t"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from workbench.viz.style import POOL_COLORS
+from workbench.viz.style import SERIES_COLORS
 
 
 def figure_colorways(nb) -> list[list[str] | None]:
@@ -23,5 +23,5 @@ def assert_one_theme(nb, name: str) -> None:
     """Every figure of the notebook is drawn with the workbench theme (workbench/viz/style.py)."""
     ways = figure_colorways(nb)
     assert ways, f"{name} shows no figure"
-    off = [w for w in ways if list(w or []) != POOL_COLORS]
+    off = [w for w in ways if list(w or []) != SERIES_COLORS]
     assert not off, f"{name}: {len(off)} of {len(ways)} figures not in the workbench theme"

@@ -20,6 +20,9 @@ STATE_COLORS = {
 # Pool and page-id colours share no hue with the state colours above: a green or amber cell
 # must always mean a state, never "pool 3" or "page 7" (tests/chapters/test_ch00_04.py).
 POOL_COLORS = ["#3b5bdb", "#9c36b5", "#0c8599", "#862e9c", "#8d5524", "#5f3dc4"]
+# A figure's series in order: the pool colours with neighbours apart in hue (blue, teal, brown,
+# purple, violet, plum), so a four-series bar chart never sets two purples side by side.
+SERIES_COLORS = [POOL_COLORS[i] for i in (0, 2, 4, 1, 5, 3)]
 PAGE_COLORS = ["#f783ac", "#ffe066", "#63e6be", "#e599f7", "#ffc078", "#da77f2"]
 FONT = dict(family="Inter, Helvetica, Arial, sans-serif", size=12)
 
@@ -65,7 +68,7 @@ def _theme():
     axis = dict(gridcolor=GRID, zerolinecolor=GRID, linecolor=RULE, ticks="outside",
                 tickcolor=RULE, title=dict(standoff=8))
     return go.layout.Template(layout=dict(
-        font=dict(FONT, color=INK), colorway=POOL_COLORS, paper_bgcolor=WHITE,
+        font=dict(FONT, color=INK), colorway=SERIES_COLORS, paper_bgcolor=WHITE,
         plot_bgcolor=WHITE, title=dict(font=dict(size=15, color=INK), x=0.02, xanchor="left"),
         xaxis=axis, yaxis=axis, legend=dict(bgcolor=TRANSLUCENT),
         hoverlabel=dict(font=dict(family=FONT["family"], size=11)),
