@@ -37,3 +37,14 @@ def run_notebook(path: Path, *, timeout: int = 120, env: dict[str, str] | None =
                 os.environ[k] = v
 
 
+
+
+_EXECUTED: dict[Path, tuple[object, float]] = {}
+
+
+def executed(path: Path, *, timeout: int = 120, env: dict[str, str] | None = None):
+    """``run_notebook(path)`` once per test session: the headless test and the browser test of
+    a notebook share one run (the browser opens the executed copy and only clicks)."""
+    if path not in _EXECUTED:
+        _EXECUTED[path] = run_notebook(path, timeout=timeout, env=env)
+    return _EXECUTED[path]

@@ -10,7 +10,8 @@ nbformat = pytest.importorskip("nbformat", reason="no notebook stack here (make 
 
 from workbench.quiz import quiz_names  # noqa: E402
 
-from .nbrun import CHAPTERS, NOTEBOOKS, run_notebook  # noqa: E402
+from .nbrun import CHAPTERS, NOTEBOOKS, executed, run_notebook  # noqa: E402
+from .theme import assert_one_theme  # noqa: E402
 
 EXPECTED = ["00_start_here", "01_block_token_page", "02_elastic_memory",
             "03_prefix_ownership", "04_colocation_and_limits", "05_one_request",
@@ -42,7 +43,7 @@ def test_chapter_structure(path):
 @pytest.mark.timeout(LIMIT_S + 60)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_chapter_executes_headless(path, no_score_file, record_property):
-    nb, seconds = run_notebook(path, timeout=LIMIT_S, env={"WORKBENCH_SCORES": ""})
+    nb, seconds = executed(path, timeout=LIMIT_S, env={"WORKBENCH_SCORES": ""})
     record_property("seconds", round(seconds, 1))
     print(f"{path.name}: {seconds:.1f} s")
     assert seconds < LIMIT_S
@@ -52,6 +53,7 @@ def test_chapter_executes_headless(path, no_score_file, record_property):
     mimes = {m for c in nb.cells if c.cell_type == "code" for o in c.outputs
              for m in o.get("data", {})}
     assert "application/vnd.jupyter.widget-view+json" in mimes  # live plots and the quiz
+    assert_one_theme(nb, path.name)  # every figure in the one colour scheme
 
 
 @pytest.mark.timeout(LIMIT_S + 60)

@@ -4,7 +4,6 @@ choice order graded back correctly, no empty attempts, and the first attempt's s
 from __future__ import annotations
 
 import json
-from statistics import mean
 
 import pytest
 
@@ -16,7 +15,6 @@ from workbench.quiz import (
     ChoiceOrder,
     EmptyAnswerError,
     Scorebook,
-    grade,
     learner_token,
     load_chapter_quiz,
     parse_number,
@@ -25,6 +23,14 @@ from workbench.quiz import (
 from workbench.quiz.learner import LEARNER_ENV, learner_token_path
 
 from .nbrun import CHAPTERS
+from .quizfair import (
+    answer_key_holders,
+    assert_even_lengths,
+    assert_grading_maps_back,
+    assert_no_choice_contains_another,
+    assert_no_length_tell,
+    assert_right_choice_in_every_position,
+)
 
 QUIZZES = [load_chapter_quiz(n) for n in quiz_names()]
 QUESTIONS = [q for quiz in QUIZZES for q in quiz.questions]
@@ -34,45 +40,22 @@ SINGLES = [q for q in QUESTIONS if q.kind == "single"]
 
 # -- the key is not one click from the notebook ------------------------------------------------
 def test_no_file_under_chapters_holds_an_answer_key():
-    holders = [p.relative_to(CHAPTERS) for p in CHAPTERS.rglob("*") if p.is_file()
-               and '"correct"' in p.read_text(encoding="utf-8", errors="replace")]
-    assert holders == []
-    assert not list(CHAPTERS.rglob("*.json"))  # no quiz data of any shape beside the notebooks
+    assert answer_key_holders(CHAPTERS) == []  # no key, no quiz data of any shape beside them
 
 
 # -- no length tell ----------------------------------------------------------------------------
 def test_right_choice_is_the_longest_about_as_often_as_chance():
-    """Across all single-choice questions the right choice is the strictly longest (and the
-    strictly shortest) within 10 points of the questions of the chance rate: more would make
-    "pick the longest" pay, fewer would make "never pick an extreme" pay."""
-    chance = sum(1 / len(q.choices) for q in SINGLES)
-    band = (chance - 0.10 * len(SINGLES), chance + 0.10 * len(SINGLES))
-    lengths = [[len(c.text) for c in q.choices] for q in SINGLES]
-    right = [next(iter(q.correct_indices)) for q in SINGLES]
-    longest = [q.id for q, n, r in zip(SINGLES, lengths, right, strict=True)
-               if all(n[r] > x for i, x in enumerate(n) if i != r)]
-    shortest = [q.id for q, n, r in zip(SINGLES, lengths, right, strict=True)
-                if all(n[r] < x for i, x in enumerate(n) if i != r)]
-    assert band[0] <= len(longest) <= band[1], f"right choice longest in {longest}"
-    assert band[0] <= len(shortest) <= band[1], f"right choice shortest in {shortest}"
+    assert_no_length_tell(SINGLES)
 
 
 @pytest.mark.parametrize("q", CHOICE_QS, ids=lambda q: q.id)
 def test_right_choices_are_as_long_as_the_distractors(q):
-    """The right choices' mean length lies within 0.75x..1.33x of the distractors' mean, and
-    no choice is under half or over twice the question's mean length."""
-    right = mean(len(c.text) for c in q.choices if c.correct)
-    wrong = mean(len(c.text) for c in q.choices if not c.correct)
-    assert 0.75 <= right / wrong <= 1.33, (q.id, right, wrong)
-    avg = mean(len(c.text) for c in q.choices)
-    assert all(0.5 * avg <= len(c.text) <= 2 * avg for c in q.choices), q.id
+    assert_even_lengths(q)
 
 
 @pytest.mark.parametrize("q", CHOICE_QS, ids=lambda q: q.id)
 def test_no_choice_text_contains_another(q):
-    """A browser finds a choice by its text: no choice may be a substring of another."""
-    texts = [c.text for c in q.choices]
-    assert not [(a, b) for a in texts for b in texts if a != b and a in b]
+    assert_no_choice_contains_another(q)
 
 
 # -- a per-learner order, graded back to the quiz file's choices --------------------------------
@@ -88,27 +71,12 @@ def test_order_is_a_stable_permutation_per_learner():
 
 @pytest.mark.parametrize("q", SINGLES, ids=lambda q: q.id)
 def test_right_choice_lands_in_every_position(q):
-    """Over 400 learners the right choice shows at each position about equally often."""
-    n = len(q.choices)
-    right = next(iter(q.correct_indices))
-    seen = [0] * n
-    for k in range(400):
-        seen[ChoiceOrder.for_learner(q, f"learner-{k}").to_display(right)] += 1
-    assert all(400 / n * 0.6 <= s <= 400 / n * 1.4 for s in seen), seen
+    assert_right_choice_in_every_position(q)
 
 
 @given(st.text(min_size=1, max_size=40), st.sampled_from(CHOICE_QS), st.data())
 def test_grading_maps_display_positions_back(token, q, data):
-    order = ChoiceOrder.for_learner(q, token)
-    shown = [q.choices[i] for i in order.order]
-    if q.kind == "single":
-        pos = data.draw(st.integers(0, len(shown) - 1))
-        g = grade(q, order.to_original(pos))
-        assert g.correct == shown[pos].correct and g.feedback == (shown[pos].feedback,)
-    else:
-        picked = data.draw(st.sets(st.integers(0, len(shown) - 1), min_size=1))
-        g = grade(q, order.to_original(picked))
-        assert g.correct == ({j for j, c in enumerate(shown) if c.correct} == picked)
+    assert_grading_maps_back(q, token, data)
 
 
 def test_widget_shows_the_learners_order_and_grades_the_shown_choice(no_score_file):

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from pathlib import Path
 
 import pytest
 
+from tests.chapters.nbrun import executed
+from tests.chapters.theme import assert_one_theme
 from workbench.labs import get_lab
 
 nbformat = pytest.importorskip("nbformat", reason="no notebook stack here (make setup)")
@@ -20,18 +21,17 @@ NOTEBOOKS = sorted((ROOT / "labs").glob("[0-9][0-9]_*.ipynb"))
 LIMIT_S = 120  # the lab itself must finish in 60 s; the rest is the kernel starting
 
 
-def run_notebook(path: Path, timeout: int = LIMIT_S):
-    """Execute ``path`` in a fresh "workbench" kernel (python3 if that is missing), from the
-    labs folder as a learner would; returns (notebook, seconds)."""
-    from jupyter_client.kernelspec import KernelSpecManager
-    from nbclient import NotebookClient
+def lab_env() -> dict[str, str]:
+    """A lab kernel's environment: scores in memory, this checkout's code first."""
+    return {"WORKBENCH_SCORES": "", "PYTHONPATH": os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
 
-    kernel = "workbench" if "workbench" in KernelSpecManager().find_kernel_specs() else "python3"
-    nb = nbformat.read(path, as_version=4)
-    t0 = time.perf_counter()
-    NotebookClient(nb, timeout=timeout, kernel_name=kernel, allow_errors=False,
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
-    return nb, time.perf_counter() - t0
+
+def run_lab_notebook(path: Path):
+    """Execute ``path`` in a fresh "workbench" kernel (python3 if that is missing), from the
+    labs folder as a learner would, once per session (the browser test opens the same run);
+    returns (notebook, seconds)."""
+    return executed(path, timeout=LIMIT_S, env=lab_env())
 
 
 def test_notebooks_found():
@@ -62,11 +62,8 @@ def test_lab_notebook_structure(path):
 
 @pytest.mark.timeout(LIMIT_S + 60)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_lab_notebook_runs_on_sim(path, record_property, monkeypatch):
-    monkeypatch.setenv("WORKBENCH_SCORES", "")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
-        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))  # this checkout's code
-    nb, seconds = run_notebook(path)
+def test_lab_notebook_runs_on_sim(path, record_property):
+    nb, seconds = run_lab_notebook(path)
     record_property("seconds", round(seconds, 1))
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
@@ -76,6 +73,7 @@ def test_lab_notebook_runs_on_sim(path, record_property, monkeypatch):
     titles = figure_titles(nb)
     assert titles and all(titles), f"{path.name} shows an untitled figure: {titles}"
     assert "wb-quiz" in widget_classes(nb), f"{path.name} shows no quiz"
+    assert_one_theme(nb, path.name)  # every figure in the chapters' colour scheme
 
 
 def _widget_states(nb) -> list[dict]:

@@ -1,10 +1,8 @@
-"""The lab quizzes meet the chapters' fairness checks (tests/chapters/test_quiz_fair.py): no key
-beside the notebooks, no length tell, the right choice in every position over learners, a
+"""The lab quizzes meet the chapters' fairness checks (the same ones, tests/chapters/quizfair.py):
+no key beside the notebooks, no length tell, the right choice in every position over learners, a
 per-learner order graded back correctly, and scores kept apart from the chapters'."""
 
 from __future__ import annotations
-
-from statistics import mean
 
 import pytest
 
@@ -12,7 +10,15 @@ pytest.importorskip("nbformat", reason="the notebook stack is not installed (mak
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workbench.quiz import ChoiceOrder, Scorebook, grade, quiz_names
+from tests.chapters.quizfair import (
+    answer_key_holders,
+    assert_even_lengths,
+    assert_grading_maps_back,
+    assert_no_choice_contains_another,
+    assert_no_length_tell,
+    assert_right_choice_in_every_position,
+)
+from workbench.quiz import Scorebook, quiz_names
 from workbench.quiz.labbank import lab_quiz_names, load_lab_quiz
 
 from .test_lab_notebooks import ROOT
@@ -25,10 +31,7 @@ SINGLES = [q for q in QUESTIONS if q.kind == "single"]
 
 
 def test_no_file_under_labs_holds_an_answer_key():
-    holders = [p.relative_to(LABS) for p in LABS.rglob("*") if p.is_file()
-               and '"correct"' in p.read_text(encoding="utf-8", errors="replace")]
-    assert holders == []
-    assert not list(LABS.rglob("*.json"))
+    assert answer_key_holders(LABS) == []
 
 
 def test_lab_quiz_ids_are_unique_and_apart_from_the_chapters():
@@ -40,55 +43,27 @@ def test_lab_quiz_ids_are_unique_and_apart_from_the_chapters():
 
 
 def test_right_choice_is_the_longest_about_as_often_as_chance():
-    chance = sum(1 / len(q.choices) for q in SINGLES)
-    band = (chance - 0.10 * len(SINGLES), chance + 0.10 * len(SINGLES))
-    lengths = [[len(c.text) for c in q.choices] for q in SINGLES]
-    right = [next(iter(q.correct_indices)) for q in SINGLES]
-    longest = [q.id for q, n, r in zip(SINGLES, lengths, right, strict=True)
-               if all(n[r] > x for i, x in enumerate(n) if i != r)]
-    shortest = [q.id for q, n, r in zip(SINGLES, lengths, right, strict=True)
-                if all(n[r] < x for i, x in enumerate(n) if i != r)]
-    assert band[0] <= len(longest) <= band[1], f"right choice longest in {longest}"
-    assert band[0] <= len(shortest) <= band[1], f"right choice shortest in {shortest}"
+    assert_no_length_tell(SINGLES)
 
 
 @pytest.mark.parametrize("q", CHOICE_QS, ids=lambda q: q.id)
 def test_right_choices_are_as_long_as_the_distractors(q):
-    right = mean(len(c.text) for c in q.choices if c.correct)
-    wrong = mean(len(c.text) for c in q.choices if not c.correct)
-    assert 0.75 <= right / wrong <= 1.33, (q.id, right, wrong)
-    avg = mean(len(c.text) for c in q.choices)
-    assert all(0.5 * avg <= len(c.text) <= 2 * avg for c in q.choices), q.id
+    assert_even_lengths(q)
 
 
 @pytest.mark.parametrize("q", CHOICE_QS, ids=lambda q: q.id)
 def test_no_choice_text_contains_another(q):
-    texts = [c.text for c in q.choices]
-    assert not [(a, b) for a in texts for b in texts if a != b and a in b]
+    assert_no_choice_contains_another(q)
 
 
 @pytest.mark.parametrize("q", SINGLES, ids=lambda q: q.id)
 def test_right_choice_lands_in_every_position(q):
-    n = len(q.choices)
-    right = next(iter(q.correct_indices))
-    seen = [0] * n
-    for k in range(400):
-        seen[ChoiceOrder.for_learner(q, f"learner-{k}").to_display(right)] += 1
-    assert all(400 / n * 0.6 <= s <= 400 / n * 1.4 for s in seen), seen
+    assert_right_choice_in_every_position(q)
 
 
 @given(st.text(min_size=1, max_size=40), st.sampled_from(CHOICE_QS), st.data())
 def test_grading_maps_display_positions_back(token, q, data):
-    order = ChoiceOrder.for_learner(q, token)
-    shown = [q.choices[i] for i in order.order]
-    if q.kind == "single":
-        pos = data.draw(st.integers(0, len(shown) - 1))
-        g = grade(q, order.to_original(pos))
-        assert g.correct == shown[pos].correct and g.feedback == (shown[pos].feedback,)
-    else:
-        picked = data.draw(st.sets(st.integers(0, len(shown) - 1), min_size=1))
-        g = grade(q, order.to_original(picked))
-        assert g.correct == ({j for j, c in enumerate(shown) if c.correct} == picked)
+    assert_grading_maps_back(q, token, data)
 
 
 def test_widget_grades_the_shown_choice_and_keeps_the_first_score(tmp_path, monkeypatch):

@@ -15,7 +15,7 @@ from plotly.subplots import make_subplots
 
 from workbench.core.geometry import KVGeometry
 from workbench.errors import ConfigError
-from workbench.viz.style import FONT, page_color
+from workbench.viz.style import EDGE, FONT, TINTS, WHITE, page_color
 
 
 class Span(NamedTuple):
@@ -44,14 +44,14 @@ def request_spans(geo: KVGeometry, block_ids: list[int], num_tokens: int,
     for i, b in enumerate(block_ids[:need]):
         lo, hi = i * bs, min((i + 1) * bs, num_tokens)
         page = geo.block_page(b)
-        spans.append(Span(0, lo, hi, f"L{i}", "#dee2e6",
+        spans.append(Span(0, lo, hi, f"L{i}", TINTS["grey"],
                           f"logical block {i}: token positions {lo}–{hi - 1}"))
         if view == "vllm":
-            spans.append(Span(1, lo, hi, f"b{b}", "#a5d8ff",
+            spans.append(Span(1, lo, hi, f"b{b}", TINTS["sky"],
                               f"block_table[{i}] = block {b}"))
         else:
             s0 = b * bs  # the box shows the first slot; the hover gives the whole run
-            spans.append(Span(1, lo, hi, f"{s0}…", "#d0bfff",
+            spans.append(Span(1, lo, hi, f"{s0}…", TINTS["violet"],
                               f"req_to_token[{lo}:{hi}] = slots {s0}–{s0 + hi - lo - 1}"))
         spans.append(Span(2, lo, hi, f"p{page}", shade[page],
                           f"block {b} lives on VMM page {page} "
@@ -95,7 +95,7 @@ def _add(fig, spans: list[Span], row: int, view: str) -> None:
     for s in spans:
         y = 2 - s.lane
         fig.add_shape(type="rect", x0=s.start, x1=s.stop, y0=y - 0.38, y1=y + 0.38,
-                      fillcolor=s.color, line=dict(color="#495057", width=1), layer="below",
+                      fillcolor=s.color, line=dict(color=EDGE, width=1), layer="below",
                       row=row, col=1)
         xs.append((s.start + s.stop) / 2)
         ys.append(y)
@@ -124,7 +124,7 @@ def block_table_figure(geo: KVGeometry, block_ids: list[int], num_tokens: int,
                         f"{-(-num_tokens // geo.block_size)} blocks of {geo.block_size} → "
                         f"{npages} VMM page(s)"),
         font=FONT, height=200 + 190 * len(views), margin=dict(l=170, r=10, t=70, b=40),
-        plot_bgcolor="white")
+        plot_bgcolor=WHITE)
     return fig
 
 

@@ -20,7 +20,7 @@ from workbench.core.geometry import DEFAULT_PAGE_SIZE, KVGeometry
 from workbench.core.ledger import KVCacheManager
 from workbench.engines.sched.block_pool import BlockPool, hash_chain
 from workbench.errors import ConfigError
-from workbench.viz.style import FONT, pool_color
+from workbench.viz.style import FONT, RULE, WHITE, pool_color
 from workbench.viz.trace import Recording
 
 KINDS = ("full", "sliding", "mla", "mamba")
@@ -133,7 +133,7 @@ def arithmetic_figure(rows: list[dict], title: str = "What one request holds") -
                            text=[f"{r['blocks held']} blocks × {r['layers']} layers"
                                  for r in rows], textposition="outside",
                            hovertemplate="%{x}: %{y} MiB<extra></extra>"))
-    fig.update_layout(title=title, font=FONT, height=360, plot_bgcolor="white",
+    fig.update_layout(title=title, font=FONT, height=360, plot_bgcolor=WHITE,
                       yaxis=dict(title="MiB (all layers of the group)", rangemode="tozero"),
                       margin=dict(l=60, r=10, t=50, b=40))
     return fig
@@ -226,7 +226,7 @@ def held_figure(run: HybridRun, title: str = "Blocks held per group") -> go.Figu
     for i, (name, xs) in enumerate(run.held.items()):
         fig.add_scatter(x=run.rec.labels(), y=xs, name=name, mode="lines+markers",
                         line=dict(color=pool_color(i), width=2))
-    fig.update_layout(title=title, font=FONT, height=340, plot_bgcolor="white",
+    fig.update_layout(title=title, font=FONT, height=340, plot_bgcolor=WHITE,
                       yaxis=dict(title="blocks (all requests)", rangemode="tozero"),
                       margin=dict(l=60, r=10, t=50, b=40))
     return fig
@@ -239,7 +239,7 @@ def owner_figure(run: HybridRun, title: str = "Which group holds each block") ->
     names = [*run.held, "cached"]
     code = {None: 0} | {n: i + 1 for i, n in enumerate(names)}
     n = len(names) + 1
-    colors = ["#ffffff"] + [pool_color(i) for i in range(len(names) - 1)] + ["#adb5bd"]
+    colors = [WHITE] + [pool_color(i) for i in range(len(names) - 1)] + [RULE]
     scale = [pt for k, c in enumerate(colors) for pt in ([k / n, c], [(k + 1) / n, c])]
     rows = [run.owner[i:i + per_page] for i in range(0, len(run.owner), per_page)]
     fig = go.Figure(go.Heatmap(z=[[code[o] for o in r] for r in rows],

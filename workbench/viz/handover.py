@@ -8,11 +8,9 @@ from typing import Any
 import plotly.graph_objects as go
 
 from workbench.pd.phases import phases
-from workbench.viz.style import FONT
+from workbench.viz.style import FONT, HANDOVER_COLORS
 
-PHASE_COLORS = {"prefill_queue": "#dee2e6", "prefill": "#4dabf7", "link_queue": "#ffd43b",
-                "transfer": "#f76707", "decode_wait": "#e599f7", "tail": "#9775fa",
-                "decode": "#51cf66"}
+PHASE_COLORS = HANDOVER_COLORS
 
 
 def crossover_figure(rows: list[dict[str, float]], title: str = "retrieve or recompute?"):

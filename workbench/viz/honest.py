@@ -22,7 +22,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from workbench.errors import ConfigError
-from workbench.viz.style import FONT, pool_color
+from workbench.viz.style import FONT, SHADE, WHITE, pool_color
 
 ORDERS = ("blocked", "alternate")
 
@@ -144,7 +144,7 @@ def cdf_figure(samples: dict[str, Sequence[float]], *, unit: str = "ms", log_x: 
                         hovertemplate="%{text} " + unit + "<extra>" + name + "</extra>")
         fig.add_vline(x=mean, line=dict(color=c, dash="dash", width=1.5),
                       annotation_text=f"mean {mean:,.0f}", annotation_position="bottom right")
-    fig.update_layout(title=title, font=FONT, height=380, plot_bgcolor="white",
+    fig.update_layout(title=title, font=FONT, height=380, plot_bgcolor=WHITE,
                       xaxis=dict(title=unit, type="log" if log_x else "linear"),
                       yaxis=dict(title="fraction of requests at or below", range=[0, 1.02]),
                       margin=dict(l=60, r=10, t=50, b=40))
@@ -161,14 +161,14 @@ def timing_figure(runs: dict[str, Sequence[Timing]], *,
     for col, ts in enumerate(runs.values(), start=1):
         loaded = [t.index for t in ts if t.loaded]
         if loaded:
-            fig.add_vrect(x0=min(loaded) - 0.5, x1=max(loaded) + 0.5, fillcolor="#ffe8cc",
+            fig.add_vrect(x0=min(loaded) - 0.5, x1=max(loaded) + 0.5, fillcolor=SHADE,
                           line_width=0, row=1, col=col)
         for i, lab in enumerate(labels):
             pts = [t for t in ts if t.label == lab]
             fig.add_scatter(x=[t.index for t in pts], y=[t.seconds * 1e3 for t in pts],
                             mode="markers", name=lab, legendgroup=lab, showlegend=col == 1,
                             marker=dict(color=pool_color(i), size=9), row=1, col=col)
-    fig.update_layout(title=title, font=FONT, height=360, plot_bgcolor="white",
+    fig.update_layout(title=title, font=FONT, height=360, plot_bgcolor=WHITE,
                       margin=dict(l=60, r=10, t=70, b=40))
     fig.update_xaxes(title_text="run position")
     fig.update_yaxes(title_text="ms per run", rangemode="tozero", row=1, col=1)
@@ -183,7 +183,7 @@ def spread_figure(rows: Sequence[dict], *, x: str, y: str, group: str,
         pts = [r for r in rows if r[group] == g]
         fig.add_scatter(x=[r[x] for r in pts], y=[r[y] for r in pts], name=str(g),
                         mode="markers+lines", marker=dict(size=10, color=pool_color(i)))
-    fig.update_layout(title=title, font=FONT, height=340, plot_bgcolor="white",
+    fig.update_layout(title=title, font=FONT, height=340, plot_bgcolor=WHITE,
                       xaxis=dict(title=x, type="category"), yaxis=dict(title=y),
                       margin=dict(l=60, r=10, t=50, b=40))
     return fig

@@ -13,15 +13,17 @@ from typing import Any
 
 from workbench.viz.controls import sliders
 from workbench.viz.live import figure, is_live
-from workbench.viz.style import FONT
+from workbench.viz.style import FONT, WHITE, themed
 
 
 def styled(fig, title: str | None = None):
-    """``fig`` with a title (``title``, else its own) and the chapters' font and background."""
+    """``fig`` with a title (``title``, else its own) and the chapters' theme, font and
+    background."""
+    themed(fig)
     own = fig.layout.title.text if fig.layout.title else None
     fig.update_layout(title=title or own, font=FONT)
     if fig.layout.plot_bgcolor is None:  # a lab figure's own layout (margins, colours) stays
-        fig.update_layout(plot_bgcolor="white")
+        fig.update_layout(plot_bgcolor=WHITE)
     if fig.layout.margin.t is None:
         fig.update_layout(margin=dict(t=60))
     return fig

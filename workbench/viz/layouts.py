@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from workbench.backends import make_device
 from workbench.core.geometry import KVGeometry, Layout
 from workbench.core.vspace import KVSpace
-from workbench.viz.style import FONT, pool_color
+from workbench.viz.style import FONT, WHITE, pool_color
 
 
 @dataclass(slots=True)
@@ -61,6 +61,6 @@ def layout_figure(costs: list[LayoutCost], title: str = "Time per page id, by la
         go.Bar(x=names, y=[c.unmap_s * 1e6 for c in costs], name="unmap",
                marker_color=pool_color(1),
                text=[f"{c.unmap_s * 1e6:,.0f} µs" for c in costs], textposition="inside")])
-    fig.update_layout(barmode="stack", title=title, font=FONT, height=360, plot_bgcolor="white",
+    fig.update_layout(barmode="stack", title=title, font=FONT, height=360, plot_bgcolor=WHITE,
                       yaxis=dict(title="µs per page id"), margin=dict(l=60, r=10, t=50, b=60))
     return fig

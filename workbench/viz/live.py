@@ -43,8 +43,13 @@ def use_static_renderer() -> None:
 
 
 def figure(fig, live: bool | None = None):
-    """``fig`` as a FigureWidget when live, else as a plain Figure."""
+    """``fig`` as a FigureWidget when live, else as a plain Figure; drawn with the workbench
+    theme either way (:mod:`workbench.viz.style`)."""
     import plotly.graph_objects as go
+
+    from workbench.viz.style import themed
+
+    themed(fig)
 
     if live if live is not None else is_live():
         return fig if isinstance(fig, go.FigureWidget) else go.FigureWidget(fig)

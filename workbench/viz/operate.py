@@ -20,7 +20,7 @@ import plotly.graph_objects as go
 
 from workbench.adapters.patching import need_params, replace_class
 from workbench.adapters.registry import EnginePlan, Patch
-from workbench.viz.style import FONT
+from workbench.viz.style import FONT, VARIANT_COLORS, WHITE
 
 CLI_ENV = {"COLUMNS": "100", "NO_COLOR": "1"}
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # bold/dim survive NO_COLOR under a notebook's TERM
@@ -89,7 +89,7 @@ def variant_figure(rows: list[dict[str, str]], versions: list[str],
     refused."""
     ranges = sorted({r[v] for r in rows for v in versions} - {"refused"})
     code = {rng: i + 1 for i, rng in enumerate(ranges)} | {"refused": 0}
-    palette = ["#c92a2a", "#4c6ef5", "#12b886", "#f59f00", "#7950f2", "#868e96"]
+    palette = VARIANT_COLORS
     n = len(ranges) + 1
     scale = [[k / n, palette[k % len(palette)]] for k in range(n)]
     scale = [pt for k, (_, c) in enumerate(scale) for pt in ([k / n, c], [(k + 1) / n, c])]
@@ -204,6 +204,6 @@ def tree_figure(title: str = "Failure decision tree (seed 000 §16)") -> go.Figu
                               parents=[p for _, p, _ in FAILURE_TREE],
                               customdata=[h or "open a branch" for _, _, h in FAILURE_TREE],
                               hovertemplate="%{label}<br>%{customdata}<extra></extra>",
-                              tiling=dict(orientation="h"), maxdepth=3, root_color="white"))
+                              tiling=dict(orientation="h"), maxdepth=3, root_color=WHITE))
     fig.update_layout(title=title, font=FONT, height=480, margin=dict(l=10, r=10, t=50, b=10))
     return fig

@@ -10,7 +10,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from workbench.units import MiB
-from workbench.viz.style import FONT
+from workbench.viz.style import FONT, OK, STATE_COLORS, WARN, WHITE
 
 
 def ownership_figure(result, step: int | None = None) -> go.Figure:
@@ -20,16 +20,16 @@ def ownership_figure(result, step: int | None = None) -> go.Figure:
     own = result.ownership[i]
     pages = list(range(len(own)))
     fig = go.Figure()
-    for k, (name, color) in enumerate((("held by requests (ref > 0)", "#2b8a3e"),
-                                       ("cached, nobody holds (ref 0)", "#f59f00"),
-                                       ("free", "#e9ecef"))):
+    for k, (name, color) in enumerate((("held by requests (ref > 0)", OK),
+                                       ("cached, nobody holds (ref 0)", WARN),
+                                       ("free", STATE_COLORS["free"]))):
         fig.add_trace(go.Bar(x=pages, y=[o[k] for o in own], name=name, marker_color=color,
                              hovertemplate="page %{x}: %{y} blocks<extra>" + name + "</extra>"))
     mapped, held = result.mapped_live_bytes[i]
     pinned = sum(1 for h, c, _ in own if c and not h)
     label = result.rec.steps[i].label if result.rec.steps else ""
     fig.update_layout(
-        barmode="stack", font=FONT, height=330, plot_bgcolor="white",
+        barmode="stack", font=FONT, height=330, plot_bgcolor=WHITE,
         title=(f"Ownership per VMM page — {label}<br><sup>mapped {mapped / MiB:.0f} MiB, held by "
                f"requests {held / MiB:.0f} MiB; {pinned} page(s) kept mapped only by cached "
                f"blocks</sup>"),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from workbench.viz.style import FONT, STATE_COLORS, discrete_scale, pool_color
+from workbench.viz.style import FONT, STATE_COLORS, WHITE, discrete_scale, pool_color
 from workbench.viz.trace import MAPPED, STATES, Recording
 
 
@@ -79,7 +79,7 @@ def page_map(rec: Recording, step: int | None = None, *, width: int = 32,
     label = rec.steps[step].label if rec.steps and step is not None else "end"
     fig.update_layout(
         title=title or _title(label), font=FONT, height=150 + 24 * len(z),
-        margin=dict(l=110, r=10, t=80, b=40), plot_bgcolor="white",
+        margin=dict(l=110, r=10, t=80, b=40), plot_bgcolor=WHITE,
         xaxis=dict(title="page id (column)", showgrid=False, zeroline=False),
         yaxis=dict(autorange="reversed", tickmode="array", tickvals=list(range(len(z))),
                    ticktext=ylabels, showgrid=False, zeroline=False),

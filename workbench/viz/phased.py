@@ -11,9 +11,10 @@ from typing import Any
 import plotly.graph_objects as go
 
 from workbench.viz.sequence import sequence_figure
+from workbench.viz.style import EDGE, TINTS
 
-PHASE_COLORS = {"fault": "#ffe3e3", "state": "#fff3bf", "cleanup": "#d3f9d8",
-                "fallback": "#d0ebff"}
+PHASE_COLORS = {"fault": TINTS["red"], "state": TINTS["yellow"], "cleanup": TINTS["green"],
+                "fallback": TINTS["blue"]}
 
 
 def phase_of(m: Any) -> str:
@@ -47,5 +48,5 @@ def phased_sequence_figure(messages: Iterable[Any], participants: Sequence[str] 
                       y1=-last - 0.45, fillcolor=color, opacity=0.55, line_width=0,
                       layer="below")
         fig.add_annotation(x=-0.65, y=-first + 0.3, text=f"<i>{phase}</i>", showarrow=False,
-                           xanchor="left", font=dict(size=9, color="#495057"))
+                           xanchor="left", font=dict(size=9, color=EDGE))
     return fig

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 import plotly.graph_objects as go
 
 from workbench.core.messages import Reply
-from workbench.viz.style import FONT
+from workbench.viz.style import BAD, EDGE, FONT, NOTE, OK, PANEL, RULE, WHITE
 
 
 class Message(NamedTuple):
@@ -56,16 +56,16 @@ def sequence_figure(messages: Iterable[Any], participants: Sequence[str] | None 
     shown = msgs if upto is None else msgs[:upto]
     fig = go.Figure()
     shapes = [dict(type="line", x0=i, x1=i, y0=0.3, y1=-(n + 0.5),
-                   line=dict(color="#adb5bd", width=1.5, dash="dot")) for i in range(len(names))]
-    ann = [dict(x=i, y=0.6, text=f"<b>{p}</b>", showarrow=False, bgcolor="#f1f3f5",
-                bordercolor="#495057", borderpad=4) for p, i in x.items()]
+                   line=dict(color=RULE, width=1.5, dash="dot")) for i in range(len(names))]
+    ann = [dict(x=i, y=0.6, text=f"<b>{p}</b>", showarrow=False, bgcolor=PANEL,
+                bordercolor=EDGE, borderpad=4) for p, i in x.items()]
     for k, m in enumerate(shown, 1):
-        color = "#2b8a3e" if m.ok else "#e03131"
+        color = OK if m.ok else BAD
         y = -k
         when = f" (t={_when(m.t)})" if isinstance(m.t, (int, float)) else ""
         if m.src == m.dst:  # a local step: a note on the lifeline
             ann.append(dict(x=x[m.src], y=y, text=m.label + when, showarrow=False,
-                            bgcolor="#fff9db", bordercolor=color, font=dict(size=10)))
+                            bgcolor=NOTE, bordercolor=color, font=dict(size=10)))
             continue
         ann.append(dict(x=x[m.dst], y=y, ax=x[m.src], ay=y, xref="x", yref="y", axref="x",
                         ayref="y", showarrow=True, arrowhead=2, arrowwidth=1.6,
@@ -75,7 +75,7 @@ def sequence_figure(messages: Iterable[Any], participants: Sequence[str] | None 
     fig.add_trace(go.Scatter(x=[0, max(len(names) - 1, 1)], y=[0, -n], mode="markers",
                              marker=dict(opacity=0), hoverinfo="skip", showlegend=False))
     fig.update_layout(title=title, font=FONT, shapes=shapes, annotations=ann,
-                      height=160 + 42 * max(n, 1), plot_bgcolor="white",
+                      height=160 + 42 * max(n, 1), plot_bgcolor=WHITE,
                       margin=dict(l=20, r=20, t=60, b=20),
                       xaxis=dict(visible=False, range=[-0.7, len(names) - 0.3]),
                       yaxis=dict(visible=False, range=[-(n + 0.8), 1.0]))

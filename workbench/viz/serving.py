@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from workbench.engines.metrics import MemorySample
 from workbench.errors import ConfigError
 from workbench.units import MiB
-from workbench.viz.style import FONT, pool_color
+from workbench.viz.style import FONT, WHITE, pool_color
 
 SAMPLE_S = 0.002  # memory samples every 2 ms of the engine's clock
 
@@ -86,7 +86,7 @@ def timeline_figure(samples: list[MemorySample], title: str = "Blocks and mapped
         fig.add_trace(go.Scatter(x=t, y=[s.mapped_bytes / MiB for s in mine], mode="lines",
                                  name=f"{name}: mapped MiB", yaxis="y2",
                                  line=dict(color=color, dash="dash", shape="hv")))
-    fig.update_layout(title=title, font=FONT, height=320, plot_bgcolor="white",
+    fig.update_layout(title=title, font=FONT, height=320, plot_bgcolor=WHITE,
                       xaxis=dict(title="engine clock (ms)"),
                       yaxis=dict(title="blocks in use", rangemode="tozero"),
                       yaxis2=dict(title="mapped MiB", overlaying="y", side="right",

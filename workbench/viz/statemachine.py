@@ -9,18 +9,29 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from workbench.core.events import Event
-from workbench.viz.style import FONT, STATE_COLORS
+from workbench.viz.style import (
+    EDGE,
+    FOCUS,
+    FONT,
+    INK,
+    MUTED,
+    PANEL,
+    STATE_COLORS,
+    TINTS,
+    TRANSLUCENT,
+    WHITE,
+)
 
 # node -> (x, y, label, fill)
 NODES: dict[str, tuple[float, float, str, str]] = {
-    "vrange": (0.0, 4.05, "virtual range<br>reserved", "#ffffff"),
+    "vrange": (0.0, 4.05, "virtual range<br>reserved", WHITE),
     "free": (0.0, 3.0, "FREE<br>zero page only", STATE_COLORS["free"]),
     "in_use": (0.0, 1.8, "IN_USE<br>physical page mapped", STATE_COLORS["in_use"]),
     "reserved": (2.6, 1.8, "RESERVED<br>mapped, no live block", STATE_COLORS["reserved"]),
     "retired": (-2.6, 0.6, "RETIRED<br>wait for release barrier", STATE_COLORS["retired"]),
-    "prepared": (0.0, 0.6, "UNMAP PREPARED<br>handles retained", "#fff3bf"),
-    "released": (-1.6, -0.6, "handle released<br>(back to FREE)", "#f1f3f5"),
-    "restored": (1.6, -0.6, "mapping restored<br>(abort)", "#d0ebff"),
+    "prepared": (0.0, 0.6, "UNMAP PREPARED<br>handles retained", TINTS["yellow"]),
+    "released": (-1.6, -0.6, "handle released<br>(back to FREE)", PANEL),
+    "restored": (1.6, -0.6, "mapping restored<br>(abort)", TINTS["blue"]),
     "reclaimed": (-2.6, 3.0, "RECLAIMED<br>outside the limit", STATE_COLORS["reclaimed"]),
     "quarantined": (2.6, 3.0, "QUARANTINED<br>never issued again", STATE_COLORS["quarantined"]),
 }
@@ -101,19 +112,19 @@ def _draw(fig, state: str | None, last: Event | None, title: str) -> None:
         annotations.append(dict(
             x=tx + ox, y=ty + oy, ax=sx + ox, ay=sy + oy, xref="x", yref="y", axref="x",
             ayref="y", text="", showarrow=True, arrowhead=2, arrowsize=1.1,
-            arrowwidth=3.5 if on else 1.3, arrowcolor="#d9480f" if on else "#868e96"))
+            arrowwidth=3.5 if on else 1.3, arrowcolor=FOCUS if on else MUTED))
         f = LABEL_AT.get((src, dst), 0.5)
         lx, ly = sx + (tx - sx) * f + ox * 2.5, sy + (ty - sy) * f + oy * 2.5
         annotations.append(dict(x=lx, y=ly, xref="x", yref="y", text=label, showarrow=False,
-                                font=dict(size=10, color="#d9480f" if on else "#495057"),
-                                bgcolor="rgba(255,255,255,0.8)"))
+                                font=dict(size=10, color=FOCUS if on else EDGE),
+                                bgcolor=TRANSLUCENT))
     for name, (x, y, text, fill) in NODES.items():
         me = name == here
         shapes.append(dict(type="rect", x0=x - W, x1=x + W, y0=y - H, y1=y + H, fillcolor=fill,
-                           line=dict(color="#d9480f" if me else "#495057", width=5 if me else 1),
+                           line=dict(color=FOCUS if me else EDGE, width=5 if me else 1),
                            layer="below"))
         annotations.append(dict(x=x, y=y, xref="x", yref="y", text=text, showarrow=False,
-                                font=dict(size=11, color="#212529")))
+                                font=dict(size=11, color=INK)))
     # An invisible trace carries hover text and keeps the axes in place.
     names = list(NODES)
     fig.add_trace(go.Scatter(x=[NODES[n][0] for n in names], y=[NODES[n][1] for n in names],
@@ -125,7 +136,7 @@ def _draw(fig, state: str | None, last: Event | None, title: str) -> None:
         sub += f" (last: {last.src}→{last.dst}, {last.cause})"
     fig.update_layout(title=dict(text=title + sub, font=dict(size=14)), font=FONT, height=560,
                       annotations=annotations, shapes=shapes,
-                      margin=dict(l=10, r=10, t=50, b=10), plot_bgcolor="white",
+                      margin=dict(l=10, r=10, t=50, b=10), plot_bgcolor=WHITE,
                       xaxis=dict(visible=False, range=[-3.4, 3.4]),
                       yaxis=dict(visible=False, range=[-1.0, 4.4]))
 

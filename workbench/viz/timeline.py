@@ -5,7 +5,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from workbench.units import GiB
-from workbench.viz.style import FONT, pool_color
+from workbench.viz.style import FONT, INK, LIMIT, WHITE, pool_color
 from workbench.viz.trace import Recording
 
 
@@ -35,14 +35,14 @@ def bytes_figure(rec: Recording, step: int | None = None, *, capacity: int | Non
     notes = []
     if capacity:
         shapes.append(dict(type="line", xref="paper", x0=0, x1=1, y0=capacity / GiB,
-                           y1=capacity / GiB, line=dict(color="#c92a2a", width=1.5)))
+                           y1=capacity / GiB, line=dict(color=LIMIT, width=1.5)))
         notes.append(dict(xref="paper", x=1, y=capacity / GiB, yanchor="bottom", xanchor="right",
                           text="device capacity", showarrow=False,
-                          font=dict(size=10, color="#c92a2a")))
+                          font=dict(size=10, color=LIMIT)))
     shapes.append(_cursor(step))
     fig.update_layout(title=title, font=FONT, height=360, shapes=shapes, annotations=notes,
                       xaxis=dict(title="step"), yaxis=dict(title="GiB", rangemode="tozero"),
-                      margin=dict(l=60, r=10, t=50, b=40), plot_bgcolor="white",
+                      margin=dict(l=60, r=10, t=50, b=40), plot_bgcolor=WHITE,
                       legend=dict(font=dict(size=10)))
     return fig
 
@@ -50,7 +50,7 @@ def bytes_figure(rec: Recording, step: int | None = None, *, capacity: int | Non
 def _cursor(step: int | None) -> dict:
     x = step if step is not None else 0
     return dict(type="line", xref="x", yref="paper", x0=x, x1=x, y0=0, y1=1,
-                line=dict(color="#212529", width=1, dash="dot"),
+                line=dict(color=INK, width=1, dash="dot"),
                 visible=step is not None)
 
 
@@ -74,11 +74,11 @@ def instances_figure(timeline: dict[str, dict[str, list]], *, capacity: int | No
             total[t] = total.get(t, 0.0) + b
     ts = sorted(total)
     fig.add_trace(go.Scatter(x=ts, y=[total[t] / GiB for t in ts], name="sum", mode="lines",
-                             line=dict(color="#212529", width=1, dash="dot")))
+                             line=dict(color=INK, width=1, dash="dot")))
     if capacity:
-        fig.add_hline(y=capacity / GiB, line=dict(color="#c92a2a", width=1.5),
+        fig.add_hline(y=capacity / GiB, line=dict(color=LIMIT, width=1.5),
                       annotation_text="KV budget")
-    fig.update_layout(title=title, font=FONT, height=340, plot_bgcolor="white",
+    fig.update_layout(title=title, font=FONT, height=340, plot_bgcolor=WHITE,
                       xaxis=dict(title="simulated seconds"), yaxis=dict(title="GiB"),
                       margin=dict(l=60, r=10, t=50, b=40))
     return fig

@@ -19,10 +19,10 @@ from workbench.viz.blocktable import block_table_figure
 from workbench.viz.lifecycle import Snapshot, SteppedEngine
 from workbench.viz.live import figure, is_live
 from workbench.viz.pagemap import page_map, update_page_map
-from workbench.viz.style import FONT
+from workbench.viz.style import FONT, INK, PATH, WHITE
 from workbench.viz.trace import Recording
 
-RING = dict(symbol="square-open", size=18, color="#212529", line=dict(width=2.5))
+RING = dict(symbol="square-open", size=18, color=INK, line=dict(width=2.5))
 
 
 def table_figure(geo: KVGeometry, snap: Snapshot, view: str = "vllm") -> go.Figure:
@@ -32,7 +32,7 @@ def table_figure(geo: KVGeometry, snap: Snapshot, view: str = "vllm") -> go.Figu
     if covered == 0:
         fig = go.Figure()
         fig.update_layout(title=title + f" — holds no KV ({snap.state})", font=FONT, height=390,
-                          plot_bgcolor="white", xaxis=dict(visible=False),
+                          plot_bgcolor=WHITE, xaxis=dict(visible=False),
                           yaxis=dict(visible=False),
                           annotations=[dict(text="no block held", showarrow=False, x=0.5,
                                             y=0.5, xref="paper", yref="paper")])
@@ -75,7 +75,7 @@ def footprint_figure(geo: KVGeometry, snaps: list[Snapshot], at: int | None = No
                              name="pages touched (right axis)", yaxis="y2", line_shape="hv",
                              line=dict(dash="dot")))
     fig.update_layout(
-        title="Our request's footprint per step", font=FONT, height=300, plot_bgcolor="white",
+        title="Our request's footprint per step", font=FONT, height=300, plot_bgcolor=WHITE,
         margin=dict(l=60, r=60, t=60, b=40), xaxis=dict(title="step"),
         yaxis=dict(title="tokens / slots", rangemode="tozero"),
         yaxis2=dict(title="pages", overlaying="y", side="right", rangemode="tozero",
@@ -87,7 +87,7 @@ def footprint_figure(geo: KVGeometry, snaps: list[Snapshot], at: int | None = No
 
 def _cursor(step: int) -> dict:
     return dict(type="line", x0=step, x1=step, y0=0, y1=1, yref="paper",
-                line=dict(color="#e8590c", width=2))
+                line=dict(color=PATH, width=2))
 
 
 def walk_explorer(eng: SteppedEngine, *, view: str | None = None, width: int = 16,

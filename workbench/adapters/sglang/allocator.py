@@ -19,59 +19,9 @@ from sglang.srt.mem_cache.allocator.base import BaseTokenToKVPoolAllocator
 from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
 from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
 
-from workbench.errors import ConfigError
+from workbench.adapters.sglang.slots import LedgerSlots, ledger_of, page_slots
 
-
-def _ledger_of(kvcache):
-    ledger = getattr(kvcache, "ledger", None)
-    if ledger is None:
-        raise ConfigError(f"KV pool {type(kvcache).__name__}", "has no workbench ledger",
-                          "build the pool as ElasticMHATokenToKVPool (autopatch does)")
-    return ledger
-
-
-class _ElasticMixin:
-    ledger = None
-
-    def _reset(self) -> None:
-        held = sorted(self.ledger.allocated - {self.ledger.null_block})
-        self.ledger.free_reserved()
-        if held:
-            self._free_blocks(held)
-        self.free_pages = None  # there is no free list: get_all_free_pages() answers None
-        self.release_pages = None
-        self.free_group = None
-
-    def _ids(self, n: int) -> torch.Tensor | None:
-        fence = self.ledger.fence
-        if fence is not None:
-            fence.poll()
-        ids = self.ledger.alloc(n)
-        if ids is None and fence is not None and fence.drain():
-            ids = self.ledger.alloc(n)
-        return None if ids is None else torch.tensor(ids, dtype=torch.int64, device=self.device)
-
-    def _free_blocks(self, ids: list[int]) -> None:
-        self.ledger.free(ids)
-        if self.ledger.fence is not None:
-            self.ledger.fence.after_free()
-
-    def _room(self) -> int:
-        """Blocks an allocation could take now (finished releases counted). SGLang asks this
-        also when idle (its pool stats and idle checks), so a ``kvctl`` request waiting in the
-        control segment is applied here too, not only at the next allocation or free."""
-        if self.ledger.fence is not None:
-            self.ledger.fence.poll()
-        self.ledger.poll_control()
-        return self.ledger.available_size()
-
-    def unheld_size(self) -> int:
-        """Slots not held by anyone: what SGLang's leak check counts as free (the ledger's
-        ``available_size`` is lower under a limit or device pressure, and that is no leak)."""
-        return self.size - self.ledger.used_blocks * self.page_size
-
-    def merge_and_sort_free(self):
-        pass
+_ElasticMixin = LedgerSlots  # the allocators below: SGLang's API over LedgerSlots
 
 
 class ElasticTokenToKVPoolAllocator(_ElasticMixin, TokenToKVPoolAllocator):
@@ -79,7 +29,7 @@ class ElasticTokenToKVPoolAllocator(_ElasticMixin, TokenToKVPoolAllocator):
 
     def __init__(self, size, dtype, device, kvcache, need_sort):
         BaseTokenToKVPoolAllocator.__init__(self, size, 1, dtype, device, kvcache, need_sort)
-        self.ledger = _ledger_of(kvcache)
+        self.ledger = ledger_of(kvcache)
         self.clear()
 
     def clear(self):
@@ -110,7 +60,7 @@ class ElasticPagedTokenToKVPoolAllocator(_ElasticMixin, PagedTokenToKVPoolAlloca
         self.num_pages = size // page_size
         self.debug_mode = False
         self.use_triton_kernels = self._use_triton()
-        self.ledger = _ledger_of(kvcache)
+        self.ledger = ledger_of(kvcache)
         self.clear()
 
     def _use_triton(self) -> bool:
@@ -136,8 +86,7 @@ class ElasticPagedTokenToKVPoolAllocator(_ElasticMixin, PagedTokenToKVPoolAlloca
         pages = self._ids(need_size // self.page_size)
         if pages is None:
             return None
-        return (pages[:, None] * self.page_size
-                + torch.arange(self.page_size, device=self.device)).reshape(-1)
+        return page_slots(pages, self.page_size)
 
     def alloc_extend(self, prefix_lens, prefix_lens_cpu, seq_lens, seq_lens_cpu, last_loc,
                      extend_num_tokens: int, num_new_pages: int | None = None):

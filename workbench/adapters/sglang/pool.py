@@ -19,32 +19,10 @@ from __future__ import annotations
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, MLATokenToKVPool
 
 from workbench.adapters import runtime
-from workbench.core.geometry import KVGeometry, Layout
+from workbench.adapters.sglang.views import build_views
 from workbench.errors import ConfigError
-from workbench.tensors import KVTensors
 
 UNSET = "unset WORKBENCH_KV_AUTOPATCH to run SGLang's own pool"
-
-
-def build_views(pool, *, heads: int, dim: int, buffers: int, prefix: str) -> KVTensors:
-    """Ledger + views for ``pool`` (an SGLang KV pool whose size/page_size/layer_num/
-    store_dtype/device are set); sets ``pool.ledger`` and ``pool.kv_views``."""
-    rows, ps = pool.size + pool.page_size, pool.page_size
-    if rows % ps:
-        raise ConfigError(f"{rows} slots with page_size {ps}", "not whole pages",
-                          "make the pool size a multiple of page_size")
-    cfg = runtime.pool_config()
-    if ps > 1 and cfg.contiguous_layout:
-        cfg = runtime.pool_config(contiguous_layout=False)  # paged slots: per-layer blocks
-    layout = Layout.CONTIGUOUS if cfg.contiguous_layout else Layout.PER_LAYER
-    geo = KVGeometry(num_layers=pool.layer_num, kv_heads=heads, head_dim=dim, block_size=ps,
-                     num_blocks=rows // ps, num_buffers=buffers,
-                     dtype_bytes=pool.store_dtype.itemsize, page_size=cfg.page_size,
-                     layout=layout)
-    device = runtime.device_for(pool.device)
-    pool.ledger = runtime.make_ledger(geo, device, prefix, cfg)
-    pool.kv_views = KVTensors(pool.ledger.space, pool.store_dtype)
-    return pool.kv_views
 
 
 class ElasticMHATokenToKVPool(MHATokenToKVPool):

@@ -22,6 +22,7 @@ from collections import OrderedDict
 from vllm.v1.core.block_pool import BlockPool
 
 from workbench.adapters.vllm import fanout, registry
+from workbench.adapters.vllm.backable import backable_count, hold_backable
 from workbench.adapters.vllm.ledger import PoolExhausted
 from workbench.errors import ConfigError
 
@@ -98,7 +99,7 @@ class ElasticBlockPool(BlockPool):
             # every block counted here sits in vLLM's free queue: free ones on backed pages
             # below the limit, cached ones (held, ref 0; past the limit evicted above), and the
             # unheld blocks of pages the limit and the device leave room for
-            count = min(n, kv.num_free + len(self._cached_free) + kv.room_blocks())
+            count = backable_count(kv, n, len(self._cached_free))
             self.shortfalls += count < n
         # (the key after any eviction above: evictions bump the version)
         self._count_key = (n, self._version, kv.revision, kv.num_free, kv.pages.limit_pages)
@@ -134,31 +135,7 @@ class ElasticBlockPool(BlockPool):
         pages opened one at a time, then cached ones, least recently freed first) and move them
         to the head of vLLM's free queue, in that order, so vLLM's pop takes exactly them. The
         rest of the queue keeps its order. Returns the ids held here (released on failure)."""
-        kv = self.backing
-        ids = kv.free_on_backed_pages(num)
-        kv.hold(ids)  # no map: their pages are backed
-        fresh = list(ids)
-        try:
-            while len(ids) < num:
-                page = kv.next_open_page()
-                if page is None:
-                    break
-                take = list(kv.geometry.page_blocks(page)[:num - len(ids)])
-                kv.hold(take)  # maps (or reuses) this page only
-                ids += take
-                fresh += take
-            limit, page_of = kv.pages.limit_pages, kv.geometry.block_page
-            for bid in self._cached_free:  # oldest first; all held already
-                if len(ids) >= num:
-                    break
-                if page_of(bid) < limit:
-                    ids.append(bid)
-            if len(ids) < num:
-                raise PoolExhausted(f"Cannot back {num} blocks under the limit: {len(ids)} can "
-                                    "be; free blocks (or preempt a request) first")
-        except BaseException:
-            kv.release(fresh)
-            raise
+        ids, fresh = hold_backable(self.backing, num, self._cached_free)
         _to_front(self.free_block_queue, [self.blocks[i] for i in ids])
         return fresh
 

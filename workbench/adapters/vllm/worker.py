@@ -23,6 +23,26 @@ from workbench.core.geometry import KVGeometry, Layout
 from workbench.errors import ConfigError
 
 
+def tensor_geometry(num_layers: int, block_bytes: int, num_blocks: int, cfg) -> KVGeometry:
+    """The ledger geometry of one vLLM ``KVCacheTensor``: ``num_layers`` layers of
+    ``num_blocks`` blocks of ``block_bytes`` (vLLM's block stride), in the layout ``cfg`` asks."""
+    return KVGeometry(num_layers=num_layers, kv_heads=1, head_dim=block_bytes, block_size=1,
+                      num_blocks=num_blocks, num_buffers=1, dtype_bytes=1,
+                      page_size=cfg.page_size, layout=Layout.CONTIGUOUS
+                      if cfg.contiguous_layout else Layout.PER_LAYER)
+
+
+def kv_strides(space) -> tuple[int, int]:
+    """(layer stride, block stride) in bytes of ``space`` as vLLM's tensor description takes
+    them: block ``b`` of layer ``l`` is at ``l * layer_stride + b * block_stride``. CONTIGUOUS
+    interleaves the layers between blocks (layer stride = one block, block stride = all the
+    layers' blocks); PER_LAYER keeps each layer's blocks back to back."""
+    geo, v0 = space.geometry, space.view(0, 0)
+    layer_stride = (space.view(1, 0).offset - v0.offset if geo.num_layers > 1
+                    else geo.num_pages * geo.page_size)
+    return layer_stride, v0.block_stride
+
+
 def make_allocate_kv_cache(create_kv_cache_views):
     def allocate_kv_cache(kv_cache_config, device, layout, kernel_block_sizes=None):
         tensors = kv_cache_config.kv_cache_tensors
@@ -60,10 +80,7 @@ def make_allocate_kv_cache(create_kv_cache_views):
                               "would straddle two pages", "pick a block size whose bytes divide "
                               "the page size (powers of two do)")
         num_blocks = kv_cache_config.num_blocks_of(t)
-        geo = KVGeometry(num_layers=len(t.layers), kv_heads=1, head_dim=t.block_stride,
-                         block_size=1, num_blocks=num_blocks, num_buffers=1, dtype_bytes=1,
-                         page_size=cfg.page_size, layout=Layout.CONTIGUOUS
-                         if cfg.contiguous_layout else Layout.PER_LAYER)
+        geo = tensor_geometry(len(t.layers), t.block_stride, num_blocks, cfg)
         if rank is not None:  # a worker process: the engine core's ledger decides, we apply
             space = fanout.serve_rank(geo, rank, num_blocks)
         else:
@@ -72,11 +89,9 @@ def make_allocate_kv_cache(create_kv_cache_views):
             registry.register(num_blocks, kv)
             space = kv.space
         raw = space.device.tensor(space.base, space.size, torch.int8)
-        v0 = space.view(0, 0)  # our strides: CONTIGUOUS interleaves layers between blocks
-        layer_stride = (space.view(1, 0).offset - v0.offset if geo.num_layers > 1
-                        else geo.num_pages * geo.page_size)
+        layer_stride, block_stride = kv_strides(space)
         ours = dataclasses.replace(t, size=space.size, offset=0, layer_stride=layer_stride,
-                                   block_stride=v0.block_stride)
+                                   block_stride=block_stride)
         views = create_kv_cache_views(raw, spec, num_blocks, layout, ours, kernel_block_size=kbs)
         return dict(zip(t.layers, views, strict=True))
 

@@ -8,9 +8,8 @@ from typing import Any
 from workbench.labs.kit.phased_sim import window_slice
 from workbench.labs.kit.report import ms_or_none as _ms
 from workbench.units import GiB
-
-SHADES = ("rgba(31,119,180,0.10)", "rgba(255,127,14,0.10)", "rgba(44,160,44,0.10)",
-          "rgba(214,39,40,0.10)", "rgba(148,103,189,0.10)", "rgba(140,86,75,0.10)")
+from workbench.viz.style import LIMIT
+from workbench.viz.style import WINDOW_SHADES as SHADES  # the one colour scheme
 
 
 def phase_rows(run: dict[str, Any], label: str) -> list[dict[str, Any]]:
@@ -71,7 +70,7 @@ def timeline_figure(run: dict[str, Any], title: str, *, stacked: bool = False) -
         fig.add_scatter(x=t, y=[p * ppb / GiB for p in tl["reserved_pages"]],
                         name=f"{name} reserve", mode="lines", line={"dash": "dash"})
     if stacked and run.get("kv_budget_bytes"):
-        fig.add_hline(y=run["kv_budget_bytes"] / GiB, line_dash="dash", line_color="red",
+        fig.add_hline(y=run["kv_budget_bytes"] / GiB, line_dash="dash", line_color=LIMIT,
                       annotation_text="KV budget")
     first = next(iter(run["windows"].values()))
     for i, w in enumerate(first):

@@ -1,0 +1,92 @@
+"""SGLang's allocator contract on the workbench ledger, engine-free: a slot index is
+``page * page_size + offset`` with ``page`` a ledger block, a miss is ``None`` (SGLang's
+scheduler evicts, retracts or retries), a free goes through the ledger's fence. The elastic
+allocators (``allocator.py``) mix :class:`LedgerSlots` into SGLang's own classes; a chapter cell
+drives the same code without SGLang (:meth:`LedgerSlots.over`)."""
+
+from __future__ import annotations
+
+import torch
+
+from workbench.errors import ConfigError
+
+
+def page_slots(pages: torch.Tensor, page_size: int) -> torch.Tensor:
+    """Every slot of ``pages``, in order: ``page * page_size + [0, page_size)``."""
+    return (pages[:, None] * page_size
+            + torch.arange(page_size, device=pages.device)).reshape(-1)
+
+
+def ledger_of(kvcache):
+    ledger = getattr(kvcache, "ledger", None)
+    if ledger is None:
+        raise ConfigError(f"KV pool {type(kvcache).__name__}", "has no workbench ledger",
+                          "build the pool as ElasticMHATokenToKVPool (autopatch does)")
+    return ledger
+
+
+class LedgerSlots:
+    """What the elastic allocators add to SGLang's (``allocator.py`` mixes it in first): ids
+    from the ledger, ``None`` on a miss, frees through the ledger's fence. :meth:`over` builds
+    one without SGLang (a chapter cell, a test)."""
+
+    ledger = None
+
+    @classmethod
+    def over(cls, ledger, page_size: int = 1, device: str = "cpu") -> LedgerSlots:
+        """Slots over ``ledger`` alone, as SGLang's allocator would hold them."""
+        self = cls.__new__(cls)
+        self.ledger, self.page_size, self.device = ledger, page_size, device
+        self.size = ledger.geometry.num_blocks * page_size
+        return self
+
+    # alloc_slots / free_slots, not SGLang's alloc / free: mixed in first, a name SGLang's
+    # classes also define would replace theirs
+    def alloc_slots(self, need_size: int):
+        """``need_size`` slots (whole pages of ``page_size``), or ``None`` on a miss."""
+        pages = self._ids(need_size // self.page_size)
+        return None if pages is None else page_slots(pages, self.page_size)
+
+    def free_slots(self, slots: torch.Tensor) -> None:
+        """Give back the pages of ``slots`` (every slot of each page, as SGLang frees them)."""
+        self._free_blocks(sorted({int(s) // self.page_size for s in slots.tolist()}))
+
+    def _reset(self) -> None:
+        held = sorted(self.ledger.allocated - {self.ledger.null_block})
+        self.ledger.free_reserved()
+        if held:
+            self._free_blocks(held)
+        self.free_pages = None  # there is no free list: get_all_free_pages() answers None
+        self.release_pages = None
+        self.free_group = None
+
+    def _ids(self, n: int) -> torch.Tensor | None:
+        fence = self.ledger.fence
+        if fence is not None:
+            fence.poll()
+        ids = self.ledger.alloc(n)
+        if ids is None and fence is not None and fence.drain():
+            ids = self.ledger.alloc(n)
+        return None if ids is None else torch.tensor(ids, dtype=torch.int64, device=self.device)
+
+    def _free_blocks(self, ids: list[int]) -> None:
+        self.ledger.free(ids)
+        if self.ledger.fence is not None:
+            self.ledger.fence.after_free()
+
+    def _room(self) -> int:
+        """Blocks an allocation could take now (finished releases counted). SGLang asks this
+        also when idle (its pool stats and idle checks), so a ``kvctl`` request waiting in the
+        control segment is applied here too, not only at the next allocation or free."""
+        if self.ledger.fence is not None:
+            self.ledger.fence.poll()
+        self.ledger.poll_control()
+        return self.ledger.available_size()
+
+    def unheld_size(self) -> int:
+        """Slots not held by anyone: what SGLang's leak check counts as free (the ledger's
+        ``available_size`` is lower under a limit or device pressure, and that is no leak)."""
+        return self.size - self.ledger.used_blocks * self.page_size
+
+    def merge_and_sort_free(self):
+        pass
