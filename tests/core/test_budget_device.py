@@ -79,3 +79,26 @@ def test_a_gpu_is_named_by_its_uuid_when_the_driver_tells(tmp_path):
     assert device_identity(inner) == "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"
     dev = budgeted(inner, 64 * MiB, shm_dir=tmp_path)
     assert dev.budget.path.name == "wbkvbudget_GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"
+
+
+def test_a_dead_holders_bytes_do_not_hide_the_headroom_a_charge_reclaims(tmp_path):
+    """A process that died holding pages: its bytes are not counted in the device's free
+    memory, so the pool still tries the charge, and that charge reclaims the dead slot."""
+    import os
+
+    from workbench.core import budget_segment as bs
+
+    fake, dev, kv = _pool(tmp_path, Layout.CONTIGUOUS, budget_pages=4)
+    with drv.use_driver(fake):
+        page = kv.geometry.page_id_bytes
+        dead = bs.SharedBudget.open(dev.budget.path.name.removeprefix("wbkvbudget_"), None,
+                                    shm_dir=tmp_path)
+        dead.me = (os.getpid(), dead.me[1] + 1)  # this pid, another start: a holder now gone
+        assert dead.charge(4 * page)
+        assert dev.budget.state().held == 4 * page  # the file still counts it ...
+        assert dev.mem_info().free >= 4 * page  # ... the headroom check does not
+        got = _fill(kv)
+        assert len(got) == 4, "the pool mapped the dead holder's pages"
+        assert dev.budget.reclaimed == 4 * page
+        assert dev.budget.state().held == 4 * page  # now all this process's
+    dead.close()

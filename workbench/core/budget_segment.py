@@ -142,6 +142,7 @@ class SharedBudget:
         self.me = my_identity()
         self.misses = 0
         self.reclaimed = 0  # bytes of dead holders this handle reclaimed (attaching included)
+        self._alive: dict[tuple[int, int], tuple[bool, float]] = {}  # holder -> (alive, when)
 
     # -- opening -----------------------------------------------------------------------------
     @classmethod
@@ -295,13 +296,29 @@ class SharedBudget:
         return state
 
     def totals(self) -> tuple[int, int]:
-        """(total, held by all) from one lock-free read: a hint for a headroom check (the
-        charge decides), cheap enough for every new page. (0, 0) if the file is unusable."""
+        """(total, held by live holders) from one lock-free read: a hint for a headroom check
+        (the charge decides, and reclaims), cheap enough for every new page: each other
+        holder's liveness is looked up at most once a second. A dead holder's bytes are not
+        counted, so a pool whose headroom they hide still tries the charge that reclaims them.
+        (0, 0) if the file is unusable."""
         try:
             state = parse(os.pread(self.fd, self.size + 1, 0), str(self.path))
         except (SegmentRefused, OSError):
             return 0, 0
-        return state.total, state.held
+        return state.total, sum(h.held for h in state.holders.values()
+                                if self._live((h.pid, h.start)))
+
+    def _live(self, who: tuple[int, int], every_s: float = 1.0) -> bool:
+        if who == self.me:
+            return True
+        now = time.monotonic()
+        alive, when = self._alive.get(who, (True, -every_s))
+        if now - when >= every_s:
+            alive = pid_alive(who[0], who[1] or None)
+            if len(self._alive) > 256:  # holders come and go; keep the cache small
+                self._alive.clear()
+            self._alive[who] = (alive, now)
+        return alive
 
     def held_by_me(self) -> int:
         return sum(h.held for h in self.state().holders.values()
