@@ -103,3 +103,26 @@ def _run_ops(vs, ops) -> None:
         assert kv.pages.shrinking or kv.pages.mapped_pages <= limit_pages
         kv.check_invariants()
     kv.close()
+
+
+def test_a_short_count_follows_headroom_another_process_frees(steps):
+    """Short of memory (not of vLLM's blocks), the count is re-read with the device's headroom:
+    a neighbour that frees its budget lets this pool grow with nothing else changed here (a
+    stale count would leave vLLM waiting for ever)."""
+    pool = steps.elastic_pool(4096, None, min_reserved=0, max_reserved=0)
+    kv = pool.backing
+    dev = kv.pages.space.device
+    real = dev.mem_info
+    total = real().total
+    free = [int(total * (1 - kv.pages.gpu_utilization)) + 2 * 2 * MiB]  # room for 2 pages
+    dev.mem_info = lambda: type(real())(free[0], total)
+    short = pool.get_num_free_blocks()
+    assert short < pool.free_block_queue.num_free_blocks  # memory, not vLLM's queue, binds
+    assert pool.get_num_free_blocks() == short  # unchanged headroom: the cached count
+    free[0] += 4 * 2 * MiB  # another process gave 4 pages back
+    assert pool.get_num_free_blocks() == short + 4 * 16
+    got = pool.get_new_blocks(short + 4 * 16)
+    assert len(got) == short + 4 * 16 and kv.pages.mapped_pages <= 7
+    kv.check_invariants()
+    dev.mem_info = real
+    kv.close()

@@ -62,6 +62,7 @@ class ElasticBlockPool(BlockPool):
         self._version = 0
         self._count_key: tuple = ()
         self._count = 0
+        self._headroom: int | None = None  # the headroom a short count was computed with
         self._limited = False
         registry.pools.append(self)
 
@@ -89,7 +90,11 @@ class ElasticBlockPool(BlockPool):
         kv = self.backing
         kv.poll_control()
         key = (n, self._version, kv.revision, kv.num_free, kv.pages.limit_pages)
-        if key == self._count_key:
+        # a short count also depends on the device's headroom, which other processes move
+        # (a budget freed by a neighbour): while short it is re-read, or the pool would wait
+        # on a stale shortfall with nothing left to change its key
+        headroom = kv.pages.headroom_pages() if self._count < n else None
+        if key == self._count_key and headroom == self._headroom:
             return self._count
         if kv.pages.shrinking:
             self._evict_past_limit()
@@ -104,6 +109,7 @@ class ElasticBlockPool(BlockPool):
         # (the key after any eviction above: evictions bump the version)
         self._count_key = (n, self._version, kv.revision, kv.num_free, kv.pages.limit_pages)
         self._count = count
+        self._headroom = kv.pages.headroom_pages() if count < n else None
         return count
 
     def get_new_blocks(self, num_blocks: int):
