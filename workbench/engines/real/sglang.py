@@ -171,6 +171,7 @@ class SglangEngine(VllmEngine):
     """One real SGLang server behind the :class:`~workbench.engines.base.Engine` protocol."""
 
     kind = "sglang"
+    sender_type = SglangSender
 
     def env(self) -> dict[str, str]:
         env = VllmEngine.env(self)
@@ -180,36 +181,19 @@ class SglangEngine(VllmEngine):
         return env
 
     def launch(self) -> SglangEngine:
-        try:
-            if self.spec.device == "cpu":
-                raise ConfigError(f"engine {self.name!r} on the CPU",
-                                  "the sglang kind runs SGLang's CUDA server only",
-                                  "run it on a GPU (--backend gpu), or use the vllm kind here")
-            if self.spec.elastic:
-                self.reaper.segments.append(self.ipc_name)
-            python = self.spec.python or sglang_python()
-            if self.spec.server_cmd is None and python is None:
-                raise ConfigError(f"engine {self.name!r}", "needs a real SGLang and none is "
-                                  "importable here", HOW_TO_GET)
-            cmd = self.spec.server_cmd or [python, "-m", "sglang.launch_server"]
-            self.process = self.reaper.spawn(cmd + self.spec.args(self.port, self.name),
-                                             self.env(), self.log)
-            return self
-        except BaseException:
+        if self.spec.device == "cpu":
             self.close()
-            raise
+            raise ConfigError(f"engine {self.name!r} on the CPU",
+                              "the sglang kind runs SGLang's CUDA server only",
+                              "run it on a GPU (--backend gpu), or use the vllm kind here")
+        return VllmEngine.launch(self)
 
-    def ready(self) -> SglangEngine:
-        try:
-            self._wait_healthy()
-            self.t0 = time.monotonic()
-            self._sender = SglangSender(self.url, self.name, self.sampling, self.clock)
-            self._sampler = threading.Thread(target=self._sample_loop, daemon=True)
-            self._sampler.start()
-            return self
-        except BaseException:
-            self.close()
-            raise
+    def server_command(self) -> list[str]:
+        python = self.spec.python or sglang_python()
+        if python is None:
+            raise ConfigError(f"engine {self.name!r}", "needs a real SGLang and none is "
+                              "importable here", HOW_TO_GET)
+        return [python, "-m", "sglang.launch_server"]
 
 
 def tiny_llama_config(path: str | Path, *, hidden: int = 1024, heads: int = 8,

@@ -216,6 +216,7 @@ class VllmEngine:
     """One real vLLM behind the :class:`~workbench.engines.base.Engine` protocol."""
 
     kind = "vllm"
+    sender_type = Sender  # the client that streams this kind's requests
 
     def __init__(self, name: str, spec: VllmSpec, *, sampling: Sampling | None = None,
                  sample_every_s: float = 0.05, workdir: str | Path | None = None,
@@ -264,9 +265,7 @@ class VllmEngine:
         try:
             if self.spec.elastic:
                 self.reaper.segments.append(self.ipc_name)
-            cmd = self.spec.server_cmd or [
-                self.spec.python or require_vllm(f"engine {self.name!r}"),
-                "-m", "vllm.entrypoints.openai.api_server"]
+            cmd = self.spec.server_cmd or self.server_command()
             self.process = self.reaper.spawn(cmd + self.spec.args(self.port, self.name),
                                              self.env(), self.log)
             return self
@@ -274,12 +273,17 @@ class VllmEngine:
             self.close()
             raise
 
+    def server_command(self) -> list[str]:
+        """The server's command line before its arguments (the kind's engine)."""
+        return [self.spec.python or require_vllm(f"engine {self.name!r}"),
+                "-m", "vllm.entrypoints.openai.api_server"]
+
     def ready(self) -> VllmEngine:
         """Wait for the launched server's health check; then the clock and sampler start."""
         try:
             self._wait_healthy()
             self.t0 = time.monotonic()
-            self._sender = Sender(self.url, self.name, self.sampling, self.clock)
+            self._sender = self.sender_type(self.url, self.name, self.sampling, self.clock)
             self._sampler = threading.Thread(target=self._sample_loop, daemon=True)
             self._sampler.start()
             return self
