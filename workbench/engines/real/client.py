@@ -85,6 +85,8 @@ def _chunk(msg: dict, req: Request, now: float, out: Outcome) -> None:
 class Sender:
     """Sends each request at its arrival time (the engine's clock) from a thread of its own."""
 
+    stream = staticmethod(stream_one)  # how one request is sent and its stream read
+
     def __init__(self, base_url: str, model: str, sampling: Sampling, clock,
                  timeout_s: float = 600.0):
         import httpx
@@ -103,7 +105,7 @@ class Sender:
             delay = req.arrival - self.clock()
             if delay > 0:
                 time.sleep(delay)
-            stream_one(self.client, self.url, self.model, req, self.sampling, self.clock, out)
+            self.stream(self.client, self.url, self.model, req, self.sampling, self.clock, out)
 
         t = threading.Thread(target=go, daemon=True, name=f"req-{req.rid}")
         self.threads.append(t)

@@ -15,8 +15,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -149,22 +147,11 @@ def stream_one(client, url: str, _model: str, req: Request, sampling: Sampling, 
 
 
 class SglangSender(Sender):
+    stream = staticmethod(stream_one)  # SGLang's /generate, token ids in and out
+
     def __init__(self, base_url: str, model: str, sampling: Sampling, clock):
         super().__init__(base_url, model, sampling, clock)
         self.url = base_url.rstrip("/") + "/generate"
-
-    def send(self, req: Request) -> None:
-        out = self.outcomes.setdefault(req.rid, Outcome())
-
-        def go() -> None:
-            delay = req.arrival - self.clock()
-            if delay > 0:
-                time.sleep(delay)
-            stream_one(self.client, self.url, self.model, req, self.sampling, self.clock, out)
-
-        t = threading.Thread(target=go, daemon=True, name=f"req-{req.rid}")
-        self.threads.append(t)
-        t.start()
 
 
 class SglangEngine(VllmEngine):
