@@ -12,7 +12,7 @@ SGL16_VENV    := $(ENGINES_DIR)/sglang0516
 ENGINE_PYTHON ?= python3
 WB_TEST_DEPS  := "simpy>=4.1" "pydantic>=2.7" "typer>=0.12" "rich>=13" \
 	"psutil>=5.9" "httpx>=0.27" "httpx-sse>=0.4" "platformdirs>=4" "pytest>=8.4" "pytest-timeout>=2.3" \
-	"hypothesis>=6.100"
+	"hypothesis>=6.100" "plotly>=5.20"
 # Imports SGLang's mem_cache needs when installed with --no-deps (found by import-error iteration).
 SGL_LITE_DEPS := numpy orjson psutil pybase64 requests packaging pillow starlette msgspec pydantic pyzmq \
 	tqdm IPython aiohttp transformers==5.19.0 tokenizers==0.23.2 dill apache-tvm-ffi==0.1.11 \
