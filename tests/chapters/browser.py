@@ -143,6 +143,8 @@ def open_notebook(page, url: str, wait_idle: bool = True) -> None:
     page.goto(url, timeout=90_000)
     page.wait_for_selector(".jp-NotebookPanel", timeout=90_000)
     if wait_idle:
+        with contextlib.suppress(Exception):  # Lab may ask for the kernel first: answer it
+            page.wait_for_selector(".jp-Dialog .jp-mod-accept", timeout=5_000)
         wait_kernel_idle(page)
 
 
@@ -166,19 +168,21 @@ def run_menu(page, item: str) -> None:
 
 
 def run_all(page, attempts: int = 3) -> None:
-    """Run > Run All Cells from the menu bar, as a learner would; again if no cell started
-    (a click that lands before the kernel is connected is lost)."""
+    """Run > Run All Cells from the menu bar, as a learner would; again if no cell finished
+    within a minute (a click that lands before the kernel is connected is lost, and a cell
+    queued as [*] behind a kernel that never started would wait for ever)."""
     for _ in range(attempts):
         run_menu(page, "Run All Cells")
         try:
             page.wait_for_function(  # in the shown notebook only
                 "() => [...document.querySelectorAll("
                 "'.jp-NotebookPanel:not(.lm-mod-hidden) .jp-InputArea-prompt')]"
-                ".some(p => /\\[[0-9*]+\\]/.test(p.textContent))", timeout=20_000)
+                ".some(p => /\\[[0-9]+\\]/.test(p.textContent))", timeout=60_000)
             return
-        except Exception:  # noqa: BLE001 - nothing ran: try the menu again
+        except Exception:  # noqa: BLE001 - nothing finished: answer a dialog, try again
             page.keyboard.press("Escape")
-    raise AssertionError("Run All Cells never started a cell")
+            wait_kernel_idle(page)
+    raise AssertionError("Run All Cells never finished a cell")
 
 
 def open_and_run(page, url: str) -> None:
