@@ -42,12 +42,13 @@ def body(model: str, req: Request, sampling: Sampling) -> dict[str, Any]:
     return b
 
 
-def stream_one(client, url: str, model: str, req: Request, sampling: Sampling, clock,
+def stream_one(client, url: str, payload: dict[str, Any], on_chunk, req: Request, clock,
                out: Outcome) -> None:
-    """POST one completion and read its stream; fills ``req``'s timings and ``out``."""
+    """POST one request and read its server-sent stream: each message goes to ``on_chunk(msg,
+    req, now, out)``; fills ``req``'s timings and ``out`` (a failure is the outcome's error)."""
     req.state = ReqState.RUNNING
     try:
-        with client.stream("POST", url, json=body(model, req, sampling)) as resp:
+        with client.stream("POST", url, json=payload) as resp:
             if resp.status_code != 200:
                 resp.read()
                 raise RuntimeError(f"HTTP {resp.status_code}: {resp.text[:300]}")
@@ -57,7 +58,7 @@ def stream_one(client, url: str, model: str, req: Request, sampling: Sampling, c
                 data = line[5:].strip()
                 if data == "[DONE]":
                     break
-                _chunk(json.loads(data), req, clock(), out)
+                on_chunk(json.loads(data), req, clock(), out)
         req.finish = clock()
         req.state = ReqState.FINISHED
         req.output_len = len(out.token_ids)
@@ -85,7 +86,10 @@ def _chunk(msg: dict, req: Request, now: float, out: Outcome) -> None:
 class Sender:
     """Sends each request at its arrival time (the engine's clock) from a thread of its own."""
 
-    stream = staticmethod(stream_one)  # how one request is sent and its stream read
+    on_chunk = staticmethod(_chunk)  # what one streamed message adds to a request
+
+    def payload(self, req: Request) -> dict[str, Any]:
+        return body(self.model, req, self.sampling)
 
     def __init__(self, base_url: str, model: str, sampling: Sampling, clock,
                  timeout_s: float = 600.0):
@@ -105,7 +109,8 @@ class Sender:
             delay = req.arrival - self.clock()
             if delay > 0:
                 time.sleep(delay)
-            self.stream(self.client, self.url, self.model, req, self.sampling, self.clock, out)
+            stream_one(self.client, self.url, self.payload(req), self.on_chunk, req, self.clock,
+                       out)
 
         t = threading.Thread(target=go, daemon=True, name=f"req-{req.rid}")
         self.threads.append(t)

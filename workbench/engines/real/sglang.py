@@ -21,7 +21,7 @@ from typing import Any
 
 from workbench.engines.real.client import Outcome, Sampling, Sender
 from workbench.engines.real.vllm import REPO, VllmEngine
-from workbench.engines.sched.request import ReqState, Request
+from workbench.engines.sched.request import Request
 from workbench.errors import ConfigError
 
 HOST_VENVS = [REPO / ".venvs" / v / "bin" / "python" for v in ("sglang0516", "sglang")]
@@ -111,43 +111,25 @@ def new_ids(msg: dict, seen: int) -> list[int]:
     return ids[-n:] if n > 0 else []
 
 
-def stream_one(client, url: str, _model: str, req: Request, sampling: Sampling, clock,
-               out: Outcome) -> None:
-    """POST one streamed ``/generate``; fills ``req``'s timings and ``out``."""
-    req.state = ReqState.RUNNING
-    try:
-        with client.stream("POST", url, json=body(req, sampling)) as resp:
-            if resp.status_code != 200:
-                resp.read()
-                raise RuntimeError(f"HTTP {resp.status_code}: {resp.text[:300]}")
-            for line in resp.iter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    break
-                msg = json.loads(data)
-                ids = new_ids(msg, len(out.token_ids))
-                cached = (msg.get("meta_info") or {}).get("cached_tokens")
-                if cached is not None:
-                    out.cached_tokens = int(cached)
-                if ids:
-                    now = clock()
-                    if req.first_token is None:
-                        req.first_token = now
-                    out.token_ids.extend(ids)
-                    req.token_times.extend([now] * len(ids))
-                    req.tokens.extend(ids)
-        req.finish = clock()
-        req.state = ReqState.FINISHED
-        req.output_len = len(out.token_ids)
-    except Exception as err:  # a lost request is a figure, not a crash of the run
-        out.error = f"{type(err).__name__}: {err}"[:400]
-        req.state = ReqState.REJECTED
+def on_chunk(msg: dict, req: Request, now: float, out: Outcome) -> None:
+    """One streamed ``/generate`` message: its new token ids and SGLang's cached-token count."""
+    ids = new_ids(msg, len(out.token_ids))
+    cached = (msg.get("meta_info") or {}).get("cached_tokens")
+    if cached is not None:
+        out.cached_tokens = int(cached)
+    if ids:
+        if req.first_token is None:
+            req.first_token = now
+        out.token_ids.extend(ids)
+        req.token_times.extend([now] * len(ids))
+        req.tokens.extend(ids)
 
 
 class SglangSender(Sender):
-    stream = staticmethod(stream_one)  # SGLang's /generate, token ids in and out
+    on_chunk = staticmethod(on_chunk)  # SGLang's /generate, token ids in and out
+
+    def payload(self, req: Request) -> dict[str, Any]:
+        return body(req, self.sampling)
 
     def __init__(self, base_url: str, model: str, sampling: Sampling, clock):
         super().__init__(base_url, model, sampling, clock)
