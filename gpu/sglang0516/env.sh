@@ -23,8 +23,17 @@ if [ ! -d "$SITE/sglang" ]; then
   done
   cp "$CODE/gpu/sglang0516/xgrammar_stub.py" "$SITE/xgrammar/__init__.py"
 fi
+# flashinfer's norm kernels are JIT-built from CUDA sources that do not travel: sgl_kernel then
+# takes its own rmsnorm from common_ops, as it does wherever flashinfer is absent
+sed -i 's/^    import flashinfer.norm as _flashinfer_norm$/    raise ImportError("flashinfer norm sources do not travel")/' \
+  "$SITE/sgl_kernel/elementwise.py"
 say "installed ($(du -sh "$SITE" | cut -f1))"
 export PYTHONPATH="$SITE:$CODE"
+# an interpreter that sees this engine's packages whatever PYTHONPATH its caller has: a lab
+# that starts a vLLM and an SGLang side by side gives each engine kind its own
+printf '#!/bin/sh\nPYTHONPATH="%s:%s" exec "%s" "$@"\n' "$SITE" "$CODE" "$(command -v "$PY")" \
+  > "$SITE/python" && chmod +x "$SITE/python"
+export WORKBENCH_SGLANG_PYTHON="$SITE/python"
 "$PY" -m workbench.adapters.pth install && say "autopatch .pth installed"
 if ! /sbin/ldconfig -p 2>/dev/null | grep -q libcuda.so.1; then
   lib=$("$PY" -c "import torch; torch.zeros(1, device='cuda')

@@ -17,7 +17,8 @@ for n in 17 24 27 28 31 34 35; do PLAT+=(--platform "manylinux_2_${n}_x86_64"); 
 PLAT+=(--platform manylinux2014_x86_64 --platform manylinux1_x86_64)
 fetch() { python3 -m pip download -q --no-deps "${PLAT[@]}" -d "$1" "${@:2}"; }
 # what SGLang 0.5.16's server imports that the device image lacks (found by tracing the
-# server's imports in a CPU venv), the project's settings, and simpy
+# server's imports in a CPU venv), the project's settings, and simpy; tokenizers because
+# transformers 5.12.1 refuses the image's 0.23.2 at import (it wants <= 0.23.0)
 fetch "$DEST/wheels" annotated-types==0.8.0 apache-tvm-ffi==0.1.11 \
   compressed-tensors==0.20.1 dill==0.4.1 distro==1.9.0 fastapi==0.136.3 starlette==1.0.1 \
   gguf==0.18.0 loguru==0.7.3 msgspec==0.23.0 openai==2.6.1 jiter==0.19.0 sniffio==1.3.1 \
@@ -30,7 +31,8 @@ fetch "$DEST/wheels" annotated-types==0.8.0 apache-tvm-ffi==0.1.11 \
   ipython-pygments-lexers==1.1.1 asttokens==3.0.2 decorator==5.2.1 executing==2.3.0 \
   jedi==0.19.2 parso==0.8.5 matplotlib-inline==0.2.1 pexpect==4.9.0 ptyprocess==0.7.0 \
   prompt-toolkit==3.0.52 wcwidth==0.2.14 pure-eval==0.2.3 stack-data==0.6.3 tabulate==0.9.0 \
-  pydantic-settings==2.16.3 python-dotenv==1.2.4 simpy==4.1.2
+  pydantic-settings==2.16.3 python-dotenv==1.2.4 simpy==4.1.2 \
+  tokenizers==0.22.2
 # sglang and transformers travel as xz'd trees (64 MiB a call): SGLang 0.5.16 needs its pinned
 # transformers 5.12.1, the image's 5.17 already registers a config SGLang registers again
 # ("'qwen3_asr' is already used by a Transformers config")

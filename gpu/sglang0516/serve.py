@@ -1,7 +1,9 @@
 """SGLang 0.5.16's server on the GPU, stock and with autopatch, side by side on one GPU.
 
 Both servers load the same random Llama-shaped weights (``--load-format dummy``), run Triton
-attention and the pytorch sampler, and get the same prompts by token id: groups sharing long
+attention and the pytorch sampler in SGLang's deterministic mode (batch-invariant kernels: which
+requests share a step changes no sum, so a differing token can only come from the KV layout),
+and get the same prompts by token id: groups sharing long
 prefixes (the radix cache's case), greedy and seeded sampling. The elastic one's pool is read
 from its control segment (``kvctl list``, mapped bytes) while a load runs; a ``kvctl limit`` from
 another process lands mid-run. Writes ``OUT/result.json`` and each server's log.
@@ -31,7 +33,8 @@ def tiny_llama(path: Path) -> Path:
     LlamaConfig(hidden_size=1024, num_hidden_layers=4, num_attention_heads=8,
                 num_key_value_heads=8, head_dim=128, intermediate_size=2048, vocab_size=4096,
                 max_position_embeddings=4096, bos_token_id=1, eos_token_id=2,
-                torch_dtype="bfloat16", tie_word_embeddings=False).save_pretrained(path)
+                torch_dtype="bfloat16", tie_word_embeddings=False,
+                architectures=["LlamaForCausalLM"]).save_pretrained(path)
     return path
 
 
@@ -44,7 +47,8 @@ def start(name: str, model: Path, port: int, out: Path, elastic: bool, total_tok
            "--load-format", "dummy", "--attention-backend", "triton", "--sampling-backend",
            "pytorch", "--grammar-backend", "none", "--skip-tokenizer-init", "--disable-cuda-graph",
            "--skip-server-warmup", "--mem-fraction-static", "0.3", "--max-total-tokens",
-           str(total_tokens), "--random-seed", "0", "--host", "127.0.0.1", "--port", str(port),
+           str(total_tokens), "--random-seed", "0",
+           "--enable-deterministic-inference", "--host", "127.0.0.1", "--port", str(port),
            "--context-length", "4096", "--log-level", "info"]
     log = open(out / f"{name}.log", "w")
     return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,

@@ -27,6 +27,11 @@ if [ ! -d "$SITE/vllm" ]; then
 fi
 say "installed ($(du -sh "$SITE" | cut -f1))"
 export PYTHONPATH="$SITE:$CODE"
+# an interpreter that sees this engine's packages whatever PYTHONPATH its caller has: a lab
+# that starts a vLLM and an SGLang side by side gives each engine kind its own
+printf '#!/bin/sh\nPYTHONPATH="%s:%s" exec "%s" "$@"\n' "$SITE" "$CODE" "$(command -v "$PY")" \
+  > "$SITE/python" && chmod +x "$SITE/python"
+export WORKBENCH_VLLM_PYTHON="$SITE/python"
 "$PY" -m workbench.adapters.pth install && say "autopatch .pth installed"
 if ! /sbin/ldconfig -p 2>/dev/null | grep -q libcuda.so.1; then
   lib=$("$PY" -c "import torch; torch.zeros(1, device='cuda')
