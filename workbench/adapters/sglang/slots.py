@@ -2,12 +2,21 @@
 ``page * page_size + offset`` with ``page`` a ledger block, a miss is ``None`` (SGLang's
 scheduler evicts, retracts or retries), a free goes through the ledger's fence. The elastic
 allocators (``allocator.py``) mix :class:`LedgerSlots` into SGLang's own classes; a chapter cell
-drives the same code without SGLang (:meth:`LedgerSlots.over`)."""
+drives the same code without SGLang (:meth:`LedgerSlots.over`).
+
+SGLang admits work when ``available_size() + evictable_size()`` covers it, then evicts from its
+radix cache and allocates, and raises if that allocation misses. While a limit shrinks the pool,
+a block freed there may retire with its page instead of becoming free, so the tokens an eviction
+frees would not all come back. Blocks freed while shrinking are therefore *held back* until the
+next allocation has had its chance at them (it takes them only after the ledger's own free
+blocks); whatever it leaves goes back to the ledger, where pages retire as before. Mapped memory
+never grows for it: held blocks are on pages already mapped."""
 
 from __future__ import annotations
 
 import torch
 
+from workbench.core.ledger_state import checked_free_ids
 from workbench.errors import ConfigError
 
 
@@ -38,6 +47,7 @@ class LedgerSlots:
         self = cls.__new__(cls)
         self.ledger, self.page_size, self.device = ledger, page_size, device
         self.size = ledger.geometry.num_blocks * page_size
+        self.held_back = []
         return self
 
     # alloc_slots / free_slots, not SGLang's alloc / free: mixed in first, a name SGLang's
@@ -52,10 +62,11 @@ class LedgerSlots:
         self._free_blocks(sorted({int(s) // self.page_size for s in slots.tolist()}))
 
     def _reset(self) -> None:
+        self.held_back = []  # (their ids are still allocated: freed with the rest below)
         held = sorted(self.ledger.allocated - {self.ledger.null_block})
         self.ledger.free_reserved()
         if held:
-            self._free_blocks(held)
+            self._release(held)
         self.free_pages = None  # there is no free list: get_all_free_pages() answers None
         self.release_pages = None
         self.free_group = None
@@ -67,9 +78,42 @@ class LedgerSlots:
         ids = self.ledger.alloc(n)
         if ids is None and fence is not None and fence.drain():
             ids = self.ledger.alloc(n)
+        if ids is None and self.held_back:
+            ids = self._with_held_back(n)
+        if self.held_back:
+            self._give_back()
         return None if ids is None else torch.tensor(ids, dtype=torch.int64, device=self.device)
 
+    def _with_held_back(self, n: int) -> list[int] | None:
+        """``n`` blocks: what the ledger can give, the rest from the held-back blocks (lowest
+        pages first, so the retiring tail drains); None if both together are short."""
+        own = min(self.ledger.available_size(), n)
+        if own + len(self.held_back) < n:
+            return None
+        rest = self.ledger.alloc(own) if own else []
+        if rest is None:
+            return None
+        self.held_back.sort()
+        taken, self.held_back = self.held_back[:n - own], self.held_back[n - own:]
+        return rest + taken
+
+    def _give_back(self) -> None:
+        ids, self.held_back = self.held_back, []
+        self._release(ids)
+
     def _free_blocks(self, ids: list[int]) -> None:
+        if not self.ledger.pages.shrinking:
+            self._release(ids)
+            return
+        # held for the allocation SGLang's eviction is for; checked as the ledger's free checks
+        ids = checked_free_ids(self.ledger, ids)
+        again = set(ids).intersection(self.held_back)
+        if again:
+            raise ConfigError(f"free of block {min(again)}", "it is already freed (double free?)",
+                              "free each id once, after alloc returned it")
+        self.held_back.extend(ids)
+
+    def _release(self, ids: list[int]) -> None:
         self.ledger.free(ids)
         if self.ledger.fence is not None:
             self.ledger.fence.after_free()
@@ -78,6 +122,8 @@ class LedgerSlots:
         """Blocks an allocation could take now (finished releases counted). SGLang asks this
         also when idle (its pool stats and idle checks), so a ``kvctl`` request waiting in the
         control segment is applied here too, not only at the next allocation or free."""
+        if self.held_back:  # asked before SGLang evicts: what is held is no longer promised
+            self._give_back()
         if self.ledger.fence is not None:
             self.ledger.fence.poll()
         self.ledger.poll_control()
@@ -86,7 +132,7 @@ class LedgerSlots:
     def unheld_size(self) -> int:
         """Slots not held by anyone: what SGLang's leak check counts as free (the ledger's
         ``available_size`` is lower under a limit or device pressure, and that is no leak)."""
-        return self.size - self.ledger.used_blocks * self.page_size
+        return self.size - (self.ledger.used_blocks - len(self.held_back)) * self.page_size
 
     def merge_and_sort_free(self):
         pass
