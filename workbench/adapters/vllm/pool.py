@@ -194,6 +194,9 @@ class ElasticBlockPool(BlockPool):
             self._cached_free.clear()
             self.backing.release([b for b in list(self.backing.allocated)
                                   if self._releasable(self.blocks[b])])
+            # vLLM resets an idle engine, whose pages would wait for the next step's reap: wait
+            # for the (last step's) kernels behind their fences and release them now
+            self.backing.reap(wait=True)
         return ok
 
 
