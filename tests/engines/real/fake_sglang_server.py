@@ -1,5 +1,5 @@
 """A stand-in for SGLang's server, for the ``sglang`` kind's plumbing on any CPU: its flags,
-``/health`` and a streamed ``/generate`` taking ``input_ids`` that answers with
+``/health``, ``/flush_cache`` and a streamed ``/generate`` taking ``input_ids`` that answers with
 ``token = (last prompt token + i) % 1000``, ``output_ids`` growing whole in every chunk as SGLang
 streams them by default. With ``WORKBENCH_KV_IPC_NAME`` set, a child publishes a real control
 segment (the vllm stand-in's "engine core"), as SGLang's scheduler process would."""
@@ -31,8 +31,24 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
 
     def do_POST(self) -> None:
-        req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path == "/flush_cache":  # SGLang refuses it while requests run
+            busy = self.server.live > 0
+            text = b"Cache not flushed: requests running" if busy else b"Cache flushed."
+            self.send_response(400 if busy else 200)
+            self.send_header("Content-Length", str(len(text)))
+            self.end_headers()
+            self.wfile.write(text)
+            return
+        req = json.loads(body)
         assert self.path == "/generate" and req["stream"] is True
+        self.server.live += 1
+        try:
+            self._generate(req)
+        finally:
+            self.server.live -= 1
+
+    def _generate(self, req: dict) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
@@ -64,6 +80,7 @@ def main() -> None:
         subprocess.Popen([sys.executable, str(CORE), "core"])
     srv = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     srv.daemon_threads = True
+    srv.live = 0  # requests streaming now
     srv.serve_forever()
 
 
