@@ -95,11 +95,11 @@ def test_the_rig_renames_the_shared_fields_for_sglang(tmp_path):
 @pytest.mark.parametrize("lab", ["output-equality", "dynamic-limit"])
 @pytest.mark.parametrize("backend", ["host", "sim"])
 def test_engine_sglang_off_the_gpu_is_refused_in_one_line(lab, backend):
-    l = get_lab(lab)
-    if backend not in l.backends:
+    the = get_lab(lab)
+    if backend not in the.backends:
         pytest.skip(f"{lab} has no {backend} run")
     with pytest.raises(ConfigError, match="CUDA server only") as e:
-        l.check_backend(backend, l.params(engine="sglang"))
+        the.check_backend(backend, the.params(engine="sglang"))
     assert "\n" not in str(e.value) and "--backend gpu" in str(e.value)
 
 
@@ -133,7 +133,7 @@ def test_the_labs_route_engine_sglang_to_their_runner(monkeypatch):
         monkeypatch.setattr(mod, "run", lambda backend, quick=False, kind="vllm":
                             seen.append(kind) or (_ for _ in ()).throw(RuntimeError("routed")))
     for lab in ("output-equality", "dynamic-limit"):
-        l = get_lab(lab)
+        the = get_lab(lab)
         with pytest.raises(RuntimeError, match="routed"):
-            l.run(l.params(engine="sglang", quick=True), backend="gpu")
+            the.run(the.params(engine="sglang", quick=True), backend="gpu")
     assert seen == ["sglang", "sglang"]

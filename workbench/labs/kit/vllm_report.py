@@ -10,9 +10,10 @@ from collections.abc import Callable
 from workbench.labs.kit.base import LabResult
 from workbench.labs.kit.record import LabRecord, Manifest
 
-TITLES = {"vllm": "real vLLM", "sglang": "real SGLang"}
+TITLES = {"vllm": "real vLLM", "sglang": "real SGLang", "vllm+sglang": "real vLLM + real SGLang"}
 SERVERS = {"vllm": "real vLLM through its OpenAI server",
-           "sglang": "real SGLang through its native /generate (token ids)"}
+           "sglang": "real SGLang through its native /generate (token ids)",
+           "vllm+sglang": "real vLLM (OpenAI server) and real SGLang (/generate, token ids)"}
 MODELS = {"vllm": "tiny-llama (2 layers, random weights)",
           "sglang": "tiny-llama (4 layers, random weights from config.json)"}
 
