@@ -180,6 +180,8 @@ class SglangEngine(VllmEngine):
 
         try:
             r = httpx.post(self.url + "/flush_cache", timeout=30)
+            if r.status_code == 405:  # a release that routes the verb as GET only
+                r = httpx.get(self.url + "/flush_cache", timeout=30)
         except httpx.HTTPError as err:
             return {"ok": False, "status": None, "text": f"{type(err).__name__}: {err}"[:200]}
         return {"ok": r.status_code == 200, "status": r.status_code, "text": r.text[:200]}
