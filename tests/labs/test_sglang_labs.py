@@ -103,7 +103,7 @@ def test_engine_sglang_off_the_gpu_is_refused_in_one_line(lab, backend):
     assert "\n" not in str(e.value) and "--backend gpu" in str(e.value)
 
 
-@pytest.mark.parametrize("lab", ["grow-reclaim", "idle-footprint", "kv-capacity"])
+@pytest.mark.parametrize("lab", ["idle-footprint", "kv-capacity", "no-fake-enable"])
 def test_a_lab_not_built_for_sglang_refuses_it(lab):
     with pytest.raises(ConfigError, match="engine") as e:
         get_lab(lab).params(engine="sglang")
@@ -112,7 +112,7 @@ def test_a_lab_not_built_for_sglang_refuses_it(lab):
 
 def test_a_lab_without_an_sglang_run_refuses_it_in_check_engine():
     with pytest.raises(ConfigError, match="no run for that engine yet"):
-        rig.check_engine("grow-reclaim", "host", "sglang", "vllm")
+        rig.check_engine("kv-capacity", "host", "sglang", "vllm")
 
 
 def test_engine_sglang_without_sglang_is_refused_in_one_line(monkeypatch):
@@ -137,3 +137,36 @@ def test_the_labs_route_engine_sglang_to_their_runner(monkeypatch):
         with pytest.raises(RuntimeError, match="routed"):
             the.run(the.params(engine="sglang", quick=True), backend="gpu")
     assert seen == ["sglang", "sglang"]
+
+
+def test_grow_reclaim_on_the_sglang_kind_walks_its_phases(stand_in):
+    from workbench.labs.grow_reclaim import report, vllm
+
+    out = vllm.run("gpu", quick=True, kind="sglang")
+    assert out["engine"] == "sglang" and [r["phase"] for r in out["phases"]][:3] == [
+        "idle-0", "short", "long"]
+    assert all(r["finished"] == r["requests"] for r in out["phases"])
+    # a ledger block is one SGLang page of one token slot; the tiny model's slot is 16 KiB
+    assert out["block_size"] == 1
+    assert out["blocks_per_page"] == out["page_id_bytes"] // (16 << 10)
+    _, md = report.vllm_report(out)
+    assert md.startswith("# Grow and reclaim (real SGLang)") and "radix cache off" in md
+
+
+def test_same_engine_pair_on_the_sglang_kind_uses_sglang_page_ids(stand_in):
+    from workbench.labs.same_engine_pair import vllm
+
+    out = vllm.run("gpu", quick=True, kind="sglang", phase_s=0.4)
+    assert out["engine"] == "sglang" and out["page_id_bytes"] == 16 << 20
+    assert out["budget"] == 5 * out["page_id_bytes"]
+    assert out["phases"] == ["idle", "A", "B"] and not out["lost"]
+    assert out["finished"] == out["requests"] and out["counters"] == {"A": {}, "B": {}}
+
+
+def test_same_engine_pair_real_kind_must_match_the_engine(monkeypatch):
+    lab = get_lab("same-engine-pair")
+    monkeypatch.setattr(rig, "python_for", lambda name, kind="vllm": "python")
+    monkeypatch.setattr("workbench.backends.require", lambda backend: backend)
+    lab.check_backend("gpu", lab.params(engine="sglang", kind="sglang"))
+    with pytest.raises(ConfigError, match="kind="):
+        lab.check_backend("host", lab.params(engine="vllm", kind="sglang"))

@@ -19,6 +19,16 @@ TOKEN_S = float(os.environ.get("FAKE_TOKEN_S", "0.01"))
 CORE = Path(__file__).with_name("fake_server.py")
 
 
+def _pool_up() -> bool:
+    """Healthy once the pool's segment is published (SGLang builds its pool before serving)."""
+    name = os.environ.get("WORKBENCH_KV_IPC_NAME")
+    if not name:
+        return True
+    from workbench.core import control
+
+    return control.read_segment(name) is not None
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
@@ -26,7 +36,8 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self) -> None:
-        self.send_response(200 if self.path == "/health" else 404)
+        self.send_response(200 if self.path == "/health" and _pool_up() else
+                           503 if self.path == "/health" else 404)
         self.send_header("Content-Length", "0")
         self.end_headers()
 

@@ -224,9 +224,13 @@ def cache_config(eng: VllmEngine) -> dict[str, str]:
 
 def blocks_per_page(eng: VllmEngine, page_id_bytes: int) -> tuple[int, int]:
     """(vLLM's block size in tokens, its blocks per page id) for a started engine: the size
-    vLLM reports, else the ``--block-size`` it was started with."""
+    vLLM reports, else the ``--block-size`` it was started with; SGLang's page size (token
+    slots) and its pages per page id."""
     import httpx
 
+    if getattr(eng, "kind", "vllm") == "sglang":  # a ledger block: one SGLang page
+        return eng.spec.page_size, page_id_bytes // block_bytes(eng.spec.model,
+                                                                eng.spec.page_size)
     try:
         size = int(cache_config(eng).get("block_size") or 0)
     except (httpx.HTTPError, ValueError):  # no metrics, or a label that is not a number

@@ -1,4 +1,5 @@
-"""Two real elastic vLLMs on one device sharing one GPU budget (seed 000 §7 on a real engine).
+"""Two real elastic vLLMs (or SGLangs, radix cache off) on one device sharing one GPU budget
+(seed 000 §7 on a real engine).
 
 Both processes start with the same ``WORKBENCH_KV_GPU_BUDGET``: a total a little under what one
 engine maps at its peak, so whoever is busy fills the budget and the other stays at its floor.
@@ -30,20 +31,27 @@ from workbench.units import MiB
 
 PAGE_ID = 4 * MiB  # the tiny model: 2 layers x one 2 MiB page each
 BUDGET = 5 * PAGE_ID  # both engines' floors (one page id each) + 3 page ids to contend for
+# SGLang's tiny model: 4 layers x K and V, one 2 MiB page each (1024 token slots a page id)
+PAGE_IDS = {"vllm": PAGE_ID, "sglang": 16 * MiB}
 
 
-def run(backend: str, quick: bool = False) -> dict[str, Any]:
-    py = rig.python_for("same-engine-pair")
+def run(backend: str, quick: bool = False, kind: str = "vllm",
+        phase_s: float | None = None) -> dict[str, Any]:
+    py = rig.python_for("same-engine-pair", kind)
+    page = PAGE_IDS[kind]
+    budget = 5 * page
     root = rig.workroot()
     dev = rig.device_of(backend)
-    n, tokens, phase_s = (12, 96, 12.0) if quick else (16, 128, 25.0)
+    n, tokens, default_s = (12, 96, 12.0) if quick else (16, 128, 25.0)
+    phase_s = phase_s or default_s
     # the budget is the headroom: no share of it kept free (gpu_utilization 1), no reserve
-    knobs = {"gpu_budget": str(BUDGET), "gpu_utilization": "1.0", "min_reserved_pages": "0",
+    knobs = {"gpu_budget": str(budget), "gpu_utilization": "1.0", "min_reserved_pages": "0",
              "max_reserved_pages": "0"}
-    model = rig.model_dir(py, root)
-    a, b = (rig.engine(name, backend, model, py, root, elastic=True, max_num_seqs=n,
-                       prefix_caching=False, knobs=knobs) for name in ("A", "B"))
-    sampler = Sampler([a, b], dev, BUDGET)
+    model = rig.model_dir(py, root, kind)
+    extra = {"max_total_tokens": 32768} if kind == "sglang" else {}
+    a, b = (rig.engine(name, backend, model, py, root, elastic=True, kind=kind, max_num_seqs=n,
+                       prefix_caching=False, knobs=dict(knobs), **extra) for name in ("A", "B"))
+    sampler = Sampler([a, b], dev, budget)
     try:
         rig.start_all([a, b])
         for e in (a, b):
@@ -63,7 +71,8 @@ def run(backend: str, quick: bool = False) -> dict[str, Any]:
         sampler.stop.set()
         sampler.join()
         outs = [(e.name, e.outcome(r.rid)) for e, r in ph.sent]
-        return {"backend": backend, "device": dev, "budget": BUDGET, "page_id_bytes": PAGE_ID,
+        return {"backend": backend, "device": dev, "engine": kind, "budget": budget,
+                "page_id_bytes": page,
                 "in_flight": n, "max_tokens": tokens, "phase_s": phase_s,
                 "phases": ph.names, "pids": pids,
                 "requests": {e: sum(1 for x, _ in outs if x == e) for e in pids},
@@ -75,5 +84,5 @@ def run(backend: str, quick: bool = False) -> dict[str, Any]:
         sampler.stop.set()
         for e in (a, b):
             e.close()
-        forget_budget(budget=BUDGET)
+        forget_budget(budget=budget)
         shutil.rmtree(root, ignore_errors=True)
