@@ -54,10 +54,13 @@ class Handler(BaseHTTPRequestHandler):
         req = json.loads(body)
         assert self.path == "/generate" and req["stream"] is True
         self.server.live += 1
+        self.live_left = 1
         try:
             self._generate(req)
         finally:
-            self.server.live -= 1
+            self.server.live -= self.live_left
+        self._chunk("data: [DONE]\n\n")
+        self._chunk("")
 
     def _generate(self, req: dict) -> None:
         self.send_response(200)
@@ -65,15 +68,18 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         ids, last = [], req["input_ids"][-1] if req["input_ids"] else 0
-        for i in range(req["sampling_params"]["max_new_tokens"]):
+        n = req["sampling_params"]["max_new_tokens"]
+        self.live_left = 1
+        for i in range(n):
             time.sleep(TOKEN_S)
             ids.append((last + i) % 1000)
+            if i == n - 1:  # finished before its last token reaches the client, as in SGLang
+                self.server.live -= 1
+                self.live_left = 0
             msg = {"output_ids": list(ids), "meta_info": {
                 "completion_tokens": len(ids), "cached_tokens": 0,
                 "prompt_tokens": len(req["input_ids"])}}
             self._chunk(f"data: {json.dumps(msg)}\n\n")
-        self._chunk("data: [DONE]\n\n")
-        self._chunk("")
 
     def _chunk(self, s: str) -> None:
         b = s.encode()
