@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the checkout root: the labs on a real SGLang 0.5.16 (engine=sglang),
 # each at its quick size. Installs the carry into /tmp/ssite first (once per machine).
-#   bash gpu/sglang0516/labs.sh DEST CODE OUT LAB...   (LAB: output-equality, dynamic-limit)
+#   bash gpu/sglang0516/labs.sh DEST CODE OUT LAB...   (LAB: output-equality, dynamic-limit,
+#   grow-reclaim, same-engine-pair)
 set -u -o pipefail
 DEST="$(cd "${1:?usage: labs.sh DEST CODE OUT LAB...}" && pwd)"
 CODE="$(cd "${2:?usage: labs.sh DEST CODE OUT LAB...}" && pwd)"
