@@ -111,15 +111,16 @@ def body(req: Request, sampling: Sampling) -> dict[str, Any]:
 
 
 def new_ids(msg: dict, seen: int) -> list[int]:
-    """The tokens a chunk adds: SGLang streams ``output_ids`` whole or as increments (a server
-    setting); ``meta_info.completion_tokens`` counts them all, so the new ones are the last
-    ``completion_tokens - seen`` either way."""
+    """The tokens a chunk adds. SGLang streams ``output_ids`` whole (its default) or as
+    increments (a server setting); ``meta_info.completion_tokens`` counts them all. A whole list
+    is at least that long -- it may already hold a token or two more, since SGLang serializes
+    its live list after counting -- so its new tokens are those past ``seen``; a shorter list
+    is an increment, new as it stands."""
     ids = [int(t) for t in msg.get("output_ids") or []]
     total = (msg.get("meta_info") or {}).get("completion_tokens")
-    if total is None:
-        return ids
-    n = int(total) - seen
-    return ids[-n:] if n > 0 else []
+    if total is None or len(ids) >= int(total):
+        return ids[seen:]
+    return ids
 
 
 def on_chunk(msg: dict, req: Request, now: float, out: Outcome) -> None:
