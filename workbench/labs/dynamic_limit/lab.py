@@ -48,14 +48,14 @@ class DynamicLimitLab(Lab):
 
     def run(self, params: DynamicLimitParams, backend: str = "sim",
             progress: Progress | None = None) -> LabResult:
-        from workbench.labs.kit.vllm_rig import on_real
+        from workbench.labs.kit.vllm_rig import kind_kw, on_real
 
         if on_real(backend, params.engine):  # a real vLLM / SGLang: this lab's .vllm runner
             from workbench.labs.dynamic_limit.report import vllm_report
             from workbench.labs.dynamic_limit.vllm import run as run_vllm
 
-            return real_result(vllm_report, lambda: run_vllm(backend, quick=params.quick,
-                                                             kind=params.engine))
+            kw = kind_kw(params.engine)
+            return real_result(vllm_report, lambda: run_vllm(backend, quick=params.quick, **kw))
         from workbench.labs.dynamic_limit.report import figures, markdown, record, tables
 
         seeds = [params.seed] if params.quick else [params.seed, params.seed + 1]

@@ -70,15 +70,15 @@ class GrowReclaimLab(Lab):
 
     def run(self, params: GrowReclaimParams, backend: str = "sim",
             progress: Progress | None = None) -> LabResult:
-        from workbench.labs.kit.vllm_rig import on_real
+        from workbench.labs.kit.vllm_rig import kind_kw, on_real
 
         self.check_backend(backend, params)
         if on_real(backend, params.engine):  # a real vLLM / SGLang: this lab's .vllm runner
             from workbench.labs.grow_reclaim.report import vllm_report
             from workbench.labs.grow_reclaim.vllm import run as run_vllm
 
-            return real_result(vllm_report, lambda: run_vllm(backend, quick=params.quick,
-                                                             kind=params.engine))
+            kw = kind_kw(params.engine)
+            return real_result(vllm_report, lambda: run_vllm(backend, quick=params.quick, **kw))
         data = sweep(params, progress)
         first = data["seeds"][0]
         rows = [r for v in VARIANTS for r in phase_rows(data["runs"][v][first], v)]

@@ -149,6 +149,12 @@ def workroot() -> Path:
     return root
 
 
+def kind_kw(engine: str) -> dict[str, str]:
+    """What a lab passes its runner for ``engine``: nothing for vLLM (the runners' default
+    kind), ``kind=`` for another real kind."""
+    return {} if engine == "vllm" else {"kind": engine}
+
+
 def on_real(backend: str, engine: str) -> bool:
     """``engine=vllm`` (or ``sglang``) on a real backend (``host``, ``gpu``): the lab runs on
     that real engine."""

@@ -57,14 +57,14 @@ class OutputEqualityLab(Lab):
 
     def run(self, params: OutputEqualityParams, backend: str = "host",
             progress: Progress | None = None) -> LabResult:
-        from workbench.labs.kit.vllm_rig import on_real
+        from workbench.labs.kit.vllm_rig import kind_kw, on_real
 
         if on_real(backend, params.engine):  # a real vLLM / SGLang: this lab's .vllm runner
             from workbench.labs.output_equality.report import vllm_report
             from workbench.labs.output_equality.vllm import run as run_vllm
 
-            return real_result(vllm_report, lambda: run_vllm(backend, quick=params.quick,
-                                                             kind=params.engine))
+            kw = kind_kw(params.engine)
+            return real_result(vllm_report, lambda: run_vllm(backend, quick=params.quick, **kw))
         from workbench.labs.output_equality.mini import run_all
         from workbench.labs.output_equality.report import figures, markdown, record, tables
 

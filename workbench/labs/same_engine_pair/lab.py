@@ -72,14 +72,14 @@ class SameEnginePairLab(Lab):
 
     def run(self, params: PairParams, backend: str = "sim",
             progress: Progress | None = None) -> LabResult:
-        from workbench.labs.kit.vllm_rig import on_real
+        from workbench.labs.kit.vllm_rig import kind_kw, on_real
 
         if on_real(backend, params.engine):  # two real vLLMs / SGLangs: this lab's .vllm runner
             from workbench.labs.same_engine_pair.report import vllm_report
             from workbench.labs.same_engine_pair.vllm import run as run_vllm
 
-            return real_result(vllm_report, lambda: run_vllm(backend, quick=params.quick,
-                                                             kind=params.engine))
+            kw = kind_kw(params.engine)
+            return real_result(vllm_report, lambda: run_vllm(backend, quick=params.quick, **kw))
         from workbench.labs.kit.ipc_names import ipc_names_demo, summary
         from workbench.labs.same_engine_pair.report import markdown, record
 
