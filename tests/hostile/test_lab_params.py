@@ -195,6 +195,9 @@ def test_a_notebook_call_is_refused_like_the_command_line(never_run):
         registry.run_lab("colocation", dataclasses.replace(lab.params(), budget_gib=math.nan))
 
 
+SGLANG_RUNS = {"output-equality", "dynamic-limit", "grow-reclaim", "same-engine-pair"}
+
+
 def test_a_lab_with_a_real_vllm_run_takes_engine_vllm():
     real = [name for name, target in LABS.items()
             if importlib.util.find_spec(target.split(":")[0].rsplit(".", 1)[0] + ".vllm")]
@@ -202,7 +205,8 @@ def test_a_lab_with_a_real_vllm_run_takes_engine_vllm():
     for name in real:
         values = set(_inner(_spec(name, "engine")).values)  # colocation: None = its default
         mini = importlib.util.find_spec(LABS[name].split(":")[0].rsplit(".", 1)[0] + ".mini")
-        assert values == ({"vllm", "mini"} if mini else {"vllm"}), name
+        sglang = {"sglang"} if name in SGLANG_RUNS else set()  # engine=sglang: gpu only
+        assert values == ({"vllm", "mini"} if mini else {"vllm"}) | sglang, name
 
 
 def accepted(spec) -> st.SearchStrategy:

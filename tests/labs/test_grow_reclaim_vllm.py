@@ -110,7 +110,8 @@ def test_the_lab_routes_engine_vllm_to_its_runner(monkeypatch):
     lab = get_lab("grow-reclaim")
     assert {"sim", "host", "gpu"} <= set(lab.backends)
     monkeypatch.setattr(vllm_rig, "python_for", lambda name: "python-with-vllm")
-    monkeypatch.setattr(runner, "run", lambda backend, quick=False: copy.deepcopy(canned()))
+    monkeypatch.setattr(runner, "run",
+                        lambda backend, quick=False, kind="vllm": copy.deepcopy(canned()))
     res = lab.run(lab.parse_params({"engine": "vllm", "quick": "true"}), "host")
     assert res.record.verdict.startswith("supported")
     assert res.record.environment["engine"] == "vllm" and res.record.raw_data["wall_s"] >= 0
@@ -128,8 +129,8 @@ def test_engine_vllm_without_vllm_is_refused_in_one_line(monkeypatch):
         run_lab("grow-reclaim", lab.params(engine="vllm", quick=True), "host")
     assert "make engine-vllm" in str(err.value) and "\n" not in str(err.value)
     lab.check_backend("sim", lab.params())  # on sim engine=vllm is the simulated engine
-    with pytest.raises(ConfigError, match="engine=sglang"):
-        lab.parse_params({"engine": "sglang"})
+    with pytest.raises(ConfigError, match="engine=sglang on backend 'sim'"):  # gpu only
+        lab.check_backend("sim", lab.parse_params({"engine": "sglang"}))
 
 
 @pytest.mark.parametrize("quick", [True, False])

@@ -101,7 +101,7 @@ def test_engine_vllm_dispatches_to_the_real_runner_and_sim_stays(monkeypatch):
     lab = get_lab("same-engine-pair")
     assert lab.backends == ("sim", "host", "gpu")
     monkeypatch.setattr(kind, "vllm_python", lambda: "/fake/python")
-    monkeypatch.setattr(pair_vllm, "run", lambda backend, quick=False: canned())
+    monkeypatch.setattr(pair_vllm, "run", lambda backend, quick=False, kind="vllm": canned())
     lab.check_backend("host", lab.params(engine="vllm"))
     res = lab.run(lab.parse_params({"engine": "vllm", "quick": "true"}), "host")
     assert res.record.experiment_id == "same-engine-pair" and res.record.raw_data["wall_s"] >= 0
@@ -109,8 +109,8 @@ def test_engine_vllm_dispatches_to_the_real_runner_and_sim_stays(monkeypatch):
     lab.check_backend("sim", lab.params(kind="sglang"))
     with pytest.raises(ConfigError, match="kind='sglang' on backend 'host'"):
         lab.check_backend("host", lab.params(kind="sglang"))
-    with pytest.raises(ConfigError, match="engine=sglang"):
-        lab.params(engine="sglang")
+    with pytest.raises(ConfigError, match="engine=sglang on backend 'host'"):  # gpu only
+        lab.check_backend("host", lab.params(engine="sglang"))
 
 
 def test_without_vllm_the_lab_stops_in_one_line(monkeypatch):

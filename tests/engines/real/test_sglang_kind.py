@@ -53,7 +53,10 @@ def test_new_ids_reads_whole_and_incremental_streams_alike():
              {"output_ids": [5, 6, 7], "meta_info": {"completion_tokens": 3}}]
     step = [{"output_ids": [5], "meta_info": {"completion_tokens": 1}},
             {"output_ids": [6, 7], "meta_info": {"completion_tokens": 3}}]
-    for stream in (whole, step):
+    # a whole list serialized after its count: it already holds the next token
+    ahead = [{"output_ids": [5, 6], "meta_info": {"completion_tokens": 1}},
+             {"output_ids": [5, 6, 7], "meta_info": {"completion_tokens": 3}}]
+    for stream in (whole, step, ahead):
         got: list[int] = []
         for msg in stream:
             got += new_ids(msg, len(got))

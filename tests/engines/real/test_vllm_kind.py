@@ -132,7 +132,7 @@ def test_labs_run_engine_vllm_without_vllm_stops_in_one_line():
     r = subprocess.run([sys.executable, "-m", "workbench", "labs", "run", "dynamic-limit",
                         "--backend", "sim", "--param", "engine=sglang"], capture_output=True,
                        text=True, env=env, timeout=120)
-    assert r.returncode == 2 and "engine=sglang" in r.stderr and "pass one of vllm" in r.stderr, \
+    assert r.returncode == 2 and "engine=sglang" in r.stderr and "CUDA server only" in r.stderr, \
         r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
 
@@ -151,8 +151,8 @@ def test_run_lab_routes_engine_vllm_itself(monkeypatch):
         assert "make engine-vllm" in str(err.value) and "\n" not in str(err.value)
     get_lab("dynamic-limit").check_backend("sim", get_lab("dynamic-limit").params())
     get_lab("output-equality").check_backend("host", get_lab("output-equality").params())
-    with pytest.raises(ConfigError, match="engine=sglang: not a known choice. Fix: pass one of "
-                                          "vllm, mini"):
+    with pytest.raises(ConfigError, match="engine=sglang on backend 'host': the sglang kind "
+                                          "runs SGLang's CUDA server only"):
         get_lab("output-equality").check_backend(
             "host", get_lab("output-equality").params(engine="sglang"))
 

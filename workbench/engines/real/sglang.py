@@ -50,6 +50,14 @@ def sglang_python() -> str | None:
     return next((str(p) for p in HOST_VENVS if p.exists() and _has_sglang(str(p))), None)
 
 
+def require_sglang(what: str) -> str:
+    """The interpreter with SGLang, or a one-line refusal naming ``what`` needed it."""
+    py = sglang_python()
+    if py is None:
+        raise ConfigError(what, "needs a real SGLang and none is importable here", HOW_TO_GET)
+    return py
+
+
 def sglang_missing() -> str | None:
     """None when a real SGLang server can be started here, else the one-line reason."""
     return None if sglang_python() else f"no SGLang importable here; {HOW_TO_GET}"
@@ -69,6 +77,7 @@ class SglangSpec:
     context_length: int = 4096
     page_size: int = 1
     radix_cache: bool = True
+    deterministic: bool = True  # batch-invariant kernels: which requests share a step moves no sum
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)  # set last in the server's environment
     python: str | None = None
@@ -87,6 +96,8 @@ class SglangSpec:
             a += ["--max-total-tokens", str(self.max_total_tokens)]
         if not self.radix_cache:
             a.append("--disable-radix-cache")
+        if self.deterministic:
+            a.append("--enable-deterministic-inference")
         return a + list(self.extra_args)
 
 
@@ -100,15 +111,16 @@ def body(req: Request, sampling: Sampling) -> dict[str, Any]:
 
 
 def new_ids(msg: dict, seen: int) -> list[int]:
-    """The tokens a chunk adds: SGLang streams ``output_ids`` whole or as increments (a server
-    setting); ``meta_info.completion_tokens`` counts them all, so the new ones are the last
-    ``completion_tokens - seen`` either way."""
+    """The tokens a chunk adds. SGLang streams ``output_ids`` whole (its default) or as
+    increments (a server setting); ``meta_info.completion_tokens`` counts them all. A whole list
+    is at least that long -- it may already hold a token or two more, since SGLang serializes
+    its live list after counting -- so its new tokens are those past ``seen``; a shorter list
+    is an increment, new as it stands."""
     ids = [int(t) for t in msg.get("output_ids") or []]
     total = (msg.get("meta_info") or {}).get("completion_tokens")
-    if total is None:
-        return ids
-    n = int(total) - seen
-    return ids[-n:] if n > 0 else []
+    if total is None or len(ids) >= int(total):
+        return ids[seen:]
+    return ids
 
 
 def on_chunk(msg: dict, req: Request, now: float, out: Outcome) -> None:
@@ -158,11 +170,22 @@ class SglangEngine(VllmEngine):
         return VllmEngine.launch(self)
 
     def server_command(self) -> list[str]:
-        python = self.spec.python or sglang_python()
-        if python is None:
-            raise ConfigError(f"engine {self.name!r}", "needs a real SGLang and none is "
-                              "importable here", HOW_TO_GET)
+        python = self.spec.python or require_sglang(f"engine {self.name!r}")
         return [python, "-m", "sglang.launch_server"]
+
+    def flush_cache(self) -> dict[str, Any]:
+        """``POST /flush_cache``: SGLang drops its radix cache, so the cached tokens' slots go
+        back to the allocator (and their pages unmap). SGLang refuses it while requests run;
+        the answer says which (``ok``, the HTTP status, SGLang's text)."""
+        import httpx
+
+        try:
+            r = httpx.post(self.url + "/flush_cache", timeout=30)
+            if r.status_code == 405:  # a release that routes the verb as GET only
+                r = httpx.get(self.url + "/flush_cache", timeout=30)
+        except httpx.HTTPError as err:
+            return {"ok": False, "status": None, "text": f"{type(err).__name__}: {err}"[:200]}
+        return {"ok": r.status_code == 200, "status": r.status_code, "text": r.text[:200]}
 
 
 def tiny_llama_config(path: str | Path, *, hidden: int = 1024, heads: int = 8,

@@ -10,7 +10,7 @@ from workbench.labs.dynamic_limit.sim import (
     run_seed,
 )
 from workbench.labs.kit.base import Lab, LabResult, Progress
-from workbench.labs.kit.params import QUICK, RATE, SEED, TOKENS, VLLM_ONLY
+from workbench.labs.kit.params import QUICK, RATE, SEED, TOKENS, VLLM_SGLANG
 from workbench.labs.kit.vllm_report import real_result
 from workbench.ranges import Num, Spec
 
@@ -23,11 +23,11 @@ class DynamicLimitParams:
     prompt_len: int = 1024
     output_len: int = 256
     chunk_s: float = 0.5  # simulated seconds stepped between looks at the control plane
-    engine: str = "vllm"  # on sim the simulated vLLM-like engine; on host/gpu a real vLLM
+    engine: str = "vllm"  # sim: the simulated vLLM-like engine; host/gpu: a real vLLM; sglang: gpu
     RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
         "quick": QUICK, "seed": SEED, "rate": RATE, "prompt_len": TOKENS, "output_len": TOKENS,
         "chunk_s": Num(float, 0.01, 60.0, "s"),
-        "engine": VLLM_ONLY,
+        "engine": VLLM_SGLANG,
     }
 
 
@@ -35,7 +35,7 @@ class DynamicLimitLab(Lab):
     name = "dynamic-limit"
     description = ("`workbench kvctl limit` from another process while traffic runs: revision, "
                    "shrink, convergence; misses and preemptions, no request killed (seed 000 §10); "
-                   "on host/gpu while a real vLLM serves")
+                   "on host/gpu while a real vLLM serves, on gpu a real SGLang (engine=sglang)")
     params_type = DynamicLimitParams
     backends = ("sim", "host", "gpu")
 
@@ -43,17 +43,19 @@ class DynamicLimitLab(Lab):
         from workbench.labs.kit.vllm_rig import check_engine
 
         Lab.check_backend(self, backend, params)
-        check_engine(self.name, backend, getattr(params, "engine", "vllm"), "vllm")
+        check_engine(self.name, backend, getattr(params, "engine", "vllm"), "vllm",
+                     kinds=("vllm", "sglang"))
 
     def run(self, params: DynamicLimitParams, backend: str = "sim",
             progress: Progress | None = None) -> LabResult:
-        from workbench.labs.kit.vllm_rig import on_real
+        from workbench.labs.kit.vllm_rig import kind_kw, on_real
 
-        if on_real(backend, params.engine):  # a real vLLM: this lab's .vllm runner
+        if on_real(backend, params.engine):  # a real vLLM / SGLang: this lab's .vllm runner
             from workbench.labs.dynamic_limit.report import vllm_report
             from workbench.labs.dynamic_limit.vllm import run as run_vllm
 
-            return real_result(vllm_report, lambda: run_vllm(backend, quick=params.quick))
+            kw = kind_kw(params.engine)
+            return real_result(vllm_report, lambda: run_vllm(backend, quick=params.quick, **kw))
         from workbench.labs.dynamic_limit.report import figures, markdown, record, tables
 
         seeds = [params.seed] if params.quick else [params.seed, params.seed + 1]

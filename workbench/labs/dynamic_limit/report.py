@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.labs.dynamic_limit.sim import DEVICE_GIB, MODEL
 from workbench.labs.kit.record import LabRecord, Manifest
-from workbench.labs.kit.vllm_report import real_markdown, real_record
+from workbench.labs.kit.vllm_report import kind_of, real_markdown, real_record
 from workbench.units import GiB, MiB
 
 if TYPE_CHECKING:
@@ -197,8 +197,21 @@ def figures(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {"memory": fig, "queue": q}
 
 
+def _flush_row(steps: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """SGLang's last step: a limit the radix cache defers, then ``/flush_cache``."""
+    f = next((s for s in steps if s["step"] == "flush the radix cache"), None)
+    if f is None:
+        return []
+    flush = f.get("flush") or {}
+    settled = (f.get("mapped_settled") or 0) / MiB
+    return [("a limit never takes what the cache owns; flushing the cache lets it converge",
+             f"limit {f['requested'] / MiB:.0f} MiB {f.get('answer')} ({f.get('outcome')}); "
+             f"/flush_cache {'ok' if flush.get('ok') else 'refused: ' + str(flush)}; "
+             f"mapped {f['mapped_before'] / MiB:.0f} -> {settled:.0f} MiB")]
+
+
 def vllm_report(out: dict[str, Any]) -> tuple[LabRecord, str]:
-    """The record and Markdown of a run on a real vLLM (:mod:`.vllm`'s rows)."""
+    """The record and Markdown of a run on a real vLLM or SGLang (:mod:`.vllm`'s rows)."""
     steps = out["steps"]
     answers = sorted({s.get("answer", "?") for s in steps})
     page = out["page_id_bytes"]
@@ -210,11 +223,13 @@ def vllm_report(out: dict[str, Any]) -> tuple[LabRecord, str]:
     verdict = ("supported: the limit was acknowledged mid-run and no request was lost" if ok
                else f"refuted: {lost} requests lost; first answer {halve.get('answer')}")
     settled = (halve.get("mapped_settled") or 0) / MiB
-    pre = int(out.get("counters", {}).get("num_preemptions", 0))
+    counted = out.get("counters") or {}
+    pre = (f", {int(counted.get('num_preemptions', 0))} preemptions" if counted or
+           kind_of(out) == "vllm" else "")
     headline = (f"limit {halve['requested'] / MiB:.0f} MiB {halve.get('answer')} "
                 f"({halve.get('outcome')}); mapped {halve['mapped_before'] / MiB:.0f} -> "
-                f"{settled:.0f} MiB; {out['finished']}/{out['requests']} finished, {pre} "
-                f"preemptions; device free moved {moved / MiB:+.0f} MiB")
+                f"{settled:.0f} MiB; {out['finished']}/{out['requests']} finished{pre}; "
+                f"device free moved {moved / MiB:+.0f} MiB")
     md = real_markdown("Dynamic limit", [
         ("a limit from another process is answered", ", ".join(answers)),
         ("no request is lost", f"{out['finished']}/{out['requests']} finished in full"),
@@ -225,8 +240,9 @@ def vllm_report(out: dict[str, Any]) -> tuple[LabRecord, str]:
             else "")),
         ("a superseded request says by which", next((s.get("answer", "") for s in steps
                                                    if s["step"] == "two writers"), "-")),
+        *_flush_row(steps),
     ], [{k: s.get(k) for k in ("step", "requested", "answer", "outcome", "mapped_before",
-                                "mapped_settled", "s")} for s in steps], verdict)
+                                "mapped_settled", "s")} for s in steps], verdict, kind_of(out))
     rec = real_record("dynamic-limit", out, "a limit set mid-run is applied without losing work",
                   verdict, headline, "the pool applies the segment's request on its next "
                   "allocation or free and unmaps emptied pages", {"page_id_bytes": page},

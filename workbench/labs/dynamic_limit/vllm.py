@@ -1,6 +1,9 @@
-"""Dynamic limit on a real vLLM (seed 001 §9): ``kvctl limit`` from another process while the
-engine serves; every answer (acknowledged / superseded / refused / pending), no request lost, and
-the device's free memory moving by the pages the limit freed."""
+"""Dynamic limit on a real vLLM or SGLang (seed 001 §9): ``kvctl limit`` from another process
+while the engine serves; every answer (acknowledged / superseded / refused / pending) and outcome
+(applied / deferred), no request lost, and the device's free memory moving by the pages the limit
+freed. SGLang's allocator defers a limit while live or radix-cached tokens sit above it (a limit
+never takes slots the cache owns); after the load the SGLang run sets the limit once more and
+flushes the radix cache (``POST /flush_cache``), so the limit converges, and says so."""
 
 from __future__ import annotations
 
@@ -102,13 +105,35 @@ class Feeder(threading.Thread):
             self.stop.wait(0.02)
 
 
-def run(backend: str, quick: bool = False) -> dict[str, Any]:
-    py = rig.python_for("dynamic-limit")
+def flush_step(eng, size: int, free_of) -> dict[str, Any]:
+    """SGLang, drained: ``kvctl limit size`` while the radix cache holds the load's tokens
+    (deferred), and ``/flush_cache`` 0.3 s into its wait; the free the flush makes applies it."""
+    free0, mapped0 = free_of(), eng.kv_pool.mapped_bytes
+    out: dict[str, Any] = {}
+    t = threading.Thread(target=lambda: out.update(kvctl_limit(eng.ipc_name, size, wait=5.0)))
+    t.start()
+    time.sleep(0.3)
+    flushed = eng.flush_cache()
+    t.join()
+    time.sleep(0.3)
+    return {"step": "flush the radix cache", **out, "flush": flushed, "mapped_before": mapped0,
+            "free_before": free0, "free_after": free_of(),
+            "mapped_settled": eng.kv_pool.mapped_bytes, "limit_after": eng.kv_pool.limit_bytes}
+
+
+def _engine(kind: str, backend: str, py: str, root, n: int):
+    knobs = {"min_reserved_pages": "0", "max_reserved_pages": "0"}
+    kw = {"max_total_tokens": 32768} if kind == "sglang" else {}  # 512 MiB of slots
+    return rig.engine("dl-elastic", backend, rig.model_dir(py, root, kind), py, root,
+                      elastic=True, kind=kind, max_num_seqs=n, knobs=knobs, **kw)
+
+
+def run(backend: str, quick: bool = False, kind: str = "vllm") -> dict[str, Any]:
+    py = rig.python_for("dynamic-limit", kind)
     root = rig.workroot()
     dev = rig.device_of(backend)
     n, tokens = (8, 96) if quick else (32, 224)
-    eng = rig.engine("dl-elastic", backend, rig.model_dir(py, root), py, root, elastic=True,
-                     max_num_seqs=n, knobs={"min_reserved_pages": "0", "max_reserved_pages": "0"})
+    eng = _engine(kind, backend, py, root, n)
     try:
         rig.start_all([eng])
         info = eng.kv_pool.info()
@@ -122,8 +147,11 @@ def run(backend: str, quick: bool = False) -> dict[str, Any]:
         feed.stop.set()
         feed.join()
         eng.advance()
+        if kind == "sglang":
+            steps.append(flush_step(eng, steps[0]["requested"], lambda: rig.device_free(dev)))
         done = [eng.outcome(r.rid) for r in feed.reqs]
-        return {"backend": backend, "device": dev, "requests": len(done), "max_tokens": tokens,
+        return {"backend": backend, "device": dev, "engine": kind, "requests": len(done),
+                "max_tokens": tokens,
                 "in_flight": n, "page_id_bytes": page, "capacity": info.capacity,
                 "mapped_idle": mapped_idle, "free_idle": free_idle,
                 "mapped_at_first_limit": peak, "steps": steps,

@@ -18,7 +18,7 @@ from workbench.labs.kit.params import (
     SECONDS,
     SEED,
     TOKENS,
-    VLLM_ONLY,
+    VLLM_SGLANG,
 )
 from workbench.labs.kit.phase_figs import phase_rows, timeline_figure
 from workbench.labs.kit.vllm_report import real_result
@@ -49,7 +49,7 @@ class GrowReclaimParams:
         "long_prompt": TOKENS, "long_output": TOKENS,
         "min_reserved_pages": Num(int, 0, 10000, "pages"),
         "max_reserved_pages": Num(int, 0, 10000, "pages"),
-        "engine": VLLM_ONLY,
+        "engine": VLLM_SGLANG,
     }
 
 
@@ -65,18 +65,20 @@ class GrowReclaimLab(Lab):
         from workbench.labs.kit.vllm_rig import check_engine
 
         Lab.check_backend(self, backend, params)
-        check_engine(self.name, backend, getattr(params, "engine", "vllm"), "vllm")
+        check_engine(self.name, backend, getattr(params, "engine", "vllm"), "vllm",
+                     kinds=("vllm", "sglang"))
 
     def run(self, params: GrowReclaimParams, backend: str = "sim",
             progress: Progress | None = None) -> LabResult:
-        from workbench.labs.kit.vllm_rig import on_real
+        from workbench.labs.kit.vllm_rig import kind_kw, on_real
 
         self.check_backend(backend, params)
-        if on_real(backend, params.engine):  # a real vLLM: this lab's .vllm runner
+        if on_real(backend, params.engine):  # a real vLLM / SGLang: this lab's .vllm runner
             from workbench.labs.grow_reclaim.report import vllm_report
             from workbench.labs.grow_reclaim.vllm import run as run_vllm
 
-            return real_result(vllm_report, lambda: run_vllm(backend, quick=params.quick))
+            kw = kind_kw(params.engine)
+            return real_result(vllm_report, lambda: run_vllm(backend, quick=params.quick, **kw))
         data = sweep(params, progress)
         first = data["seeds"][0]
         rows = [r for v in VARIANTS for r in phase_rows(data["runs"][v][first], v)]

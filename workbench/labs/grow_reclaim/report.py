@@ -9,7 +9,7 @@ from workbench.engines.models import get_model
 from workbench.labs.kit.phase_figs import latency_lines
 from workbench.labs.kit.phased_sim import window_slice
 from workbench.labs.kit.record import LabRecord, Manifest
-from workbench.labs.kit.vllm_report import real_markdown, real_record
+from workbench.labs.kit.vllm_report import kind_of, real_markdown, real_record
 from workbench.units import GiB, MiB
 
 LOAD = ("short", "long", "short-again", "long-again")
@@ -287,8 +287,8 @@ def real_rows(out: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def vllm_report(out: dict[str, Any]) -> tuple[LabRecord, str]:
-    """The record and Markdown of a run on a real vLLM: the seed's links (the simulated
-    report's text) beside what the engine did, and the per-phase memory."""
+    """The record and Markdown of a run on a real vLLM or SGLang: the seed's links (the
+    simulated report's text) beside what the engine did, and the per-phase memory."""
     c, rows = real_checks(out), real_rows(out)
     gpu = out["device"] != "cpu"
     keys = [k for _, k in SEED_LINKS] + ["no_request_lost"] + (["device_free_follows"] if gpu
@@ -321,11 +321,15 @@ def vllm_report(out: dict[str, Any]) -> tuple[LabRecord, str]:
                  f"{free} for {c['d_mapped'] / MiB:.0f} MiB unmapped: " +
                  (("yes" if c["device_free_follows"] else "NO") if gpu else
                   "reported only (host MemAvailable: other processes move it too)")))
-    md = real_markdown("Grow and reclaim", said, rows, verdict)
-    md += (f"\nOne elastic vLLM, the tiny model, prefix cache off, reserve "
+    sglang = kind_of(out) == "sglang"
+    md = real_markdown("Grow and reclaim", said, rows, verdict, kind_of(out))
+    md += (f"\nOne elastic {'SGLang' if sglang else 'vLLM'}, the tiny model, "
+           f"{'radix' if sglang else 'prefix'} cache off, reserve "
            f"{out['min_reserved_pages']}..{out['max_reserved_pages']} pages of "
-           f"{out['page_id_bytes'] / MiB:g} MiB ({out['blocks_per_page']} blocks of "
-           f"{out['block_size']} tokens a page); {c['samples']} samples of the pool's segment. "
+           f"{out['page_id_bytes'] / MiB:g} MiB ({out['blocks_per_page']} "
+           f"{'SGLang pages' if sglang else 'blocks'} of {out['block_size']} "
+           f"{'token slot' if sglang and out['block_size'] == 1 else 'tokens'} a page); "
+           f"{c['samples']} samples of the pool's segment. "
            "*Retired* is mapped memory neither in use nor reserved: on a device with queued "
            "work an emptied page waits for the kernels queued before its release, and is "
            "parked or unmapped at the next scheduler step that checks its fence.\n")

@@ -1,10 +1,11 @@
-"""Grow and reclaim on a real vLLM (seed 000 §6): one elastic vLLM (the tiny model, prompts by
-token id) serves idle -> short -> long -> idle -> short -> idle; a sampler reads the pool's
-control segment (mapped, in-use and reserved bytes, held blocks) and the device's free memory
+"""Grow and reclaim on a real vLLM or SGLang (seed 000 §6): one elastic engine (the tiny model,
+prompts by token id) serves idle -> short -> long -> idle -> short -> idle; a sampler reads the
+pool's control segment (mapped, in-use and reserved bytes, held blocks) and the device's free memory
 all along, so the record shows per phase what was mapped, what was used and what the device
 had left.
 
-Prefix caching is off (the simulated baseline's setting): a finished request's blocks are
+Prefix caching is off (the simulated baseline's setting; SGLang: ``--disable-radix-cache``): a
+finished request's blocks are
 freed at once, so idle memory is the null block's page plus the reserve. The reserve is kept
 small (:data:`RESERVE`) so that the load's pages exceed it and unmaps show.
 """
@@ -93,14 +94,16 @@ def _serve(eng, sampler: Sampler, plan, idle_s: float) -> list[dict[str, Any]]:
     return out
 
 
-def run(backend: str, quick: bool = False) -> dict[str, Any]:
-    py = rig.python_for("grow-reclaim")
+def run(backend: str, quick: bool = False, kind: str = "vllm") -> dict[str, Any]:
+    py = rig.python_for("grow-reclaim", kind)
     root = rig.workroot()
     dev = rig.device_of(backend)
     lo, hi = RESERVE
-    eng = rig.engine("gr-elastic", backend, rig.model_dir(py, root), py, root, elastic=True,
-                     max_num_seqs=16, prefix_caching=False,
-                     knobs={"min_reserved_pages": str(lo), "max_reserved_pages": str(hi)})
+    extra = {"max_total_tokens": 32768} if kind == "sglang" else {}  # SGLang: radix cache off
+    eng = rig.engine("gr-elastic", backend, rig.model_dir(py, root, kind), py, root,
+                     elastic=True, kind=kind, max_num_seqs=16, prefix_caching=False,
+                     knobs={"min_reserved_pages": str(lo), "max_reserved_pages": str(hi)},
+                     **extra)
     sampler = None
     try:
         rig.start_all([eng])
@@ -111,7 +114,8 @@ def run(backend: str, quick: bool = False) -> dict[str, Any]:
         sampler.stop.set()
         sampler.join(5.0)
         size, bpp = rig.blocks_per_page(eng, info.page_id_bytes)
-        return {"backend": backend, "device": dev, "page_id_bytes": info.page_id_bytes,
+        return {"backend": backend, "device": dev, "engine": kind,
+                "page_id_bytes": info.page_id_bytes,
                 "block_size": size, "capacity": info.capacity,
                 "min_reserved_pages": lo, "max_reserved_pages": hi, "prefix_caching": False,
                 "blocks_per_page": bpp, "phases": rows,

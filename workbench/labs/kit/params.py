@@ -18,8 +18,8 @@ from workbench.labs.kit.steptime import CALIBRATIONS
 from workbench.ranges import Choice, Flag, Floats, Num, Opt, Pairs, Spec
 
 __all__ = ["specs", "check_value", "build", "check_params", "SEED", "QUICK", "REPEATS", "MODEL",
-           "GPU", "ENGINE", "VLLM_ONLY", "TOKENS", "RATE", "RATES", "REQUESTS", "SECONDS", "GBPS",
-           "GIB", "STEPTIME"]
+           "GPU", "ENGINE", "VLLM_ONLY", "ENGINE_SGLANG", "VLLM_SGLANG", "TOKENS", "RATE",
+           "RATES", "REQUESTS", "SECONDS", "GBPS", "GIB", "STEPTIME"]
 
 
 def specs(params_type: type) -> dict[str, Spec]:
@@ -62,6 +62,9 @@ GPU = Choice(tuple(GPUS))
 # a lab with a real-vLLM run: vllm, and the mini engine where the lab has a mini run
 ENGINE = Choice(("vllm", "mini"))
 VLLM_ONLY = Choice(("vllm",))  # on sim the simulated vLLM-like engine, elsewhere a real vLLM
+# labs with a real-SGLang run too (engine=sglang: gpu only, SGLang's CUDA server)
+ENGINE_SGLANG = Choice(("vllm", "sglang", "mini"))
+VLLM_SGLANG = Choice(("vllm", "sglang"))
 TOKENS = Num(int, 1, 32768, "tokens")  # one prompt or output, within the models' context
 RATE = Num(float, 0.01, 1000.0, "req/s")
 RATES = Floats(0.01, 1000.0, 16, "req/s")

@@ -1,6 +1,9 @@
-"""What every lab's real-vLLM runner (``LAB/vllm.py``) needs: the interpreter with vLLM, the
-tiny model, engines started side by side, prompts by token id, vLLM's own counters from
-``/metrics``, and the one check a lab's ``engine`` parameter gets."""
+"""What every lab's real-engine runner (``LAB/vllm.py``) needs, for either real kind (``vllm``:
+vLLM's OpenAI server; ``sglang``: SGLang's server, CUDA only): the interpreter with the engine,
+the tiny model, engines started side by side, prompts by token id, the engine's own counters, and
+the one check a lab's ``engine`` parameter gets. A runner names the kind once; the rest of its
+code is the same for both (they share :class:`~workbench.engines.real.vllm.VllmEngine`'s life
+cycle and the Engine protocol)."""
 
 from __future__ import annotations
 
@@ -12,12 +15,15 @@ import threading
 from pathlib import Path
 
 from workbench.engines.real.client import Sampling
+from workbench.engines.real.sglang import SglangEngine, SglangSpec, require_sglang
 from workbench.engines.real.vllm import VllmEngine, VllmSpec, require_vllm
 from workbench.engines.sched.request import Request
 from workbench.errors import ConfigError
 
 VOCAB_LO, VOCAB_HI = 3, 1000  # the tiny model's ids past its special tokens
 LOGS: list[Path] = []  # where engine logs are kept; else WORKBENCH_VLLM_LOGS when set
+KINDS = ("vllm", "sglang")  # the real engine kinds a lab's engine parameter may name
+STAND_INS: dict[str, list[str]] = {}  # kind -> a stand-in server's command (tests)
 
 
 def device_of(backend: str) -> str:
@@ -27,8 +33,14 @@ def device_of(backend: str) -> str:
     return capabilities(backend).torch_device or "cpu"
 
 
-def model_dir(python: str, root: Path) -> str:
-    """The tiny random Llama (built once per run, by the interpreter that has transformers)."""
+def model_dir(python: str, root: Path, kind: str = "vllm") -> str:
+    """The tiny random Llama (built once per run, by the interpreter that has transformers);
+    for SGLang its ``config.json`` alone (random weights, ``--load-format dummy``; no
+    tokenizer, the server takes token ids)."""
+    if kind == "sglang":
+        from workbench.engines.real.sglang import tiny_llama_config
+
+        return str(tiny_llama_config(root / "tiny-llama-sglang"))
     out = root / "tiny-llama"
     subprocess.run([python, "-m", "workbench.engines.real.tinymodel", str(out)], check=True,
                    capture_output=True, text=True)
@@ -88,9 +100,13 @@ def send(eng: VllmEngine, batch: list[list[int]], n: int, sampling: Sampling,
 
 
 def counters(eng: VllmEngine) -> dict[str, float]:
-    """vLLM's own Prometheus counters (preemptions, prefix-cache queries and hits)."""
+    """vLLM's own Prometheus counters (preemptions, prefix-cache queries and hits); {} for
+    SGLang (its server runs without ``--enable-metrics``: the labs read its pool's segment and
+    each answer's ``cached_tokens`` instead)."""
     import httpx
 
+    if eng.kind == "sglang":
+        return {}
     text = httpx.get(eng.url + "/metrics", timeout=10).text
     out: dict[str, float] = {}
     for name in ("num_preemptions", "prefix_cache_queries", "prefix_cache_hits",
@@ -101,10 +117,25 @@ def counters(eng: VllmEngine) -> dict[str, float]:
     return out
 
 
+SGLANG_NAMES = {"max_num_seqs": "max_running_requests", "prefix_caching": "radix_cache"}
+
+
 def engine(name: str, backend: str, model: str, python: str, root: Path, *, elastic: bool,
-           **kw) -> VllmEngine:
-    spec = VllmSpec(model=model, device=device_of(backend), elastic=elastic, python=python, **kw)
+           kind: str = "vllm", **kw) -> VllmEngine:
+    """One engine of ``kind``. ``kw`` are the kind's spec fields; the two the runners share
+    (``max_num_seqs``, ``prefix_caching``) are given vLLM's names and renamed for SGLang."""
     logs = LOGS[0] if LOGS else os.environ.get("WORKBENCH_VLLM_LOGS") or None
+    stand_in = STAND_INS.get(kind)
+    if stand_in:
+        kw.setdefault("server_cmd", stand_in)
+    if kind == "sglang":
+        kw = {SGLANG_NAMES.get(k, k): v for k, v in kw.items()}
+        knobs = kw.setdefault("knobs", {})
+        knobs.setdefault("gpu_utilization", "0.45")  # what the H200 run used beside stock
+        spec = SglangSpec(model=model, device=device_of(backend), elastic=elastic,
+                          python=python, **kw)
+        return SglangEngine(name, spec, workdir=root, keep_log=logs)
+    spec = VllmSpec(model=model, device=device_of(backend), elastic=elastic, python=python, **kw)
     return VllmEngine(name, spec, workdir=root, keep_log=logs)
 
 
@@ -118,35 +149,55 @@ def workroot() -> Path:
     return root
 
 
+def kind_kw(engine: str) -> dict[str, str]:
+    """What a lab passes its runner for ``engine``: nothing for vLLM (the runners' default
+    kind), ``kind=`` for another real kind."""
+    return {} if engine == "vllm" else {"kind": engine}
+
+
 def on_real(backend: str, engine: str) -> bool:
-    """``engine=vllm`` on a real backend (``host``, ``gpu``): the lab runs on a real vLLM."""
+    """``engine=vllm`` (or ``sglang``) on a real backend (``host``, ``gpu``): the lab runs on
+    that real engine."""
     from workbench.backends import capabilities
 
-    return engine == "vllm" and not capabilities(backend).simulated
+    return engine in KINDS and not capabilities(backend).simulated
 
 
-def check_engine(lab: str, backend: str, engine: str, own: str) -> bool:
-    """True when lab ``lab`` runs on a real vLLM: ``engine=vllm`` on ``host``/``gpu`` (refused in
-    one line, with how to get it, where no vLLM is importable). ``own`` is the lab's own engine
-    there (``mini``) or on ``sim`` (``vllm``: the simulated vLLM-like engine); any other name is
-    refused."""
-    from workbench.backends import capabilities
+def check_engine(lab: str, backend: str, engine: str, own: str,
+                 kinds: tuple[str, ...] = ("vllm",)) -> bool:
+    """True when lab ``lab`` runs on a real engine: ``engine=vllm`` on ``host``/``gpu``, or
+    ``engine=sglang`` on ``gpu`` for a lab whose ``kinds`` name it (refused in one line, with
+    how to get it, where the engine is not importable). ``own`` is the lab's own engine there
+    (``mini``) or on ``sim`` (``vllm``: the simulated vLLM-like engine); any other name is
+    refused. Never a fallback: a named engine runs, or the lab does not."""
+    from workbench.backends import capabilities, kind
 
     real = not capabilities(backend).simulated
-    names = ("vllm", own) if real else (own,)
+    if engine == "sglang" and "sglang" in kinds and kind(backend) != "gpu":
+        raise ConfigError(f"lab {lab!r} parameter engine=sglang on backend {backend!r}",
+                          "the sglang kind runs SGLang's CUDA server only",
+                          "use --backend gpu on a CUDA machine, or engine=vllm here")
+    names = (*kinds, own) if real else (own,)
     if engine not in names:
-        where = "a real vLLM" if real else "the simulated vLLM-like engine"
+        where = (f"a real {' or '.join(kinds)}" if real else "the simulated vLLM-like engine")
+        why = ("the lab has no run for that engine yet" if engine in KINDS and real else
+               f"is not an engine it runs ({'/'.join(kinds) if real else own}: {where})")
         raise ConfigError(f"lab {lab!r} parameter engine={engine!r} on backend {backend!r}",
-                          f"is not an engine it runs (vllm: {where})",
-                          f"use engine={' or engine='.join(dict.fromkeys(names))}")
-    if real and engine == "vllm":
-        python_for(lab)
+                          why, f"use engine={' or engine='.join(dict.fromkeys(names))}")
+    if real and engine in KINDS:
+        python_for(lab) if engine == "vllm" else python_for(lab, engine)
         return True
     return False
 
 
-def python_for(lab: str) -> str:
-    return require_vllm(f"lab {lab!r} with engine=vllm")
+def python_for(lab: str, kind: str = "vllm") -> str:
+    """The interpreter that runs ``kind``'s server (a stand-in's own: this one)."""
+    import sys
+
+    if STAND_INS.get(kind):
+        return sys.executable
+    need = require_sglang if kind == "sglang" else require_vllm
+    return need(f"lab {lab!r} with engine={kind}")
 
 
 def device_free(device: str) -> int:
@@ -179,9 +230,13 @@ def cache_config(eng: VllmEngine) -> dict[str, str]:
 
 def blocks_per_page(eng: VllmEngine, page_id_bytes: int) -> tuple[int, int]:
     """(vLLM's block size in tokens, its blocks per page id) for a started engine: the size
-    vLLM reports, else the ``--block-size`` it was started with."""
+    vLLM reports, else the ``--block-size`` it was started with; SGLang's page size (token
+    slots) and its pages per page id."""
     import httpx
 
+    if getattr(eng, "kind", "vllm") == "sglang":  # a ledger block: one SGLang page
+        return eng.spec.page_size, page_id_bytes // block_bytes(eng.spec.model,
+                                                                eng.spec.page_size)
     try:
         size = int(cache_config(eng).get("block_size") or 0)
     except (httpx.HTTPError, ValueError):  # no metrics, or a label that is not a number

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from workbench.labs.kit.base import Lab, LabResult, Progress
-from workbench.labs.kit.params import ENGINE, MODEL, QUICK, SEED
+from workbench.labs.kit.params import ENGINE_SGLANG, MODEL, QUICK, SEED
 from workbench.labs.kit.vllm_report import real_result
 from workbench.ranges import Spec
 
@@ -33,10 +33,10 @@ class OutputEqualityParams:
     quick: bool = False  # 4 prompts x 24 tokens, one seed; else 8 x 48, three seeds
     seed: int = 0  # prompt seed (the model's weights are seeded by the model config)
     model: str = "tiny"  # a mini-engine model (workbench.mini.model.get_config)
-    engine: str = "mini"  # mini: the mini engine; vllm: a real vLLM (elastic vs stock KV)
+    engine: str = "mini"  # mini: the mini engine; vllm / sglang (gpu): a real one, elastic vs stock
     RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
         "quick": QUICK, "seed": SEED, "model": MODEL,
-        "engine": ENGINE,
+        "engine": ENGINE_SGLANG,
     }
 
 
@@ -44,7 +44,7 @@ class OutputEqualityLab(Lab):
     name = "output-equality"
     description = ("the same greedy tokens with static and elastic KV (mini engine), and a "
                    "layout canary that flags deliberately wrong KV views (seed 000 §13); "
-                   "engine=vllm: a real vLLM, elastic vs stock")
+                   "engine=vllm / engine=sglang: a real vLLM / SGLang, elastic vs stock")
     params_type = OutputEqualityParams
     backends = ("host", "gpu")
 
@@ -52,17 +52,19 @@ class OutputEqualityLab(Lab):
         from workbench.labs.kit.vllm_rig import check_engine
 
         Lab.check_backend(self, backend, params)
-        check_engine(self.name, backend, getattr(params, "engine", "mini"), "mini")
+        check_engine(self.name, backend, getattr(params, "engine", "mini"), "mini",
+                     kinds=("vllm", "sglang"))
 
     def run(self, params: OutputEqualityParams, backend: str = "host",
             progress: Progress | None = None) -> LabResult:
-        from workbench.labs.kit.vllm_rig import on_real
+        from workbench.labs.kit.vllm_rig import kind_kw, on_real
 
-        if on_real(backend, params.engine):  # a real vLLM: this lab's .vllm runner
+        if on_real(backend, params.engine):  # a real vLLM / SGLang: this lab's .vllm runner
             from workbench.labs.output_equality.report import vllm_report
             from workbench.labs.output_equality.vllm import run as run_vllm
 
-            return real_result(vllm_report, lambda: run_vllm(backend, quick=params.quick))
+            kw = kind_kw(params.engine)
+            return real_result(vllm_report, lambda: run_vllm(backend, quick=params.quick, **kw))
         from workbench.labs.output_equality.mini import run_all
         from workbench.labs.output_equality.report import figures, markdown, record, tables
 

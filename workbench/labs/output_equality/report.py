@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from workbench.labs.kit.record import LabRecord, Manifest
-from workbench.labs.kit.vllm_report import real_markdown, real_record
+from workbench.labs.kit.vllm_report import kind_of, real_markdown, real_record
 
 if TYPE_CHECKING:
     from workbench.labs.output_equality.lab import OutputEqualityParams
@@ -163,8 +163,24 @@ def figures(tabs: dict[str, list]) -> dict[str, Any]:
     return {"canary": fig}
 
 
+def _invariance(out: dict[str, Any]) -> str:
+    if not out.get("batch_invariant"):
+        return "not forced (the CPU's sums do not depend on it)"
+    if kind_of(out) == "sglang":
+        return "SGLang's deterministic mode on every engine (--enable-deterministic-inference)"
+    return "vLLM's batch-invariant mode on every engine (VLLM_BATCH_INVARIANT=1)"
+
+
+def _small(out: dict[str, Any], pre: tuple) -> str:
+    if kind_of(out) == "sglang":  # no metrics endpoint: SGLang's retractions are in its log
+        return (f"small pool ({out['small_blocks']} token slots, elastic limit {out['limit']}): "
+                "SGLang retracts and recomputes (counted in its log, not here)")
+    return (f"small pool ({out['small_blocks']} blocks, limit {out['limit']}): preemptions "
+            f"stock {pre[0]}, elastic {pre[1]}")
+
+
 def vllm_report(out: dict[str, Any]) -> tuple[LabRecord, str]:
-    """The record and Markdown of a run on a real vLLM (:mod:`.vllm`'s rows)."""
+    """The record and Markdown of a run on a real vLLM or SGLang (:mod:`.vllm`'s rows)."""
     rows = out["rows"]
     equal = sum(r["equal"] for r in rows)
     total = sum(r["prompts"] for r in rows)
@@ -183,22 +199,20 @@ def vllm_report(out: dict[str, Any]) -> tuple[LabRecord, str]:
     headline = f"{equal}/{total} prompts token-equal"
     md = real_markdown("Output equality", [
         ("greedy tokens equal, elastic vs stock", f"{headline} over {len(rows)} cases"),
-        ("prefix caching changes nothing", next((f"{r['equal']}/{r['prompts']}" for r in rows
-                                               if "prefix" in r["case"]), "-")),
+        ("prefix caching changes nothing", next((f"{r['equal']}/{r['prompts']}" + (
+            f" ({r['cached_tokens']} prompt tokens from the cache)" if "cached_tokens" in r
+            else "") for r in rows if "prefix" in r["case"]), "-")),
         ("seeded sampling reproducible", next((f"{r['equal']}/{r['prompts']}" for r in rows
                                               if "seeded" in r["case"]), "-")),
         ("stock reproduces itself (a second stock engine, the same waves)",
          ", ".join(f"{r['case']}: {r['stock_vs_stock']}/{r['prompts']}" for r in noise)
          or "not run"),
-        ("which requests share a step changes no sum",
-         "vLLM's batch-invariant mode on every engine (VLLM_BATCH_INVARIANT=1)"
-         if out.get("batch_invariant") else "not forced (the CPU's sums do not depend on it)"),
-        ("a preempted and recomputed request gives the same tokens",
-         f"small pool ({out['small_blocks']} blocks, limit {out['limit']}): preemptions "
-         f"stock {pre[0]}, elastic {pre[1]}"),
-    ], rows, verdict)
+        ("which requests share a step changes no sum", _invariance(out)),
+        ("a preempted and recomputed request gives the same tokens", _small(out, pre)),
+    ], rows, verdict, kind_of(out))
+    name = "SGLang" if kind_of(out) == "sglang" else "vLLM"
     rec = real_record("output-equality", out, "elastic KV changes where the bytes live, not what "
-                  "vLLM computes", verdict, headline, "both engines run vLLM's own kernels on "
-                  "views of the same shape; only the memory under them differs",
+                  f"{name} computes", verdict, headline, f"both engines run {name}'s own kernels "
+                  "on views of the same shape; only the memory under them differs",
                   {"engines": out["engines"]}, {"equality": rows})
     return rec, md

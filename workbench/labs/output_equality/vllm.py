@@ -1,6 +1,8 @@
-"""Output equality on a real vLLM (seed 000 §13): the same tokens from elastic and stock KV,
-greedy and seeded sampling, prefix caching on (a second wave hits the first's blocks), and on a
-small pool under a memory limit where requests are preempted and recomputed."""
+"""Output equality on a real vLLM or SGLang (seed 000 §13): the same tokens from elastic and
+stock KV, greedy and seeded sampling, prefix caching on (a second wave hits the first's blocks:
+vLLM's prefix cache, SGLang's radix cache), and on a small pool under a memory limit where
+requests are preempted (SGLang: retracted) and recomputed. Both kinds run their batch-invariant
+mode on CUDA, so which requests share a step changes no sum."""
 
 from __future__ import annotations
 
@@ -40,6 +42,9 @@ def _waves(tag: str, stock, elastic, prompts, n: int, waves, control=None) -> di
             outs = [rig.send(e, prompts, n, sampling, first_rid=1000 * w)
                     for e in (stock, elastic, control) if e is not None]
             rows.append({"pool": tag, **_compare(label, *outs)})
+            hits = [elastic.outcome(1000 * w + i).cached_tokens for i in range(len(prompts))]
+            if any(h is not None for h in hits):  # SGLang says how many prompt tokens it hit
+                rows[-1]["cached_tokens"] = sum(h or 0 for h in hits)
         extra = {"stock": rig.counters(stock), "elastic": rig.counters(elastic),
                  "elastic_peak_mapped": max((s.mapped_bytes for s in elastic.samples),
                                             default=0),
@@ -51,42 +56,58 @@ def _waves(tag: str, stock, elastic, prompts, n: int, waves, control=None) -> di
     return {"rows": rows, "engines": extra}
 
 
-def run(backend: str, quick: bool = False, limit: str | None = None) -> dict[str, Any]:
-    py = rig.python_for("output-equality")
+def _kind_kw(kind: str, cpu: bool, n_prompts: int) -> tuple[dict, dict, str, int]:
+    """(every engine's spec fields, the small pool's, the default limit, the small pool's size
+    in the kind's unit) for ``kind``."""
+    if kind == "sglang":
+        # SGLang: a pool of 8192 token slots (the tiny model's 16 KiB each: 128 MiB) for every
+        # engine; the small pair 2048 slots, elastic under 16 MiB (1024 slots, 8 page ids of
+        # 2 MiB) that its requests outgrow (192 new tokens each), so SGLang retracts and
+        # recomputes. Deterministic inference is SglangSpec's default (batch-invariant kernels).
+        return ({"max_total_tokens": 8192}, {"max_total_tokens": 2048,
+                                              "max_num_seqs": n_prompts}, "16MiB", 2048)
+    # a small pool, the same for both; elastic also under a one-page-id limit (4 MiB for the
+    # tiny model: 2 layers of 2 MiB pages on the CPU, one CONTIGUOUS page id on CUDA) that its
+    # requests outgrow (192 new tokens each), so it preempts and recomputes
+    blocks = 64 if cpu else 256
+    # on CUDA, vLLM's batch-invariant mode (no split-K GEMMs, one attention reduction order):
+    # which requests share a step then changes no sum, so a token that differs is the layout's
+    inv = {} if cpu else {"env": {"VLLM_BATCH_INVARIANT": "1"}}
+    return inv, {"num_gpu_blocks": blocks, "max_num_seqs": n_prompts}, "4MiB", blocks
+
+
+def run(backend: str, quick: bool = False, limit: str | None = None,
+        kind: str = "vllm") -> dict[str, Any]:
+    py = rig.python_for("output-equality", kind)
     root = rig.workroot()
     cpu = rig.device_of(backend) == "cpu"
     n_prompts, n_tokens = (4, 24) if quick else (8, 48)
     prompts = rig.prompts(n_prompts, shared=64, tail=8, seed=0)
-    # a small pool, the same for both; elastic also under a one-page-id limit (4 MiB for the
-    # tiny model: 2 layers of 2 MiB pages on the CPU, one CONTIGUOUS page id on CUDA) that its
-    # requests outgrow (192 new tokens each), so it preempts and recomputes
-    blocks, lim = (64 if cpu else 256), (limit or "4MiB")
-    small_kw = {"num_gpu_blocks": blocks, "max_num_seqs": n_prompts}
-    # on CUDA, vLLM's batch-invariant mode (no split-K GEMMs, one attention reduction order):
-    # which requests share a step then changes no sum, so a token that differs is the layout's
-    inv = {} if cpu else {"env": {"VLLM_BATCH_INVARIANT": "1"}}
+    inv, small_kw, lim, blocks = _kind_kw(kind, cpu, n_prompts)
+    lim = limit or lim
     knobs = {"memory_limit": lim, "min_reserved_pages": "0", "max_reserved_pages": "1"}
     engines: list = []
     try:
-        model = rig.model_dir(py, root)
-        engines = [rig.engine("oe-default-stock", backend, model, py, root, elastic=False,
-                              **inv),
-                   rig.engine("oe-default-elastic", backend, model, py, root, elastic=True,
-                              **inv),
-                   rig.engine("oe-small-stock", backend, model, py, root, elastic=False,
-                              **small_kw, **inv),
-                   rig.engine("oe-small-elastic", backend, model, py, root, elastic=True,
-                              knobs=knobs, **small_kw, **inv)]
+        model = rig.model_dir(py, root, kind)
+
+        def eng(name: str, elastic: bool, **kw):
+            return rig.engine(name, backend, model, py, root, elastic=elastic, kind=kind,
+                              **{**inv, **kw})
+
+        engines = [eng("oe-default-stock", False), eng("oe-default-elastic", True),
+                   eng("oe-small-stock", False, **small_kw),
+                   eng("oe-small-elastic", True, knobs=knobs, **small_kw)]
         if not quick:  # a second stock engine: what stock itself reproduces under batching
-            engines.append(rig.engine("oe-default-stock-b", backend, model, py, root,
-                                      elastic=False, **inv))
+            engines.append(eng("oe-default-stock-b", False))
         rig.start_all(engines)
         big = _waves("default", *engines[:2], prompts, n_tokens, WAVES,
                      control=engines[4] if not quick else None)
         small = _waves("small", *engines[2:4], prompts, 192, WAVES[:1])
         return {"backend": backend, "device": rig.device_of(backend), "model": "tiny-llama",
-                "prompts": n_prompts, "max_tokens": n_tokens, "small_blocks": blocks,
-                "limit": lim, "batch_invariant": bool(inv), "rows": big["rows"] + small["rows"],
+                "engine": kind, "prompts": n_prompts, "max_tokens": n_tokens,
+                "small_blocks": blocks, "limit": lim,
+                "batch_invariant": bool(inv) or kind == "sglang",
+                "rows": big["rows"] + small["rows"],
                 "engines": {"default": big["engines"], "small": small["engines"]}}
     finally:
         for e in engines:

@@ -18,7 +18,7 @@ from workbench.labs.kit.params import (
     SECONDS,
     SEED,
     TOKENS,
-    VLLM_ONLY,
+    VLLM_SGLANG,
 )
 from workbench.labs.kit.phase_figs import phase_rows, timeline_figure
 from workbench.labs.kit.vllm_report import real_result
@@ -47,7 +47,7 @@ class PairParams:
         "quick": QUICK, "seed": SEED, "repeats": REPEATS, "kind": Choice(("vllm", "sglang")),
         "model": MODEL, "gpu": GPU, "kv_budget_gib": GIB, "phase_s": SECONDS,
         "peak_rate": RATE, "prompt_len": TOKENS, "output_len": TOKENS, "ipc_demo": Flag(),
-        "engine": VLLM_ONLY,
+        "engine": VLLM_SGLANG,
     }
 
 
@@ -63,21 +63,23 @@ class SameEnginePairLab(Lab):
         from workbench.labs.kit.vllm_rig import check_engine
 
         Lab.check_backend(self, backend, params)
-        real = check_engine(self.name, backend, getattr(params, "engine", "vllm"), "vllm")
-        if real and getattr(params, "kind", "vllm") != "vllm":
+        engine = getattr(params, "engine", "vllm")
+        real = check_engine(self.name, backend, engine, "vllm", kinds=("vllm", "sglang"))
+        if real and getattr(params, "kind", "vllm") not in ("vllm", engine):
             raise ConfigError(f"lab {self.name!r} parameter kind={params.kind!r} on backend "
                               f"{backend!r}", "the real pair is two vLLM processes",
                               "use kind=vllm, or backend sim for simulated SGLang-like ones")
 
     def run(self, params: PairParams, backend: str = "sim",
             progress: Progress | None = None) -> LabResult:
-        from workbench.labs.kit.vllm_rig import on_real
+        from workbench.labs.kit.vllm_rig import kind_kw, on_real
 
-        if on_real(backend, params.engine):  # two real vLLMs: this lab's .vllm runner
+        if on_real(backend, params.engine):  # two real vLLMs / SGLangs: this lab's .vllm runner
             from workbench.labs.same_engine_pair.report import vllm_report
             from workbench.labs.same_engine_pair.vllm import run as run_vllm
 
-            return real_result(vllm_report, lambda: run_vllm(backend, quick=params.quick))
+            kw = kind_kw(params.engine)
+            return real_result(vllm_report, lambda: run_vllm(backend, quick=params.quick, **kw))
         from workbench.labs.kit.ipc_names import ipc_names_demo, summary
         from workbench.labs.same_engine_pair.report import markdown, record
 
