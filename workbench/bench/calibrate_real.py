@@ -41,7 +41,7 @@ def gather(args: argparse.Namespace) -> tuple[list[list[float]], dict]:
         else None
     rows: list[list[float]] = []
     info: dict = {"source": [p.name for p in args.inputs], "machine": None, "engine": None,
-                  "model": None, "points": [], "ctx": "logged", "engines": []}
+                  "model": None, "points": [], "ctx": "logged", "engines": [], "reps": []}
     if logs:
         engines = [steprows.read_log(p) for p in logs]
         info["engines"].append(engines)
@@ -52,6 +52,7 @@ def gather(args: argparse.Namespace) -> tuple[list[list[float]], dict]:
         for rep in steprows.load_record(path):
             if repeats is not None and rep.get("repeat") not in repeats:
                 continue
+            info["reps"].append(rep)
             rows += _record_rows(rep, peaks, wl, args, info)
     if not rows:
         raise ConfigError("the inputs", "hold no steps to fit (after --repeats/--peaks and "
@@ -124,12 +125,16 @@ def run(args: argparse.Namespace) -> dict:
     fields = {k: float(f"{fit[k]:.4g}") for k in FIELDS}
     res = residuals(rows, fields, args.gpu, model)
     share = _gpu_share(info.pop("engines"), fields)
+    from workbench.bench.engine_facts import facts
+
+    eng = facts(info.pop("reps"), model) if info["reps"] else None
     print(json.dumps({"fields": fields, "steps": len(rows), "dropped": fit["n_dropped"],
                       "residuals": res}, indent=1))
     for kind, r in res.items():
         print(f"{kind}: {r['steps']} steps, relative error median {r['median_rel_err']:.1%}, "
               f"p90 {r['p90_rel_err']:.1%}")
-    profile = {"gpu": args.gpu, "model": model, "fields": fields, "provenance": {
+    profile = {"gpu": args.gpu, "model": model, "fields": fields, **(
+        {"engine": eng["engine"]} if eng else {}), "provenance": {
         "machine": args.machine or info["machine"] or "not recorded",
         "engine": args.engine_version or info["engine"] or "not recorded",
         "model_shape": model, "measured": info.get("measured") or "not recorded",
@@ -138,6 +143,7 @@ def run(args: argparse.Namespace) -> dict:
         "solo_steps_only": not args.all_steps, "context": info["ctx"],
         "median_rel_err": res["all"]["median_rel_err"], "p90_rel_err": res["all"]["p90_rel_err"],
         "residuals": res, "prefill_gpu_share": share,
+        "engine_facts": eng["read_from"] if eng else None,
         "fitted_on": {"repeats": args.repeats or "all", "peaks": args.peaks or "all",
                       "points": info["points"]},
         "source": info["source"], "command": "python -m workbench.bench.calibrate " + " ".join(

@@ -18,6 +18,9 @@ from workbench.hardware import STEP_PROFILES
 from workbench.labs.colocation.rows import spread
 
 P50_TOL, P99_TOL = 0.15, 0.25
+# what a profile says of the real engine besides its step times (``profile["engine"]``), and
+# the simulator's answer without them (a profile fitted before they were measured)
+ENGINE_DEFAULTS = {"async_scheduling": False, "kv_blocks_first": False, "client_s": 0.0}
 FIELDS = ("flops_eff", "bw_eff", "step_overhead_s", "seq_overhead_s", "prefill_overhead_s",
           "prefill_gpu_frac")
 
@@ -34,7 +37,8 @@ def _repeats(record) -> list[dict]:
     out = []
     for r in reps or ():
         if isinstance(r, dict) and isinstance(r.get("runs"), dict):
-            out.append({**{k: head[k] for k in ("config", "engine", "device") if k in head},
+            out.append({**{k: head[k] for k in ("config", "engine", "device", "provenance")
+                           if k in head},
                         **r})
     return out
 
@@ -57,6 +61,14 @@ def _fitted_set(text, all_: set[int]) -> set[int]:
     return {int(x) for x in str(text).split(",") if x.strip()}
 
 
+def fitted_on_this(reps: list[dict], prov: dict) -> bool:
+    """Whether the profile was fitted on this sweep: its steps were measured at this sweep's
+    start (a profile without that date is taken as fitted here, the cautious reading)."""
+    measured = prov.get("measured")
+    dates = {(r.get("provenance") or {}).get("date") for r in reps}
+    return measured in (None, "not recorded") or measured in dates
+
+
 def real_points(reps: list[dict]) -> dict[tuple[int, str], dict[int, dict]]:
     """(PEAK, mode) -> repeat -> the point's overall TTFT (ms: p50, p99, mean)."""
     out: dict[tuple[int, str], dict[int, dict]] = {}
@@ -69,8 +81,13 @@ def real_points(reps: list[dict]) -> dict[tuple[int, str], dict[int, dict]]:
     return out
 
 
-def sim_point(c: dict, peak: int, mode: str, fields: dict, gpu: str = "h200") -> dict:
-    """The record's workload at ``peak`` on the simulated GPU: TTFT ms (p50, p99, mean)."""
+def sim_point(c: dict, peak: int, mode: str, fields: dict, gpu: str = "h200",
+              engine: dict | None = None) -> dict:
+    """The record's workload at ``peak`` on the simulated GPU: TTFT ms (p50, p99, mean).
+    ``engine``: what the profile measured of the real engine beyond step times
+    (``ENGINE_FACTS``): async scheduling, the KV tensor's layout, the streaming client's own
+    latency (added to every TTFT, as the real client's clock includes it)."""
+    e = {**ENGINE_DEFAULTS, **(engine or {})}
     from workbench.config import PoolConfig
     from workbench.engines.models import get_model
     from workbench.engines.sim.cluster import ClusterConfig, run_cluster
@@ -90,7 +107,9 @@ def sim_point(c: dict, peak: int, mode: str, fields: dict, gpu: str = "h200") ->
         pool=replace(PoolConfig(), min_reserved_pages=int(c.get("min_reserved_pages", 0)),
                      max_reserved_pages=int(c.get("max_reserved_pages", 1))),
         vllm=VLLMOptions(max_num_seqs=int(c["max_num_seqs"]),
-                         max_num_batched_tokens=int(c["max_batched_tokens"])),
+                         max_num_batched_tokens=int(c["max_batched_tokens"]),
+                         async_scheduling=bool(e["async_scheduling"]),
+                         kv_blocks_first=bool(e["kv_blocks_first"])),
         steptime=dict(fields), seed=int(c.get("seed", 0)), host="parallel")
     wl = []
     for i in range(n):
@@ -100,7 +119,7 @@ def sim_point(c: dict, peak: int, mode: str, fields: dict, gpu: str = "h200") ->
             r.arrival /= scale
         wl.append(reqs)
     o = run_cluster(cfg, wl).overall.as_dict()["ttft"]
-    return {s: 1e3 * o[s] for s in ("p50", "p99", "mean")}
+    return {s: 1e3 * (o[s] + float(e["client_s"])) for s in ("p50", "p99", "mean")}
 
 
 def _row(key, by_rep: dict[int, dict], held: set[int], sim: dict, peak_held: bool) -> dict:
@@ -148,9 +167,12 @@ def sim_beside_real(record, profile: str | None = None) -> dict | None:
     real = real_points(reps)
     held = all_reps - _fitted_set(fitted.get("repeats"), all_reps)
     fit_peaks = _fitted_set(fitted.get("peaks"), {k[0] for k in real})
+    if not fitted_on_this(reps, prof["provenance"]):  # another sweep: every point held out
+        held, fit_peaks = all_reps, set()
     fields = {k: prof["fields"][k] for k in FIELDS if k in prof["fields"]}
     c = reps[0]["config"]
-    sim = {key: sim_point(c, key[0], key[1], fields, prof.get("gpu", "h200"))
+    gpu, engine = prof.get("gpu", "h200"), prof.get("engine")
+    sim = {key: sim_point(c, key[0], key[1], fields, gpu, engine)
            for key in sorted(real)}
     rows = [_row(key, real[key], held, sim[key], key[0] not in fit_peaks) for key in sorted(real)]
     out_rows = [r for r in rows if r["held_out"]]
@@ -194,3 +216,33 @@ def markdown(pred: dict) -> str:
                      f"{m['real']['max']:.2f}] | {m['sim']:.2f}x | {p['real']['median']:.2f}x "
                      f"[{p['real']['min']:.2f}-{p['real']['max']:.2f}] | {p['sim']:.2f}x |")
     return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m workbench.labs.colocation.predict RECORD [--profile NAME]``: the per-point
+    table (predicted vs real TTFT p50/p99, within tolerance or not) for a saved sweep."""
+    import argparse
+    import sys
+
+    from workbench.errors import WorkbenchError
+    from workbench.labs.colocation.vllm_lab import merged
+
+    ap = argparse.ArgumentParser(description="the simulator's TTFT beside a real sweep's")
+    ap.add_argument("record", help="a real sweep's repeats: a saved .repeats.json.gz or out_dir")
+    ap.add_argument("--profile", help="step profile (default: the newest for the record)")
+    args = ap.parse_args(argv)
+    try:
+        pred = sim_beside_real(merged(args.record), args.profile)
+    except WorkbenchError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if pred is None:
+        print("error: no fitted step profile for this record's engine and model. Fix: fit one "
+              "with python -m workbench.bench.calibrate RECORD --name NAME", file=sys.stderr)
+        return 2
+    print(markdown(pred))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
