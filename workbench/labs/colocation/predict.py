@@ -167,7 +167,8 @@ def sim_beside_real(record, profile: str | None = None) -> dict | None:
     real = real_points(reps)
     held = all_reps - _fitted_set(fitted.get("repeats"), all_reps)
     fit_peaks = _fitted_set(fitted.get("peaks"), {k[0] for k in real})
-    if not fitted_on_this(reps, prof["provenance"]):  # another sweep: every point held out
+    here = fitted_on_this(reps, prof["provenance"])
+    if not here:  # another sweep: every point held out
         held, fit_peaks = all_reps, set()
     fields = {k: prof["fields"][k] for k in FIELDS if k in prof["fields"]}
     c = reps[0]["config"]
@@ -177,11 +178,30 @@ def sim_beside_real(record, profile: str | None = None) -> dict | None:
     rows = [_row(key, real[key], held, sim[key], key[0] not in fit_peaks) for key in sorted(real)]
     out_rows = [r for r in rows if r["held_out"]]
     return {"profile": name, "provenance": prof["provenance"], "fields": fields,
+            "engine": prof.get("engine"), "fitted_here": here,
             "tolerance": {"p50": P50_TOL, "p99": P99_TOL}, "rows": rows,
             "points": len(rows), "p50_ok": sum(r["p50"]["ok"] for r in rows),
             "p99_ok": sum(r["p99"]["ok"] for r in rows), "both_ok": sum(r["ok"] for r in rows),
             "held_out_points": len(out_rows), "held_out_both_ok": sum(r["ok"] for r in out_rows),
             "speedups": speedups(real, sim)}
+
+
+def _provenance(pred: dict) -> list[str]:
+    """Where the profile comes from: what it was fitted on, what it measured of the engine."""
+    prov, eng = pred["provenance"], pred.get("engine") or {}
+    fit = prov.get("fitted_on") or {}
+    out = [f"* fitted on: {', '.join(prov.get('source') or ['?'])} (measured "
+           f"{prov.get('measured', '?')}), repeats {fit.get('repeats', '?')}, PEAKs "
+           f"{fit.get('peaks', '?')}; this sweep {'is' if pred['fitted_here'] else 'is not'} "
+           "among them", f"* command: `{prov.get('command', '?')}` ({prov.get('date', '?')})"]
+    if eng:
+        read = prov.get("engine_facts") or {}
+        out.append(f"* engine facts: KV blocks first {eng.get('kv_blocks_first')} (pools map "
+                   f"{read.get('mapped_step_mib')} MiB page ids), client latency "
+                   f"{1e3 * eng.get('client_s', 0):.1f} ms (median of "
+                   f"{read.get('client_requests')} first requests), async scheduling seen "
+                   f"{read.get('async_scheduling_seen')} (not modelled)")
+    return out
 
 
 def markdown(pred: dict) -> str:
@@ -190,7 +210,7 @@ def markdown(pred: dict) -> str:
     lines = [f"Simulator with step profile `{pred['profile']}` (fitted on {prov.get('machine')}, "
              f"{prov.get('engine')}, {prov.get('steps_used')} steps, median error "
              f"{prov.get('median_rel_err', 0):.1%}); real: median [min-max] over the repeats a "
-             "point is judged on; TTFT ms.", "",
+             "point is judged on; TTFT ms.", "", *_provenance(pred), "",
              "| PEAK | mode | held out | real p50 | sim p50 | sim/real | real p99 | sim p99 | "
              "sim/real | both within |", "|---" * 10 + "|"]
 
