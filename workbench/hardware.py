@@ -102,11 +102,12 @@ STEP_PROFILES: dict[str, dict] = {
             'step_overhead_s': 7.306e-05,
             'seq_overhead_s': 1.08e-05,
             'prefill_overhead_s': 0.04986,
-            'prefill_gpu_frac': 0.515,
+            'prefill_gpu_frac': 0.367,
         },
         'engine': {
             'kv_blocks_first': True,
-            'client_s': 0.0066,
+            'async_scheduling': True,
+            'client_s': 0.0,
         },
         'provenance': {
             'machine': 'NVIDIA H200',
@@ -144,10 +145,12 @@ STEP_PROFILES: dict[str, dict] = {
                 'n_base': 2861,
                 'n_beside': 2830,
                 'gpu_s': 0.02567,
+                'own_gpu_s': 0.00739,
             },
             'engine_facts': {
                 'mapped_step_mib': 64,
                 'split_page_id_mib': 128,
+                'client_s_measured': 0.0066,
                 'client_requests': 72,
                 'async_scheduling_seen': True,
             },

@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> dict:
     fit = fit_steptime(rows, gpu=args.gpu, model=model, prefill_term=True)
     fields = {k: float(f"{fit[k]:.4g}") for k in FIELDS}
     res = residuals(rows, fields, args.gpu, model)
-    share = _gpu_share(info.pop("engines"), fields)
+    share = _gpu_share(info.pop("engines"), fields, _prefill_gpu_s(rows, fields, args.gpu, model))
     from workbench.bench.engine_facts import facts
 
     eng = facts(info.pop("reps"), model) if info["reps"] else None
@@ -155,13 +155,25 @@ def run(args: argparse.Namespace) -> dict:
     return profile
 
 
-def _gpu_share(points: list, fields: dict) -> dict | None:
+def _prefill_gpu_s(rows: list[list[float]], fields: dict, gpu: str, model: str) -> float:
+    """The model's own GPU time (roofline) of the median step that computes a prefill."""
+    from workbench.engines.sim.steptime import StepTimeModel
+
+    st = StepTimeModel.preset(model, gpu, **fields)
+    got = sorted(st.cost(int(r[0]), int(r[1]), r[2], r[3]).gpu_s for r in rows if r[1] > r[0])
+    return got[len(got) // 2] if got else 0.0
+
+
+def _gpu_share(points: list, fields: dict, own_gpu_s: float = 0.0) -> dict | None:
     """``prefill_gpu_frac`` from the fitted points' shared-GPU periods (steprows), set in
-    ``fields``; what it was read from, for the provenance (None: not measurable here)."""
+    ``fields``; what it was read from, for the provenance (None: not measurable here). The GPU
+    time others lose to a prefill period holds the prefill's own kernels too, which the model
+    charges already (``own_gpu_s``, its roofline): only the rest is the host cost's share."""
     share = steprows.prefill_gpu_share(points) if any(len(p) > 1 for p in points) else None
     if share is None or fields["prefill_overhead_s"] <= 0:
         return None
-    frac = min(max(share["gpu_s"] / fields["prefill_overhead_s"], 0.0), 1.0)
+    share["own_gpu_s"] = own_gpu_s
+    frac = min(max((share["gpu_s"] - own_gpu_s) / fields["prefill_overhead_s"], 0.0), 1.0)
     fields["prefill_gpu_frac"] = round(frac, 3)
     print(f"prefill_gpu_frac {frac:.3f}: a decode beside another engine's prefill period took "
           f"{share['beside_s'] * 1e3:.1f} ms, alone {share['base_s'] * 1e3:.1f} ms "

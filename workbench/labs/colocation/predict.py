@@ -196,11 +196,12 @@ def _provenance(pred: dict) -> list[str]:
            "among them", f"* command: `{prov.get('command', '?')}` ({prov.get('date', '?')})"]
     if eng:
         read = prov.get("engine_facts") or {}
-        out.append(f"* engine facts: KV blocks first {eng.get('kv_blocks_first')} (pools map "
-                   f"{read.get('mapped_step_mib')} MiB page ids), client latency "
-                   f"{1e3 * eng.get('client_s', 0):.1f} ms (median of "
-                   f"{read.get('client_requests')} first requests), async scheduling seen "
-                   f"{read.get('async_scheduling_seen')} (not modelled)")
+        out.append(f"* engine facts: KV blocks first {eng.get('kv_blocks_first')} (the pools "
+                   f"mapped {read.get('mapped_step_mib')} MiB page ids), async scheduling "
+                   f"{eng.get('async_scheduling')}, client latency added "
+                   f"{1e3 * eng.get('client_s', 0):.1f} ms (measured "
+                   f"{1e3 * (read.get('client_s_measured') or 0):.1f} ms over "
+                   f"{read.get('client_requests')} first requests)")
     return out
 
 
