@@ -13,8 +13,10 @@ MAX_BYTES = 8 << 20  # a merged record is well under 2 MB
 
 
 def saved_record(folder: str | Path = RECORDS) -> dict | None:
-    """The newest real-vLLM sweep record in ``folder`` (by name), None when there is none or it
-    is not one (a regular JSON file with ``results.points`` and engine ``vllm``)."""
+    """The newest complete real-vLLM sweep record in ``folder`` (by name), None when there is
+    none or it is not one (a regular JSON file with ``results.points`` and engine ``vllm``).
+    Complete: every point kept all the sweep's repeats (a sweep cut short by its deadline is a
+    held-out record for the simulator, not the chapter's table)."""
     folder = Path(folder)
     for p in sorted(folder.glob("*.json"), reverse=True) if folder.is_dir() else []:
         try:
@@ -24,10 +26,15 @@ def saved_record(folder: str | Path = RECORDS) -> dict | None:
         except (OSError, ValueError):
             continue
         if (isinstance(rec, dict) and rec.get("environment", {}).get("engine") == "vllm"
-                and isinstance(rec.get("results", {}).get("points"), list)):
+                and isinstance(rec.get("results", {}).get("points"), list) and _complete(rec)):
             rec["_path"] = p.name
             return rec
     return None
+
+
+def _complete(rec: dict) -> bool:
+    want = (rec.get("samples") or {}).get("runs_per_point")
+    return all(isinstance(p, dict) and p.get("repeats") == want for p in rec["results"]["points"])
 
 
 def machine(rec: dict) -> str:
