@@ -88,8 +88,10 @@ _H200_VMM = VMMLatency(5e-6, 20e-6, 6e-6, 53e-6, 31e-6, 22e-6)
 
 # Step-time profiles fitted to a real engine's steps, by name: the simulated labs select one with
 # `--param steptime=NAME` (labs/kit/steptime.py). Each keeps the GPU preset it was fitted on, the
-# StepTimeModel fields, and where it comes from (machine, engine version, model shape, date, steps
-# used, residuals, the command). `python -m workbench.bench.calibrate LOGS... --name NAME`
+# StepTimeModel fields, what it read of the engine besides step times (`engine`: KV layout, async
+# scheduling, client latency; bench/engine_facts.py; the colocation prediction applies them) and
+# where it comes from (machine, engine version, model shape, date, steps used, residuals, the
+# command). `python -m workbench.bench.calibrate LOGS... --name NAME`
 # regenerates the block between the markers (workbench/bench/profiles.py); re-fit, do not edit.
 # >>> step profiles
 STEP_PROFILES: dict[str, dict] = {
