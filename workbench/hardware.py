@@ -104,7 +104,8 @@ STEP_PROFILES: dict[str, dict] = {
             'step_overhead_s': 7.306e-05,
             'seq_overhead_s': 1.08e-05,
             'prefill_overhead_s': 0.04986,
-            'prefill_gpu_frac': 0.367,
+            'gpu_switch_s': 0.000636,
+            'prefill_gpu_frac': 0.341,
         },
         'engine': {
             'kv_blocks_first': True,
@@ -147,7 +148,16 @@ STEP_PROFILES: dict[str, dict] = {
                 'n_base': 2861,
                 'n_beside': 2830,
                 'gpu_s': 0.02567,
-                'own_gpu_s': 0.00739,
+                'own_gpu_s': 0.00866,
+            },
+            'gpu_switch': {
+                'switch_s': 0.000636,
+                'base_s': 0.006407,
+                'n_base': 885,
+                'beside1_s': 0.013965,
+                'beside2_s': 0.02122,
+                'n_beside1': 630,
+                'n_beside2': 1281,
             },
             'engine_facts': {
                 'mapped_step_mib': 64,

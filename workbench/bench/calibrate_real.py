@@ -124,7 +124,12 @@ def run(args: argparse.Namespace) -> dict:
     fit = fit_steptime(rows, gpu=args.gpu, model=model, prefill_term=True)
     fields = {k: float(f"{fit[k]:.4g}") for k in FIELDS}
     res = residuals(rows, fields, args.gpu, model)
-    share = _gpu_share(info.pop("engines"), fields, _prefill_gpu_s(rows, fields, args.gpu, model))
+    points = info.pop("engines")
+    switch = _gpu_switch(points, fields)
+    # a prefill period beside a decoding engine: its own kernels and two turns of the GPU (to it
+    # and back) are charged by the model already
+    share = _gpu_share(points, fields, _prefill_gpu_s(rows, fields, args.gpu, model)
+                       + 2 * fields.get("gpu_switch_s", 0.0))
     from workbench.bench.engine_facts import facts
 
     eng = facts(info.pop("reps"), model) if info["reps"] else None
@@ -142,7 +147,7 @@ def run(args: argparse.Namespace) -> dict:
         "steps_used": len(rows), "steps_dropped": fit["n_dropped"],
         "solo_steps_only": not args.all_steps, "context": info["ctx"],
         "median_rel_err": res["all"]["median_rel_err"], "p90_rel_err": res["all"]["p90_rel_err"],
-        "residuals": res, "prefill_gpu_share": share,
+        "residuals": res, "prefill_gpu_share": share, "gpu_switch": switch,
         "engine_facts": eng["read_from"] if eng else None,
         "fitted_on": {"repeats": args.repeats or "all", "peaks": args.peaks or "all",
                       "points": info["points"]},
@@ -168,7 +173,8 @@ def _gpu_share(points: list, fields: dict, own_gpu_s: float = 0.0) -> dict | Non
     """``prefill_gpu_frac`` from the fitted points' shared-GPU periods (steprows), set in
     ``fields``; what it was read from, for the provenance (None: not measurable here). The GPU
     time others lose to a prefill period holds the prefill's own kernels too, which the model
-    charges already (``own_gpu_s``, its roofline): only the rest is the host cost's share."""
+    charges already (``own_gpu_s``: its roofline, and the GPU's turns to it and back): only the
+    rest is the host cost's share."""
     share = steprows.prefill_gpu_share(points) if any(len(p) > 1 for p in points) else None
     if share is None or fields["prefill_overhead_s"] <= 0:
         return None
@@ -179,6 +185,19 @@ def _gpu_share(points: list, fields: dict, own_gpu_s: float = 0.0) -> dict | Non
           f"{share['beside_s'] * 1e3:.1f} ms, alone {share['base_s'] * 1e3:.1f} ms "
           f"({share['n_beside']} / {share['n_base']} periods)")
     return {k: round(v, 5) if isinstance(v, float) else v for k, v in share.items()}
+
+
+def _gpu_switch(points: list, fields: dict) -> dict | None:
+    """``gpu_switch_s`` from the fitted points' small decodes beside other engines' decodes
+    (steprows), set in ``fields``; what it was read from (None: not measurable here)."""
+    got = steprows.gpu_switch(points) if any(len(p) > 1 for p in points) else None
+    if got is None:
+        return None
+    fields["gpu_switch_s"] = round(got["switch_s"], 6)
+    print(f"gpu_switch_s {got['switch_s'] * 1e3:.2f} ms: a small decode alone took "
+          f"{got['base_s'] * 1e3:.1f} ms, beside one decoding engine "
+          f"{got.get('beside1_s', 0) * 1e3:.1f}, beside two {got.get('beside2_s', 0) * 1e3:.1f}")
+    return {k: round(v, 6) if isinstance(v, float) else v for k, v in got.items()}
 
 
 def _shown_args(argv: list[str]) -> list[str]:

@@ -122,6 +122,10 @@ class EngineDriver:
             if self.gpu is not None:
                 with self.gpu.request() as slot:
                     yield slot
+                    # the GPU passing from another process's context to this one costs time
+                    if st.gpu_switch_s and getattr(self.gpu, "holder", self) is not self:
+                        gpu_s += st.gpu_switch_s
+                    self.gpu.holder = self
                     yield env.timeout(gpu_s)
             else:
                 yield env.timeout(gpu_s)

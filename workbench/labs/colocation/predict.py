@@ -22,7 +22,7 @@ P50_TOL, P99_TOL = 0.15, 0.25
 # the simulator's answer without them (a profile fitted before they were measured)
 ENGINE_DEFAULTS = {"async_scheduling": False, "kv_blocks_first": False, "client_s": 0.0}
 FIELDS = ("flops_eff", "bw_eff", "step_overhead_s", "seq_overhead_s", "prefill_overhead_s",
-          "prefill_gpu_frac")
+          "prefill_gpu_frac", "gpu_switch_s")
 
 
 def _repeats(record) -> list[dict]:
