@@ -105,6 +105,7 @@ STEP_PROFILES: dict[str, dict] = {
             'seq_overhead_s': 1.08e-05,
             'prefill_overhead_s': 0.04986,
             'gpu_switch_s': 0.000636,
+            'noise_sd': 0.119,
             'prefill_gpu_frac': 0.341,
         },
         'engine': {

@@ -43,3 +43,17 @@ def test_the_fit_sweep_facts():
     assert f["engine"]["kv_blocks_first"] and f["engine"]["async_scheduling"]
     assert f["read_from"]["mapped_step_mib"] == 64
     assert 0.004 < f["read_from"]["client_s_measured"] < 0.010
+
+
+@pytest.mark.skipif(not FIT.exists(), reason="the fit sweep is not in this checkout")
+def test_the_gpus_turn_read_from_decodes_beside_decodes():
+    from workbench.bench import steprows
+    from workbench.labs.colocation.vllm_lab import read_sweep
+
+    reps = read_sweep(FIT)
+    points = [p for r in reps for k in r["runs"] if (p := steprows.record_steps(r, k))]
+    got = steprows.gpu_switch(points)
+    assert got is not None and 0.3e-3 < got["switch_s"] < 1.0e-3
+    # beside k decoding engines a small decode takes about k + 1 of its own steps, and more
+    assert 2 * got["base_s"] < got["beside1_s"] < 3 * got["base_s"] < got["beside2_s"]
+    assert steprows.gpu_switch(points[:0]) is None

@@ -39,3 +39,21 @@ def _one(async_scheduling: bool) -> float:
 def test_async_scheduling_admits_an_arrival_one_step_later():
     # the second request arrives while the first decodes: planned one step later under async
     assert _one(True) > _one(False) > 0
+
+
+def _two(**steptime) -> list[float]:
+    cfg = ClusterConfig(mode="static", gpu="h200", num_instances=2, gpu_memory_utilization=0.2,
+                        steptime=steptime)
+    wl = [[Request(i, list(range(256)), 30, 0.0)] for i in range(2)]
+    run_cluster(cfg, wl)
+    return [w[0].finish for w in wl]
+
+
+def test_the_gpus_turn_between_engines_costs_time():
+    # two engines decoding side by side alternate on the GPU: every turn adds its cost
+    assert min(_two(gpu_switch_s=1e-3)) > max(_two()) + 20e-3
+
+
+def test_step_noise_is_seeded():
+    a, b = _two(noise_sd=0.1, noise_seed=0), _two(noise_sd=0.1, noise_seed=1)
+    assert a == _two(noise_sd=0.1, noise_seed=0) and a != b and a != _two()

@@ -126,6 +126,7 @@ def run(args: argparse.Namespace) -> dict:
     res = residuals(rows, fields, args.gpu, model)
     points = info.pop("engines")
     switch = _gpu_switch(points, fields)
+    fields["noise_sd"] = _noise_sd(rows, fields, args.gpu, model)
     # a prefill period beside a decoding engine: its own kernels and two turns of the GPU (to it
     # and back) are charged by the model already
     share = _gpu_share(points, fields, _prefill_gpu_s(rows, fields, args.gpu, model)
@@ -158,6 +159,19 @@ def run(args: argparse.Namespace) -> dict:
         print(f"profile {args.name!r} written to {path.name}; select it with --param "
               f"steptime={args.name}")
     return profile
+
+
+def _noise_sd(rows: list[list[float]], fields: dict, gpu: str, model: str) -> float:
+    """How far a real step scatters around the model: the robust sd (1.4826 x the median
+    absolute deviation from 0) of log(measured / modelled) over the fitted steps."""
+    from workbench.engines.sim.steptime import StepTimeModel
+
+    st = StepTimeModel.preset(model, gpu, **fields)
+    a = np.asarray(rows, dtype=float)
+    host = a[:, 5] if a.shape[1] > 5 else (a[:, 1] > a[:, 0]).astype(float)
+    pred = np.array([st.cost(int(r[0]), int(r[1]), r[2], r[3]).gpu_s for r in a]) + \
+        st.step_overhead_s + st.seq_overhead_s * a[:, 0] + st.prefill_overhead_s * host
+    return round(float(1.4826 * np.median(np.abs(np.log(a[:, 4] / pred)))), 3)
 
 
 def _prefill_gpu_s(rows: list[list[float]], fields: dict, gpu: str, model: str) -> float:

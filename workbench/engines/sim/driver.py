@@ -16,6 +16,8 @@ idle engine; an engine that has work but cannot schedule any (no KV) polls every
 
 from __future__ import annotations
 
+import math
+import random
 from collections.abc import Iterable
 
 import simpy
@@ -67,6 +69,8 @@ class EngineDriver:
         self.async_scheduling = async_scheduling
         self._held: list[Request] = []
         self._launched = 0.0  # when the step now ending was planned (its launch)
+        self._rng = random.Random(f"{steptime.noise_seed}/{self.name}") if steptime.noise_sd \
+            else None
         env.process(self._loop())
         if background_refill and kv.config.prealloc:
             self.prealloc = PreallocProcess(env, kv)
@@ -115,6 +119,9 @@ class EngineDriver:
                     r.first_scheduled = now
             cost = st.cost(plan.num_seqs, plan.new_tokens, plan.ctx_tokens, plan.attn_pairs)
             cpu_s, gpu_s = cost.cpu_s, cost.gpu_s
+            if self._rng is not None:
+                k = math.exp(self._rng.gauss(0.0, st.noise_sd))
+                cpu_s, gpu_s = cpu_s * k, gpu_s * k
             if self.host != "parallel":  # one host thread: its part of the step holds the turn
                 cpu_s, gpu_s = 0.0, cpu_s + gpu_s
             load = self.connector.take_load_s() if self.connector is not None else 0.0

@@ -80,6 +80,10 @@ class StepTimeModel:
     # GPU time lost when the GPU turns from one engine's (process's) step to another's: its
     # time-slicing between contexts (0: free; measured from decodes beside decodes, steprows)
     gpu_switch_s: float = 0.0
+    # a real step scatters around the model (the fit's residuals): each step's time is scaled
+    # by exp(N(0, noise_sd)), drawn per engine from ``noise_seed`` (0: deterministic steps)
+    noise_sd: float = 0.0
+    noise_seed: int = 0
 
     @classmethod
     def preset(cls, model: str | ModelSpec, gpu: str = "a100", *, fitted: bool = False,
