@@ -99,12 +99,15 @@ def sim_point(c: dict, peak: int, mode: str, fields: dict, gpu: str = "h200",
 
     spec, model = GPUS[gpu], get_model(c.get("model", "llama-3.1-8b"))
     budget, n = int(c["budget_gib"] * (1 << 30)), int(c["instances"])
+    usable = float(c.get("gpu_utilization", PoolConfig().gpu_utilization))
     scale = float(c["time_scale"])
     out_len = max(2, round(c["completion_len"] / scale))
     cfg = ClusterConfig(
         mode=mode, gpu=gpu, model=model.name, num_instances=n, activation_bytes=0,
         gpu_memory_utilization=(budget / n + model.weight_bytes) / spec.memory_bytes,
-        kv_gpu_utilization=(n * model.weight_bytes + budget) / spec.memory_bytes,
+        # a real pool sees the shared budget as its device (core/budget_device) and keeps
+        # 1 - gpu_utilization of it free, as of any device: the pools share that much less
+        kv_gpu_utilization=(n * model.weight_bytes + budget * usable) / spec.memory_bytes,
         kv_virtual_bytes=budget,
         pool=replace(PoolConfig(), min_reserved_pages=int(c.get("min_reserved_pages", 0)),
                      max_reserved_pages=int(c.get("max_reserved_pages", 1))),
