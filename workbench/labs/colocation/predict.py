@@ -15,6 +15,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 
+from workbench.config import PoolConfig
 from workbench.hardware import STEP_PROFILES
 from workbench.labs.colocation.rows import spread
 
@@ -217,6 +218,13 @@ def _provenance(pred: dict) -> list[str]:
                    f"{1e3 * eng.get('client_s', 0):.1f} ms (measured "
                    f"{1e3 * (read.get('client_s_measured') or 0):.1f} ms over "
                    f"{read.get('client_requests')} first requests)")
+    f = pred["fields"]
+    out.append(f"* shared GPU: a turn between engines {1e3 * f.get('gpu_switch_s', 0):.2f} ms, "
+               f"a prefill's host cost holds it {f.get('prefill_gpu_frac', 0):.0%}; steps "
+               f"scatter by sd {f.get('noise_sd', 0):.3f} (log), the sim's TTFT the median of "
+               f"{SIM_REPEATS if f.get('noise_sd') else 1} run(s); the pools keep "
+               f"{1 - PoolConfig().gpu_utilization:.0%} of the shared budget free, as the real "
+               "ones do of the device they see")
     return out
 
 
