@@ -21,11 +21,14 @@ def test_blocks_first_halves_the_page_id():
     assert first.blocks_per_page(0) * 2 == split.blocks_per_page(0) == 64
 
 
-def test_static_pool_holds_whole_blocks_not_page_ids():
+def test_static_pool_of_whole_blocks_or_whole_page_ids():
     m = get_model("llama-3.1-8b")
-    ikv = static_pool(m, (2 << 30) // 3, name="s", blocks_first=True)
-    assert ikv.kv.geometry.num_blocks == 341  # real vLLM's num_gpu_blocks for a third of 2 GiB
-    assert ikv.held_bytes == 341 * 2 * MiB
+    # the real lab's static third of 2 GiB: num_gpu_blocks_override 341
+    ikv = static_pool(m, (2 << 30) // 3, name="s", blocks_first=True, num_blocks=341)
+    assert ikv.kv.geometry.num_blocks == 341 and ikv.held_bytes == 341 * 2 * MiB
+    # without it the split holds whole page ids: 10 of 64 MiB, 320 blocks
+    floor = static_pool(m, (2 << 30) // 3, name="s", blocks_first=True)
+    assert floor.kv.geometry.num_blocks == 320 and floor.held_bytes == 640 * MiB
 
 
 def _one(async_scheduling: bool) -> float:

@@ -97,7 +97,7 @@ def test_the_fit_sweep_is_in_sample():
 
 @pytest.mark.skipif(not HELD_OUT.exists(), reason="the held-out sweep is not in this checkout")
 def test_another_sweep_is_held_out_on_every_repeat():
-    from workbench.labs.colocation.vllm_lab import read_sweep
+    from workbench.labs.colocation.saved import read_sweep
 
     pred = predict.sim_beside_real(read_sweep(HELD_OUT))
     assert pred is not None and pred["points"] == 10 == pred["held_out_points"]

@@ -133,7 +133,8 @@ def build_cluster(cfg: ClusterConfig, env: simpy.Environment,
             kv_bytes = int(cfg.gpu_memory_utilization * spec.memory_bytes) - \
                 model.weight_bytes - cfg.activation_bytes
             ikv = static_pool(model, kv_bytes, name=name, config=pool_cfg, env=env,
-                              blocks_first=first)
+                              blocks_first=first, num_blocks=cfg.vllm.num_gpu_blocks_override
+                              if kind == "vllm" else None)
         else:
             ikv = elastic_pool(model, device, name=name, config=pool_cfg,
                                virtual_bytes=cfg.kv_virtual_bytes, blocks_first=first)

@@ -28,6 +28,9 @@ class VLLMOptions:
     # (2, blocks, ...)); True, blocks first with K and V inside each block (TRITON_ATTN's
     # (blocks, 2, ...)): one buffer per layer, so a page id spans half the bytes and blocks
     kv_blocks_first: bool = False
+    # a static KV tensor of this many blocks (vLLM's num_gpu_blocks_override, null block
+    # included) instead of whole page ids of its memory share (None)
+    num_gpu_blocks_override: int | None = None
 
 
 class VLLMLikeEngine(SimEngine):

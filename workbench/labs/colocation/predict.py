@@ -115,7 +115,8 @@ def sim_point(c: dict, peak: int, mode: str, fields: dict, gpu: str = "h200",
         vllm=VLLMOptions(max_num_seqs=int(c["max_num_seqs"]),
                          max_num_batched_tokens=int(c["max_batched_tokens"]),
                          async_scheduling=bool(e["async_scheduling"]),
-                         kv_blocks_first=bool(e["kv_blocks_first"])),
+                         kv_blocks_first=bool(e["kv_blocks_first"]),
+                         num_gpu_blocks_override=(c.get("blocks") or {}).get("static")),
         steptime=dict(fields), seed=int(c.get("seed", 0)), host="parallel")
 
     def workload() -> list:
@@ -269,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     import sys
 
     from workbench.errors import WorkbenchError
-    from workbench.labs.colocation.vllm_lab import merged
+    from workbench.labs.colocation.saved import merged
 
     ap = argparse.ArgumentParser(description="the simulator's TTFT beside a real sweep's")
     ap.add_argument("record", help="a real sweep's repeats: a saved .repeats.json.gz or out_dir")
