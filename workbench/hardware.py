@@ -88,8 +88,10 @@ _H200_VMM = VMMLatency(5e-6, 20e-6, 6e-6, 53e-6, 31e-6, 22e-6)
 
 # Step-time profiles fitted to a real engine's steps, by name: the simulated labs select one with
 # `--param steptime=NAME` (labs/kit/steptime.py). Each keeps the GPU preset it was fitted on, the
-# StepTimeModel fields, and where it comes from (machine, engine version, model shape, date, steps
-# used, residuals, the command). `python -m workbench.bench.calibrate LOGS... --name NAME`
+# StepTimeModel fields, what it read of the engine besides step times (`engine`: KV layout, async
+# scheduling, client latency; bench/engine_facts.py; the colocation prediction applies them) and
+# where it comes from (machine, engine version, model shape, date, steps used, residuals, the
+# command). `python -m workbench.bench.calibrate LOGS... --name NAME`
 # regenerates the block between the markers (workbench/bench/profiles.py); re-fit, do not edit.
 # >>> step profiles
 STEP_PROFILES: dict[str, dict] = {
@@ -99,10 +101,17 @@ STEP_PROFILES: dict[str, dict] = {
         'fields': {
             'flops_eff': 1.0,
             'bw_eff': 0.5,
-            'step_overhead_s': 6.782e-05,
-            'seq_overhead_s': 1.249e-05,
-            'prefill_overhead_s': 0.0534,
-            'prefill_gpu_frac': 0.475,
+            'step_overhead_s': 7.306e-05,
+            'seq_overhead_s': 1.08e-05,
+            'prefill_overhead_s': 0.04986,
+            'gpu_switch_s': 0.000636,
+            'noise_sd': 0.119,
+            'prefill_gpu_frac': 0.341,
+        },
+        'engine': {
+            'kv_blocks_first': True,
+            'async_scheduling': True,
+            'client_s': 0.0,
         },
         'provenance': {
             'machine': 'NVIDIA H200',
@@ -110,39 +119,56 @@ STEP_PROFILES: dict[str, dict] = {
             'model_shape': 'llama-3.1-8b',
             'measured': '2026-12-01 23:45 UTC',
             'date': '2026-12-02',
-            'steps_used': 1352,
-            'steps_dropped': 86,
+            'steps_used': 4109,
+            'steps_dropped': 272,
             'solo_steps_only': True,
             'context': 'estimated (prompt 256, output 43)',
-            'median_rel_err': 0.0731,
-            'p90_rel_err': 0.2775,
+            'median_rel_err': 0.0783,
+            'p90_rel_err': 0.299,
             'residuals': {
                 'all': {
-                    'steps': 1352,
-                    'median_rel_err': 0.0731,
-                    'p90_rel_err': 0.2775,
+                    'steps': 4109,
+                    'median_rel_err': 0.0783,
+                    'p90_rel_err': 0.299,
                 },
                 'decode_only': {
-                    'steps': 937,
-                    'median_rel_err': 0.0674,
-                    'p90_rel_err': 0.103,
+                    'steps': 2803,
+                    'median_rel_err': 0.0701,
+                    'p90_rel_err': 0.109,
                 },
                 'prefill_host': {
-                    'steps': 302,
-                    'median_rel_err': 0.109,
-                    'p90_rel_err': 0.2492,
+                    'steps': 971,
+                    'median_rel_err': 0.1133,
+                    'p90_rel_err': 0.2708,
                 },
             },
             'prefill_gpu_share': {
-                'base_s': 0.00779,
-                'beside_s': 0.01251,
-                'prefill_period_s': 0.06716,
-                'n_base': 956,
-                'n_beside': 929,
-                'gpu_s': 0.02534,
+                'base_s': 0.00776,
+                'beside_s': 0.01287,
+                'prefill_period_s': 0.06463,
+                'n_base': 2861,
+                'n_beside': 2830,
+                'gpu_s': 0.02567,
+                'own_gpu_s': 0.00866,
+            },
+            'gpu_switch': {
+                'switch_s': 0.000636,
+                'base_s': 0.006407,
+                'n_base': 885,
+                'beside1_s': 0.013965,
+                'beside2_s': 0.02122,
+                'n_beside1': 630,
+                'n_beside2': 1281,
+            },
+            'engine_facts': {
+                'mapped_step_mib': 64,
+                'split_page_id_mib': 128,
+                'client_s_measured': 0.0066,
+                'client_requests': 72,
+                'async_scheduling_seen': True,
             },
             'fitted_on': {
-                'repeats': '0',
+                'repeats': 'all',
                 'peaks': 'all',
                 'points': [
                     'r0 13/elastic (319)',
@@ -153,12 +179,28 @@ STEP_PROFILES: dict[str, dict] = {
                     'r0 5/static (80)',
                     'r0 9/elastic (169)',
                     'r0 9/static (252)',
+                    'r1 13/elastic (333)',
+                    'r1 13/static (352)',
+                    'r1 2/elastic (59)',
+                    'r1 2/static (70)',
+                    'r1 5/elastic (96)',
+                    'r1 5/static (80)',
+                    'r1 9/elastic (109)',
+                    'r1 9/static (236)',
+                    'r2 13/elastic (322)',
+                    'r2 13/static (351)',
+                    'r2 2/elastic (73)',
+                    'r2 2/static (74)',
+                    'r2 5/elastic (99)',
+                    'r2 5/static (103)',
+                    'r2 9/elastic (151)',
+                    'r2 9/static (249)',
                 ],
             },
             'source': ['h200-vllm026-20261201.repeats.json.gz'],
             'command': (
                 'python -m workbench.bench.calibrate h200-vllm026-20261201.repeats.json.gz '
-                '--repeats 0 --name vllm026-h200'
+                '--name vllm026-h200'
             ),
         },
     },

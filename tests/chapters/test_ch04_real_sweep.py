@@ -75,7 +75,7 @@ def test_the_saved_raw_repeats_rebuild_the_records_points():
     from workbench.labs import get_lab, run_lab
 
     rec = saved_record()
-    raw = sorted(RECORDS.glob("*.repeats.json.gz"))[-1]
+    raw = RECORDS / rec["_path"].replace(".json", ".repeats.json.gz")  # the one beside it
     res = run_lab("colocation", get_lab("colocation").params(from_dir=str(raw)), "host")
     got = {p["peak"]: (p["mean_speedup"], p["p99_speedup"]) for p in res.tables["points"]}
     want = {p["peak"]: (p["mean_speedup"], p["p99_speedup"]) for p in rec["results"]["points"]}
@@ -90,3 +90,11 @@ def test_beside_draws_both_sweeps():
     pts = saved_record()["results"]["points"]
     fig = beside(pts, pts[:2])
     assert len(fig.data) == 4 and {d.xaxis for d in fig.data} == {"x", "x2"}
+
+
+def test_a_sweep_cut_short_is_not_the_chapters_table(tmp_path):
+    rec = json.loads((RECORDS / saved_record()["_path"]).read_text())
+    (tmp_path / "a.json").write_text(json.dumps(rec))
+    rec["results"]["points"][-1]["repeats"] -= 1  # a point the deadline skipped once
+    (tmp_path / "b.json").write_text(json.dumps(rec))
+    assert saved_record(tmp_path)["_path"] == "a.json"

@@ -80,15 +80,27 @@ def test_in_sample_points_are_marked(monkeypatch, sims):
     assert pred["held_out_points"] == 0 and pred["both_ok"] == 4
 
 
-RECORD = (Path(predict.__file__).parent / "records" / "h200-vllm026-20261201.json")
+RECORDS = Path(predict.__file__).parent / "records"
+RECORD = RECORDS / "h200-vllm026-20261201.json"
+HELD_OUT = RECORDS / "h200-vllm026-20261202.repeats.json.gz"
 
 
 @pytest.mark.skipif(not RECORD.exists(), reason="the H200 sweep's record is not in this checkout")
-def test_the_h200_sweep_is_predicted_from_its_first_repeat():
-    # the committed profile was fitted on repeat 0 of this record: repeats 1 and 2 are judged
+def test_the_fit_sweep_is_in_sample():
+    # the committed profile was fitted on every repeat of this record: no point is held out
     pred = predict.sim_beside_real(json.loads(RECORD.read_text()))
     assert pred is not None and pred["profile"] == "vllm026-h200"
-    assert pred["points"] == 8 == pred["held_out_points"]
-    assert all(r["judged_on_repeats"] == [1, 2] for r in pred["rows"])
+    assert pred["points"] == 8 and pred["held_out_points"] == 0
+    assert all(r["judged_on_repeats"] == [0, 1, 2] for r in pred["rows"])
     assert [s["peak"] for s in pred["speedups"]] == [2, 5, 9, 13]
+
+
+@pytest.mark.skipif(not HELD_OUT.exists(), reason="the held-out sweep is not in this checkout")
+def test_another_sweep_is_held_out_on_every_repeat():
+    from workbench.labs.colocation.saved import read_sweep
+
+    pred = predict.sim_beside_real(read_sweep(HELD_OUT))
+    assert pred is not None and pred["points"] == 10 == pred["held_out_points"]
+    assert [r["judged_on_repeats"] for r in pred["rows"]].count([0, 1, 2]) == 9  # 8/elastic: 2
+    assert 0 <= pred["held_out_both_ok"] <= 10
     print(predict.markdown(pred))

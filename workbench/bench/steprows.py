@@ -283,3 +283,38 @@ def _state_at(spans: list[tuple[float, float]], host: list[bool], t: float) -> s
     if k < 0 or not spans[k][0] <= t <= spans[k][1]:
         return "-"
     return "H" if host[k] else "D"
+
+
+def gpu_switch(points: list[list[list[Step]]], max_seqs: int = 4) -> dict | None:
+    """What the GPU's turn between engines costs, read from decode periods of small batches
+    (``<= max_seqs`` sequences: every engine's step then sits near the weight-streaming floor,
+    so a step of another engine lasts about as long as one's own): alone, a period is one step
+    (``base``); beside ``k`` other engines decoding (none in a prefill), a round of ``k + 1``
+    steps and ``k + 1`` turns. Each turn costs ``(beside_k - (k + 1) * base) / (k + 1)``;
+    the estimate pools ``k = 1, 2`` by their periods. None with too few periods."""
+    base, beside = [], {1: [], 2: []}
+    for engines in points:
+        spans = [own_spans(e) for e in engines]
+        orders = [sorted(e, key=lambda s: s.t) for e in engines]
+        host = [next_prefill(o) if is_async(o) else [s.prefill > 0 for s in o] for o in orders]
+        for i in range(len(engines)):
+            for (a, b), s, h in zip(spans[i], orders[i], host[i], strict=True):
+                if s.prefill or h or s.seqs > max_seqs:
+                    continue
+                others = [_state_at(spans[j], host[j], (a + b) / 2)
+                          for j in range(len(engines)) if j != i]
+                if "H" in others:
+                    continue
+                k = others.count("D")
+                (base if k == 0 else beside.setdefault(k, [])).append(b - a)
+    ks = [k for k in (1, 2) if len(beside[k]) >= 20]
+    if len(base) < 20 or not ks:
+        return None
+    mb = float(sorted(base)[len(base) // 2])
+    est = {k: (float(sorted(beside[k])[len(beside[k]) // 2]) - (k + 1) * mb) / (k + 1)
+           for k in ks}
+    n = sum(len(beside[k]) for k in ks)
+    switch = sum(est[k] * len(beside[k]) for k in ks) / n
+    return {"switch_s": max(switch, 0.0), "base_s": mb, "n_base": len(base),
+            **{f"beside{k}_s": est[k] * (k + 1) + (k + 1) * mb for k in ks},
+            **{f"n_beside{k}": len(beside[k]) for k in ks}}

@@ -168,9 +168,15 @@ class KVGeometry:
 
     @classmethod
     def for_model(cls, *, num_layers: int, kv_heads: int, head_dim: int, mla: bool = False,
-                  **kw) -> KVGeometry:
-        return cls(num_layers=num_layers, kv_heads=1 if mla else kv_heads, head_dim=head_dim,
-                   num_buffers=1 if mla else 2, **kw)
+                  blocks_first: bool = False, **kw) -> KVGeometry:
+        """``blocks_first``: K and V of a block side by side in one buffer per layer (a
+        ``(blocks, 2, ...)`` KV tensor), so a token slot holds both and a page id is one buffer
+        per layer."""
+        if mla or blocks_first:
+            return cls(num_layers=num_layers, kv_heads=1 if mla else kv_heads,
+                       head_dim=head_dim if mla else 2 * head_dim, num_buffers=1, **kw)
+        return cls(num_layers=num_layers, kv_heads=kv_heads, head_dim=head_dim, num_buffers=2,
+                   **kw)
 
 
 def _round_up(x: int, m: int) -> int:

@@ -16,6 +16,8 @@ idle engine; an engine that has work but cannot schedule any (no KV) polls every
 
 from __future__ import annotations
 
+import math
+import random
 from collections.abc import Iterable
 
 import simpy
@@ -43,7 +45,7 @@ class EngineDriver:
     def __init__(self, env: simpy.Environment, scheduler: Scheduler, steptime: StepTimeModel,
                  device: SimDevice, kv: KVCacheManager, *, gpu: simpy.Resource | None = None,
                  idle_poll_s: float = 0.005, background_refill: bool = True,
-                 host: str = "parallel"):
+                 host: str = "parallel", async_scheduling: bool = False):
         if host not in HOST_MODES:
             raise ConfigError(f"host={host!r}", "is not a driver mode",
                               f"use one of {', '.join(HOST_MODES)}")
@@ -62,6 +64,13 @@ class EngineDriver:
         self.vmm_s = 0.0  # of which: VMM calls on the step path
         self.steps = 0
         self.connector = None  # a KV tier connector: load before a step, save after a prefill
+        # async scheduling (vLLM V1's default): step N+1 is planned as soon as step N is
+        # launched, so a request arriving while N runs joins N+2, not N+1 (see _admit)
+        self.async_scheduling = async_scheduling
+        self._held: list[Request] = []
+        self._launched = 0.0  # when the step now ending was planned (its launch)
+        self._rng = random.Random(f"{steptime.noise_seed}/{self.name}") if steptime.noise_sd \
+            else None
         env.process(self._loop())
         if background_refill and kv.config.prealloc:
             self.prealloc = PreallocProcess(env, kv)
@@ -76,7 +85,10 @@ class EngineDriver:
         for r in reqs:
             if r.arrival > env.now:
                 yield env.timeout(r.arrival - env.now)
-            self.sched.add_request(r)
+            if self.async_scheduling:
+                self._held.append(r)
+            else:
+                self.sched.add_request(r)
             if not self._wake.triggered:
                 self._wake.succeed()
 
@@ -88,11 +100,14 @@ class EngineDriver:
         env, sched, dev, st = self.env, self.sched, self.device, self.steptime
         carry = 0.0  # VMM time from the last update (unmaps on free)
         while True:
+            self._admit()
             if not sched.has_work():
                 self._wake = env.event()
                 yield self._wake
+                self._admit()
             t0 = dev.busy_s
             plan = sched.schedule()
+            self._launched = env.now
             vmm = dev.busy_s - t0 + carry
             if not plan.items:
                 carry = vmm
@@ -104,6 +119,9 @@ class EngineDriver:
                     r.first_scheduled = now
             cost = st.cost(plan.num_seqs, plan.new_tokens, plan.ctx_tokens, plan.attn_pairs)
             cpu_s, gpu_s = cost.cpu_s, cost.gpu_s
+            if self._rng is not None:
+                k = math.exp(self._rng.gauss(0.0, st.noise_sd))
+                cpu_s, gpu_s = cpu_s * k, gpu_s * k
             if self.host != "parallel":  # one host thread: its part of the step holds the turn
                 cpu_s, gpu_s = 0.0, cpu_s + gpu_s
             load = self.connector.take_load_s() if self.connector is not None else 0.0
@@ -111,6 +129,10 @@ class EngineDriver:
             if self.gpu is not None:
                 with self.gpu.request() as slot:
                     yield slot
+                    # the GPU passing from another process's context to this one costs time
+                    if st.gpu_switch_s and getattr(self.gpu, "holder", self) is not self:
+                        gpu_s += st.gpu_switch_s
+                    self.gpu.holder = self
                     yield env.timeout(gpu_s)
             else:
                 yield env.timeout(gpu_s)
@@ -124,6 +146,19 @@ class EngineDriver:
             self.busy_s += env.now - now
             self.steps += 1
 
+
+    def _admit(self) -> None:
+        """Hand held arrivals to the scheduler: under async scheduling only those that arrived
+        before the step now ending was launched (the next step was planned then); an idle
+        engine takes every arrival at once."""
+        if not self._held:
+            return
+        idle = not self.sched.has_work()
+        cut = self.env.now if idle else self._launched
+        ready = [r for r in self._held if r.arrival <= cut]
+        self._held = [r for r in self._held if r.arrival > cut]
+        for r in ready:
+            self.sched.add_request(r)
 
     def _loop_one_thread(self):
         """The step loop with ``host="one_thread"``: schedule and run the whole step (host and

@@ -27,11 +27,14 @@ class SimEngine:
         self.env, self.name, self.ikv = env, name, ikv
         self.scheduler: Scheduler = self._scheduler()
         self.driver = EngineDriver(env, self.scheduler, steptime, ikv.kv.device, ikv.kv, gpu=gpu,
-                                   host=host)
+                                   host=host, async_scheduling=self._async_scheduling())
         self.submitted: list[Request] = []
         self.memory: list[MemorySample] = []
         if sample_every_s is not None:
             env.process(sample_memory(env, {name: ikv.kv}, self.memory, sample_every_s))
+
+    def _async_scheduling(self) -> bool:
+        return False
 
     def _scheduler(self) -> Scheduler:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -77,6 +77,13 @@ class StepTimeModel:
     # eager prefill forward keeps its context busy with launch-bound kernels, which slows the
     # other processes' steps on the same GPU although its own time is mostly launches.
     prefill_gpu_frac: float = 0.0
+    # GPU time lost when the GPU turns from one engine's (process's) step to another's: its
+    # time-slicing between contexts (0: free; measured from decodes beside decodes, steprows)
+    gpu_switch_s: float = 0.0
+    # a real step scatters around the model (the fit's residuals): each step's time is scaled
+    # by exp(N(0, noise_sd)), drawn per engine from ``noise_seed`` (0: deterministic steps)
+    noise_sd: float = 0.0
+    noise_seed: int = 0
 
     @classmethod
     def preset(cls, model: str | ModelSpec, gpu: str = "a100", *, fitted: bool = False,

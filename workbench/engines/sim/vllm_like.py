@@ -21,6 +21,16 @@ class VLLMOptions:
     enable_prefix_caching: bool = False  # the colocation bench ran --no-enable-prefix-caching
     max_cached_tokens: int | None = None  # None: the pool config's bound
     max_model_len: int | None = None
+    # vLLM V1's async scheduling: step N+1 is planned while step N runs, so an arrival waits
+    # one step longer to be admitted (off: plan each step after the last one's output)
+    async_scheduling: bool = False
+    # the KV tensor's layout: False, K and V in separate buffers per layer (FlashAttention's
+    # (2, blocks, ...)); True, blocks first with K and V inside each block (TRITON_ATTN's
+    # (blocks, 2, ...)): one buffer per layer, so a page id spans half the bytes and blocks
+    kv_blocks_first: bool = False
+    # a static KV tensor of this many blocks (vLLM's num_gpu_blocks_override, null block
+    # included) instead of whole page ids of its memory share (None)
+    num_gpu_blocks_override: int | None = None
 
 
 class VLLMLikeEngine(SimEngine):
@@ -39,6 +49,9 @@ class VLLMLikeEngine(SimEngine):
         super().__init__(env, name, ikv, steptime, gpu=gpu, sample_every_s=sample_every_s,
                          host=host)
         self.driver.connector = connector
+
+    def _async_scheduling(self) -> bool:
+        return self.options.async_scheduling
 
     def _scheduler(self) -> VLLMScheduler:
         o = self.options

@@ -98,6 +98,6 @@ def _vllm_sweep(from_dir: str | None) -> bool:
     """``from_dir`` holds a real-vLLM sweep's repeat files (read back without vLLM)."""
     if not from_dir:
         return False
-    from workbench.labs.colocation.vllm_lab import read_sweep
+    from workbench.labs.colocation.saved import read_sweep
 
     return read_sweep(from_dir.split(",")[0])[0].get("engine") == "vllm"

@@ -12,14 +12,20 @@ budget; each engine its own process, so a step's host part overlaps the others' 
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import replace
 
+from workbench.config import PoolConfig
 from workbench.hardware import STEP_PROFILES
 from workbench.labs.colocation.rows import spread
 
 P50_TOL, P99_TOL = 0.15, 0.25
+SIM_REPEATS = 3
+# what a profile says of the real engine besides its step times (``profile["engine"]``), and
+# the simulator's answer without them (a profile fitted before they were measured)
+ENGINE_DEFAULTS = {"async_scheduling": False, "kv_blocks_first": False, "client_s": 0.0}
 FIELDS = ("flops_eff", "bw_eff", "step_overhead_s", "seq_overhead_s", "prefill_overhead_s",
-          "prefill_gpu_frac")
+          "prefill_gpu_frac", "gpu_switch_s", "noise_sd")
 
 
 def _repeats(record) -> list[dict]:
@@ -34,7 +40,8 @@ def _repeats(record) -> list[dict]:
     out = []
     for r in reps or ():
         if isinstance(r, dict) and isinstance(r.get("runs"), dict):
-            out.append({**{k: head[k] for k in ("config", "engine", "device") if k in head},
+            out.append({**{k: head[k] for k in ("config", "engine", "device", "provenance")
+                           if k in head},
                         **r})
     return out
 
@@ -57,6 +64,14 @@ def _fitted_set(text, all_: set[int]) -> set[int]:
     return {int(x) for x in str(text).split(",") if x.strip()}
 
 
+def fitted_on_this(reps: list[dict], prov: dict) -> bool:
+    """Whether the profile was fitted on this sweep: its steps were measured at this sweep's
+    start (a profile without that date is taken as fitted here, the cautious reading)."""
+    measured = prov.get("measured")
+    dates = {(r.get("provenance") or {}).get("date") for r in reps}
+    return measured in (None, "not recorded") or measured in dates
+
+
 def real_points(reps: list[dict]) -> dict[tuple[int, str], dict[int, dict]]:
     """(PEAK, mode) -> repeat -> the point's overall TTFT (ms: p50, p99, mean)."""
     out: dict[tuple[int, str], dict[int, dict]] = {}
@@ -69,8 +84,13 @@ def real_points(reps: list[dict]) -> dict[tuple[int, str], dict[int, dict]]:
     return out
 
 
-def sim_point(c: dict, peak: int, mode: str, fields: dict, gpu: str = "h200") -> dict:
-    """The record's workload at ``peak`` on the simulated GPU: TTFT ms (p50, p99, mean)."""
+def sim_point(c: dict, peak: int, mode: str, fields: dict, gpu: str = "h200",
+              engine: dict | None = None) -> dict:
+    """The record's workload at ``peak`` on the simulated GPU: TTFT ms (p50, p99, mean).
+    ``engine``: what the profile measured of the real engine beyond step times
+    (``ENGINE_FACTS``): async scheduling, the KV tensor's layout, the streaming client's own
+    latency (added to every TTFT, as the real client's clock includes it)."""
+    e = {**ENGINE_DEFAULTS, **(engine or {})}
     from workbench.config import PoolConfig
     from workbench.engines.models import get_model
     from workbench.engines.sim.cluster import ClusterConfig, run_cluster
@@ -80,27 +100,43 @@ def sim_point(c: dict, peak: int, mode: str, fields: dict, gpu: str = "h200") ->
 
     spec, model = GPUS[gpu], get_model(c.get("model", "llama-3.1-8b"))
     budget, n = int(c["budget_gib"] * (1 << 30)), int(c["instances"])
+    usable = float(c.get("gpu_utilization", PoolConfig().gpu_utilization))
     scale = float(c["time_scale"])
     out_len = max(2, round(c["completion_len"] / scale))
     cfg = ClusterConfig(
         mode=mode, gpu=gpu, model=model.name, num_instances=n, activation_bytes=0,
         gpu_memory_utilization=(budget / n + model.weight_bytes) / spec.memory_bytes,
-        kv_gpu_utilization=(n * model.weight_bytes + budget) / spec.memory_bytes,
+        # a real pool sees the shared budget as its device (core/budget_device) and keeps
+        # 1 - gpu_utilization of it free, as of any device: the pools share that much less
+        kv_gpu_utilization=(n * model.weight_bytes + budget * usable) / spec.memory_bytes,
         kv_virtual_bytes=budget,
         pool=replace(PoolConfig(), min_reserved_pages=int(c.get("min_reserved_pages", 0)),
                      max_reserved_pages=int(c.get("max_reserved_pages", 1))),
         vllm=VLLMOptions(max_num_seqs=int(c["max_num_seqs"]),
-                         max_num_batched_tokens=int(c["max_batched_tokens"])),
+                         max_num_batched_tokens=int(c["max_batched_tokens"]),
+                         async_scheduling=bool(e["async_scheduling"]),
+                         kv_blocks_first=bool(e["kv_blocks_first"]),
+                         num_gpu_blocks_override=(c.get("blocks") or {}).get("static")),
         steptime=dict(fields), seed=int(c.get("seed", 0)), host="parallel")
-    wl = []
-    for i in range(n):
-        reqs = ramp_trace(peak, i, num_models=n, prompt_len=int(c["prompt_len"]),
-                          output_len=out_len, seed=int(c.get("seed", 0)))
-        for r in reqs:
-            r.arrival /= scale
-        wl.append(reqs)
-    o = run_cluster(cfg, wl).overall.as_dict()["ttft"]
-    return {s: 1e3 * o[s] for s in ("p50", "p99", "mean")}
+
+    def workload() -> list:
+        wl = []
+        for i in range(n):
+            reqs = ramp_trace(peak, i, num_models=n, prompt_len=int(c["prompt_len"]),
+                              output_len=out_len, seed=int(c.get("seed", 0)))
+            for r in reqs:
+                r.arrival /= scale
+            wl.append(reqs)
+        return wl
+
+    # noisy steps (the fit's scatter): the median of SIM_REPEATS runs, as the real is the
+    # median over its repeats; exact steps: one run
+    runs = []
+    for k in range(SIM_REPEATS if fields.get("noise_sd") else 1):
+        cfg.steptime = {**dict(fields), "noise_seed": k}
+        runs.append(run_cluster(cfg, workload()).overall.as_dict()["ttft"])
+    return {s: 1e3 * (statistics.median(o[s] for o in runs) + float(e["client_s"]))
+            for s in ("p50", "p99", "mean")}
 
 
 def _row(key, by_rep: dict[int, dict], held: set[int], sim: dict, peak_held: bool) -> dict:
@@ -148,18 +184,49 @@ def sim_beside_real(record, profile: str | None = None) -> dict | None:
     real = real_points(reps)
     held = all_reps - _fitted_set(fitted.get("repeats"), all_reps)
     fit_peaks = _fitted_set(fitted.get("peaks"), {k[0] for k in real})
+    here = fitted_on_this(reps, prof["provenance"])
+    if not here:  # another sweep: every point held out
+        held, fit_peaks = all_reps, set()
     fields = {k: prof["fields"][k] for k in FIELDS if k in prof["fields"]}
     c = reps[0]["config"]
-    sim = {key: sim_point(c, key[0], key[1], fields, prof.get("gpu", "h200"))
+    gpu, engine = prof.get("gpu", "h200"), prof.get("engine")
+    sim = {key: sim_point(c, key[0], key[1], fields, gpu, engine)
            for key in sorted(real)}
     rows = [_row(key, real[key], held, sim[key], key[0] not in fit_peaks) for key in sorted(real)]
     out_rows = [r for r in rows if r["held_out"]]
     return {"profile": name, "provenance": prof["provenance"], "fields": fields,
+            "engine": prof.get("engine"), "fitted_here": here,
             "tolerance": {"p50": P50_TOL, "p99": P99_TOL}, "rows": rows,
             "points": len(rows), "p50_ok": sum(r["p50"]["ok"] for r in rows),
             "p99_ok": sum(r["p99"]["ok"] for r in rows), "both_ok": sum(r["ok"] for r in rows),
             "held_out_points": len(out_rows), "held_out_both_ok": sum(r["ok"] for r in out_rows),
             "speedups": speedups(real, sim)}
+
+
+def _provenance(pred: dict) -> list[str]:
+    """Where the profile comes from: what it was fitted on, what it measured of the engine."""
+    prov, eng = pred["provenance"], pred.get("engine") or {}
+    fit = prov.get("fitted_on") or {}
+    out = [f"* fitted on: {', '.join(prov.get('source') or ['?'])} (measured "
+           f"{prov.get('measured', '?')}), repeats {fit.get('repeats', '?')}, PEAKs "
+           f"{fit.get('peaks', '?')}; this sweep {'is' if pred['fitted_here'] else 'is not'} "
+           "among them", f"* command: `{prov.get('command', '?')}` ({prov.get('date', '?')})"]
+    if eng:
+        read = prov.get("engine_facts") or {}
+        out.append(f"* engine facts: KV blocks first {eng.get('kv_blocks_first')} (the pools "
+                   f"mapped {read.get('mapped_step_mib')} MiB page ids), async scheduling "
+                   f"{eng.get('async_scheduling')}, client latency added "
+                   f"{1e3 * eng.get('client_s', 0):.1f} ms (measured "
+                   f"{1e3 * (read.get('client_s_measured') or 0):.1f} ms over "
+                   f"{read.get('client_requests')} first requests)")
+    f = pred["fields"]
+    out.append(f"* shared GPU: a turn between engines {1e3 * f.get('gpu_switch_s', 0):.2f} ms, "
+               f"a prefill's host cost holds it {f.get('prefill_gpu_frac', 0):.0%}; steps "
+               f"scatter by sd {f.get('noise_sd', 0):.3f} (log), the sim's TTFT the median of "
+               f"{SIM_REPEATS if f.get('noise_sd') else 1} run(s); the pools keep "
+               f"{1 - PoolConfig().gpu_utilization:.0%} of the shared budget free, as the real "
+               "ones do of the device they see")
+    return out
 
 
 def markdown(pred: dict) -> str:
@@ -168,7 +235,7 @@ def markdown(pred: dict) -> str:
     lines = [f"Simulator with step profile `{pred['profile']}` (fitted on {prov.get('machine')}, "
              f"{prov.get('engine')}, {prov.get('steps_used')} steps, median error "
              f"{prov.get('median_rel_err', 0):.1%}); real: median [min-max] over the repeats a "
-             "point is judged on; TTFT ms.", "",
+             "point is judged on; TTFT ms.", "", *_provenance(pred), "",
              "| PEAK | mode | held out | real p50 | sim p50 | sim/real | real p99 | sim p99 | "
              "sim/real | both within |", "|---" * 10 + "|"]
 
@@ -194,3 +261,33 @@ def markdown(pred: dict) -> str:
                      f"{m['real']['max']:.2f}] | {m['sim']:.2f}x | {p['real']['median']:.2f}x "
                      f"[{p['real']['min']:.2f}-{p['real']['max']:.2f}] | {p['sim']:.2f}x |")
     return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m workbench.labs.colocation.predict RECORD [--profile NAME]``: the per-point
+    table (predicted vs real TTFT p50/p99, within tolerance or not) for a saved sweep."""
+    import argparse
+    import sys
+
+    from workbench.errors import WorkbenchError
+    from workbench.labs.colocation.saved import merged
+
+    ap = argparse.ArgumentParser(description="the simulator's TTFT beside a real sweep's")
+    ap.add_argument("record", help="a real sweep's repeats: a saved .repeats.json.gz or out_dir")
+    ap.add_argument("--profile", help="step profile (default: the newest for the record)")
+    args = ap.parse_args(argv)
+    try:
+        pred = sim_beside_real(merged(args.record), args.profile)
+    except WorkbenchError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if pred is None:
+        print("error: no fitted step profile for this record's engine and model. Fix: fit one "
+              "with python -m workbench.bench.calibrate RECORD --name NAME", file=sys.stderr)
+        return 2
+    print(markdown(pred))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

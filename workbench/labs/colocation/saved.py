@@ -1,20 +1,28 @@
 """A saved real-vLLM colocation sweep (``records/*.json``, the lab's merged record) read back, not
 re-run: which machine made it, its points, and the Markdown table and figure that set it beside
-a simulated sweep (chapter 04)."""
+a simulated sweep (chapter 04); and a sweep's raw repeats read back (``read_sweep``, ``merged``:
+an out_dir or a saved ``.repeats.json.gz``), for the lab's ``from_dir`` and the prediction."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
+
+from workbench.errors import ConfigError
+from workbench.labs.colocation.mini import MAX_REPEAT_BYTES, load_repeats
 
 RECORDS = Path(__file__).resolve().parent / "records"
 MAX_BYTES = 8 << 20  # a merged record is well under 2 MB
 
 
 def saved_record(folder: str | Path = RECORDS) -> dict | None:
-    """The newest real-vLLM sweep record in ``folder`` (by name), None when there is none or it
-    is not one (a regular JSON file with ``results.points`` and engine ``vllm``)."""
+    """The newest complete real-vLLM sweep record in ``folder`` (by name), None when there is
+    none or it is not one (a regular JSON file with ``results.points`` and engine ``vllm``).
+    Complete: every point kept all the sweep's repeats (a sweep cut short by its deadline is a
+    held-out record for the simulator, not the chapter's table)."""
     folder = Path(folder)
     for p in sorted(folder.glob("*.json"), reverse=True) if folder.is_dir() else []:
         try:
@@ -24,10 +32,15 @@ def saved_record(folder: str | Path = RECORDS) -> dict | None:
         except (OSError, ValueError):
             continue
         if (isinstance(rec, dict) and rec.get("environment", {}).get("engine") == "vllm"
-                and isinstance(rec.get("results", {}).get("points"), list)):
+                and isinstance(rec.get("results", {}).get("points"), list) and _complete(rec)):
             rec["_path"] = p.name
             return rec
     return None
+
+
+def _complete(rec: dict) -> bool:
+    want = (rec.get("samples") or {}).get("runs_per_point")
+    return all(isinstance(p, dict) and p.get("repeats") == want for p in rec["results"]["points"])
 
 
 def machine(rec: dict) -> str:
@@ -79,3 +92,38 @@ def beside(real: list[dict], sim: list[dict]) -> Any:
     fig.update_yaxes(type="log", title_text="static / elastic TTFT")
     fig.update_xaxes(title_text="PEAK")
     return fig
+
+
+def read_sweep(where: str | Path) -> list[dict]:
+    """One sweep's repeats: a folder of ``repeat_<r>.json`` files, or a ``.json.gz`` holding
+    their list (the raw data kept beside a saved record)."""
+    p = Path(where)
+    if not p.name.endswith(".json.gz"):
+        return load_repeats(p)
+    fix = "point from_dir at a sweep's out_dir or its saved .json.gz"
+    try:
+        st = p.lstat()
+        if not S_ISREG(st.st_mode) or st.st_size > MAX_REPEAT_BYTES:
+            raise ConfigError(f"sweep file {p}", "is not a regular file of sane size", fix)
+        with gzip.open(p, "rb") as f:
+            data = json.loads(f.read(MAX_REPEAT_BYTES * 8))
+    except (OSError, ValueError, EOFError) as err:
+        raise ConfigError(f"sweep file {p}", f"is not readable gzip JSON ({type(err).__name__})",
+                          fix) from None
+    if not (isinstance(data, list) and data and all(isinstance(r, dict) and "runs" in r
+                                                   and "config" in r for r in data)):
+        raise ConfigError(f"sweep file {p}", "is not a list of repeat records", fix)
+    return data
+
+
+def merged(folders: str) -> list[dict]:
+    """The repeats of one or more sweeps (``a,b``: folders or saved ``.json.gz``): a repeat in
+    several is taken from the one with more points (a repeat cut short in one call, rerun in
+    the next)."""
+    best: dict[int, dict] = {}
+    for folder in [f for f in folders.split(",") if f]:
+        for rep in read_sweep(folder):
+            r = int(rep["repeat"])
+            if r not in best or len(rep["runs"]) > len(best[r]["runs"]):
+                best[r] = rep
+    return [best[r] for r in sorted(best)]

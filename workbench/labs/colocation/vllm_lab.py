@@ -4,16 +4,12 @@ folders merged), then the lab's :class:`ColocationRun`."""
 
 from __future__ import annotations
 
-import gzip
-import json
-import stat
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from workbench.backends import capabilities
 from workbench.errors import ConfigError
-from workbench.labs.colocation.mini import MAX_REPEAT_BYTES, load_repeats
 from workbench.labs.colocation.rows import ColocationRun, reading_sweep
+from workbench.labs.colocation.saved import merged
 from workbench.labs.colocation.vllm import VllmColoConfig
 from workbench.labs.kit.base import Progress
 
@@ -40,41 +36,6 @@ def config_for(params: ColocationParams, backend: str) -> VllmColoConfig:
     if params.quick:
         cfg.peaks = cfg.peaks[:2]
     return cfg
-
-
-def read_sweep(where: str | Path) -> list[dict]:
-    """One sweep's repeats: a folder of ``repeat_<r>.json`` files, or a ``.json.gz`` holding
-    their list (the raw data kept beside a saved record)."""
-    p = Path(where)
-    if not p.name.endswith(".json.gz"):
-        return load_repeats(p)
-    fix = "point from_dir at a sweep's out_dir or its saved .json.gz"
-    try:
-        st = p.lstat()
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_REPEAT_BYTES:
-            raise ConfigError(f"sweep file {p}", "is not a regular file of sane size", fix)
-        with gzip.open(p, "rb") as f:
-            data = json.loads(f.read(MAX_REPEAT_BYTES * 8))
-    except (OSError, ValueError, EOFError) as err:
-        raise ConfigError(f"sweep file {p}", f"is not readable gzip JSON ({type(err).__name__})",
-                          fix) from None
-    if not (isinstance(data, list) and data and all(isinstance(r, dict) and "runs" in r
-                                                   and "config" in r for r in data)):
-        raise ConfigError(f"sweep file {p}", "is not a list of repeat records", fix)
-    return data
-
-
-def merged(folders: str) -> list[dict]:
-    """The repeats of one or more sweeps (``a,b``: folders or saved ``.json.gz``): a repeat in
-    several is taken from the one with more points (a repeat cut short in one call, rerun in
-    the next)."""
-    best: dict[int, dict] = {}
-    for folder in [f for f in folders.split(",") if f]:
-        for rep in read_sweep(folder):
-            r = int(rep["repeat"])
-            if r not in best or len(rep["runs"]) > len(best[r]["runs"]):
-                best[r] = rep
-    return [best[r] for r in sorted(best)]
 
 
 def run_vllm(params: ColocationParams, backend: str,
