@@ -7,6 +7,7 @@ constructor, so every map is a real ``mmap`` of a memfd and every rollback a rea
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests.core import test_faults as _faults
 from tests.core import test_ledger_stateful as _stateful
@@ -36,4 +37,10 @@ def _on_host(monkeypatch):
 
 
 globals().update({k: v for k, v in vars(_faults).items() if k.startswith("test_")})
-TestLedgerOnHost = _stateful.LedgerMachine.TestCase
+
+
+class TestLedgerOnHost(_stateful.LedgerMachine.TestCase):
+    # the machine's logic gets 300 examples on the simulated device (test_ledger_stateful);
+    # here each map is a real mmap (about 0.15 s an example), and 100 prove the host under it
+    settings = settings(max_examples=100, stateful_step_count=40, deadline=None,
+                        suppress_health_check=[HealthCheck.too_slow])
