@@ -19,14 +19,13 @@ the middle of each phase. No request may be lost, no reading may show more held 
 
 from __future__ import annotations
 
-import shutil
 import time
 from typing import Any
 
 from workbench.engines.real.client import Sampling
 from workbench.engines.real.procs import descendants
 from workbench.labs.kit import vllm_rig as rig
-from workbench.labs.kit.budget_pair import Phases, Sampler, forget_budget
+from workbench.labs.kit.budget_pair import Phases, Sampler, close_all, outcomes
 from workbench.units import MiB
 
 # the tiny models at 32 requests of ~350 tokens in flight: vLLM's (4 KiB a token) ~44 MiB,
@@ -85,19 +84,11 @@ def run(backend: str, quick: bool = False, budget: int = BUDGET,
             ph.busy("both", [v, s])
         sampler.stop.set()
         sampler.join()
-        outs = [(e.name, e.outcome(r.rid)) for e, r in ph.sent]
         return {"backend": backend, "device": dev, "engine": "vllm+sglang", "budget": budget,
                 "page_id_bytes": pages, "in_flight": n, "max_tokens": tokens,
                 "phase_s": phase_s, "phases": ph.names, "pids": pids, "flush": flushed,
-                "requests": {e: sum(1 for x, _ in outs if x == e) for e in pids},
-                "finished": {e: sum(1 for x, o in outs if x == e and not o.error
-                                    and len(o.token_ids) == tokens) for e in pids},
-                "lost": [o.error for _, o in outs if o.error][:3],
+                **outcomes(ph, tokens, pids),
                 "counters": {e.name: rig.counters(e) for e in (v, s)},
                 "kvctl_budget": ph.budgets, "ttft_ms": ph.ttft, "samples": sampler.rows}
     finally:
-        sampler.stop.set()
-        for e in (v, s):
-            e.close()
-        forget_budget(budget=budget)
-        shutil.rmtree(root, ignore_errors=True)
+        close_all(sampler, (v, s), budget, root)

@@ -7,6 +7,7 @@ removed after the run."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import threading
@@ -136,6 +137,25 @@ class Phases:
 
         self.busy("E", [b], stretch=2.0, at=[(0.15, a.close), (0.5, self.ask("E")),
                                             (0.55, gc), (0.8, self.ask("E late"))])
+
+
+def outcomes(ph: Phases, tokens: int, names) -> dict[str, Any]:
+    """What each engine of ``names`` was sent in the phases, what finished in full, the first
+    few errors."""
+    outs = [(e.name, e.outcome(r.rid)) for e, r in ph.sent]
+    return {"requests": {e: sum(1 for x, _ in outs if x == e) for e in names},
+            "finished": {e: sum(1 for x, o in outs if x == e and not o.error
+                                and len(o.token_ids) == tokens) for e in names},
+            "lost": [o.error for _, o in outs if o.error][:3]}
+
+
+def close_all(sampler: Sampler, engines, budget: int, root) -> None:
+    """Stop the sampler and the engines, drop the budget segment and the run's folder."""
+    sampler.stop.set()
+    for e in engines:
+        e.close()
+    forget_budget(budget=budget)
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def forget_budget(budget: int, wait_s: float = 15.0) -> None:

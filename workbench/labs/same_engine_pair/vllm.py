@@ -19,14 +19,13 @@ may be lost, and no sample may show more held than the total.
 
 from __future__ import annotations
 
-import shutil
 import time
 from typing import Any
 
 from workbench.engines.real.client import Sampling
 from workbench.engines.real.procs import descendants
 from workbench.labs.kit import vllm_rig as rig
-from workbench.labs.kit.budget_pair import Phases, Sampler, forget_budget
+from workbench.labs.kit.budget_pair import Phases, Sampler, close_all, outcomes
 from workbench.units import MiB
 
 PAGE_ID = 4 * MiB  # the tiny model: 2 layers x one 2 MiB page each
@@ -70,19 +69,11 @@ def run(backend: str, quick: bool = False, kind: str = "vllm",
         counters.update({e.name: rig.counters(e) for e in (a, b) if e.name not in counters})
         sampler.stop.set()
         sampler.join()
-        outs = [(e.name, e.outcome(r.rid)) for e, r in ph.sent]
         return {"backend": backend, "device": dev, "engine": kind, "budget": budget,
                 "page_id_bytes": page,
                 "in_flight": n, "max_tokens": tokens, "phase_s": phase_s,
                 "phases": ph.names, "pids": pids,
-                "requests": {e: sum(1 for x, _ in outs if x == e) for e in pids},
-                "finished": {e: sum(1 for x, o in outs if x == e and not o.error
-                                    and len(o.token_ids) == tokens) for e in pids},
-                "lost": [o.error for _, o in outs if o.error][:3], "counters": counters,
+                **outcomes(ph, tokens, pids), "counters": counters,
                 "kvctl_budget": ph.budgets, "ttft_ms": ph.ttft, "samples": sampler.rows}
     finally:
-        sampler.stop.set()
-        for e in (a, b):
-            e.close()
-        forget_budget(budget=budget)
-        shutil.rmtree(root, ignore_errors=True)
+        close_all(sampler, (a, b), budget, root)
