@@ -83,6 +83,25 @@ def test_mapped_memory_kept_when_idle_refutes_the_return():
     assert idle["end_retired_mib"] == 24.0
 
 
+def test_a_load_the_reserve_absorbed_is_named_and_not_held_against_the_return():
+    # SGLang on the H200: short-again never mapped past the reserve it started with
+    out = canned()
+    for s in out["samples"]:
+        if s["phase"] == "short-again":
+            s["used"], s["reserved"], s["mapped"] = PAGE, PAGE, 3 * PAGE
+    for r in out["phases"]:
+        r["end"] = [s for s in out["samples"] if s["phase"] == r["phase"]][-1]
+    c = real_checks(out)
+    assert c["returns_in_idle"] and c["absorbed_by_reserve"] == ["short-again"]
+    rec, md = vllm_report(out)
+    assert "| requests end -> block ids freed or cached -> mapped bytes fall | yes; " \
+           "short-again stayed within the reserve: nothing above it to return |" in md
+    for s in out["samples"]:  # and a long phase that never grew leaves nothing to judge by
+        if s["phase"] == "long":
+            s["used"], s["reserved"], s["mapped"] = PAGE, 2 * PAGE, 3 * PAGE
+    assert not real_checks(out)["returns_in_idle"]
+
+
 def test_a_lost_request_and_a_reserve_past_its_max_are_named():
     out = canned()
     out["phases"][2]["finished"] = 15
