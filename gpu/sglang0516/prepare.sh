@@ -12,10 +12,8 @@ set -euo pipefail
 DEST="${1:?usage: prepare.sh DEST}"
 mkdir -p "$DEST/wheels" "$DEST/tmp"
 DEST="$(cd "$DEST" && pwd)"
-PLAT=(--only-binary=:all: --python-version 3.12 --implementation cp)
-for n in 17 24 27 28 31 34 35; do PLAT+=(--platform "manylinux_2_${n}_x86_64"); done
-PLAT+=(--platform manylinux2014_x86_64 --platform manylinux1_x86_64)
-fetch() { python3 -m pip download -q --no-deps "${PLAT[@]}" -d "$1" "${@:2}"; }
+source "$(dirname "${BASH_SOURCE[0]}")/../fetch.sh"
+fetch "$DEST/wheels" "${LAB_WHEELS[@]}"
 # what SGLang 0.5.16's server imports that the device image lacks (found by tracing the
 # server's imports in a CPU venv), the project's settings, and simpy; tokenizers because
 # transformers 5.12.1 refuses the image's 0.23.2 at import (it wants <= 0.23.0)

@@ -4,14 +4,11 @@
 #   bash gpu/vllm26/prepare.sh DEST        (DEST: an ignored folder of the checkout)
 # Then on the device, from the checkout root: bash gpu/vllm26/run.sh DEST CODE [pytest args]
 set -euo pipefail
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 DEST="${1:?usage: prepare.sh DEST}"
 mkdir -p "$DEST/wheels" "$DEST/tmp"
 DEST="$(cd "$DEST" && pwd)"
-PLAT=(--only-binary=:all: --python-version 3.12 --implementation cp)
-for n in 17 24 27 28 31 34 35; do PLAT+=(--platform "manylinux_2_${n}_x86_64"); done
-PLAT+=(--platform manylinux2014_x86_64 --platform manylinux1_x86_64)
-fetch() { python3 -m pip download -q --no-deps "${PLAT[@]}" -d "$1" "${@:2}"; }
+source "$(dirname "${BASH_SOURCE[0]}")/../fetch.sh"
+fetch "$DEST/wheels" "${LAB_WHEELS[@]}"
 # vLLM 0.26.0's start-up imports the device image lacks or holds too old, and simpy
 fetch "$DEST/wheels" aiohappyeyeballs==2.7.1 aiohttp==3.14.5 aiosignal==1.4.0 attrs==26.1.0 \
   cloudpickle==3.1.3 einops==0.8.2 frozenlist==1.8.0 multidict==7.2.1 prometheus-client==0.26.0 \
