@@ -29,14 +29,23 @@ from tests.chapters.browser import (  # noqa: E402
     open_and_run,
     open_notebook,
     put_trusted,
+    rerun_quiz_cell,
     see_figure,
     shut_down_kernels,
     tracebacks,
     wait_kernel_idle,
 )
+from tests.chapters.nbrun import run_ahead  # noqa: E402
 from workbench.quiz.labbank import load_lab_quiz  # noqa: E402
 
-from .test_lab_notebooks import NOTEBOOKS, ROOT, figure_titles, run_lab_notebook  # noqa: E402
+from .test_lab_notebooks import (  # noqa: E402
+    LIMIT_S,
+    NOTEBOOKS,
+    ROOT,
+    figure_titles,
+    lab_env,
+    run_lab_notebook,
+)
 
 FULL_RUN = ("12_tp_pp", "TP=2: a map fails on")  # a sim lab that runs in under a second
 pytestmark = pytest.mark.browser
@@ -46,6 +55,7 @@ pytestmark = pytest.mark.browser
 def lab_server(tmp_path_factory):
     """JupyterLab over a copy of labs/ (the committed notebooks get no outputs)."""
     tmp = tmp_path_factory.mktemp("labs")
+    run_ahead(NOTEBOOKS, timeout=LIMIT_S, env=lab_env())  # the headless runs the tests open
     with jupyter_lab(ROOT / "labs", tmp) as (url, work):
         yield url, work, tmp
 
@@ -81,18 +91,6 @@ def test_lab_notebook_runs_in_chromium(lab_server, browser):
         page.close()
 
 
-def _rerun_quiz_cell(page) -> None:
-    """Run the quiz cell (the last code cell) in place, in the live kernel, and wait for it."""
-    cell = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell").last
-    before = cell.locator(".jp-InputArea-prompt").inner_text()
-    cell.locator(".jp-InputArea-editor").click()
-    page.keyboard.press("Control+Enter")
-    page.wait_for_function(
-        "b => { const p = [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden)"
-        " .jp-CodeCell .jp-InputArea-prompt')].pop().textContent;"
-        " return p !== b && /\\[[0-9]+\\]/.test(p); }", arg=before, timeout=90_000)
-
-
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_executed_lab_notebook_in_chromium(lab_server, browser, path):
@@ -117,7 +115,7 @@ def test_executed_lab_notebook_in_chromium(lab_server, browser, path):
             assert page.locator(".wb-lab-rerun", has_text="Run the lab").count() == 1
         wait_kernel_idle(page)
         t2 = time.monotonic()
-        _rerun_quiz_cell(page)
+        rerun_quiz_cell(page)
         answer_quiz(page, _single(path.stem))
         assert tracebacks(page) == []
         t3 = time.monotonic()
