@@ -254,27 +254,34 @@ def prefill_gpu_share(points: list[list[list[Step]]]) -> dict | None:
     reproduces the delay those decodes suffered if the prefill holds the GPU for
     ``(beside - base) * period / beside`` seconds; None with too few periods of either kind."""
     base, beside, periods = [], [], []
+    for a, b, s, h, others in _periods(points):
+        if h:
+            periods.append(b - a)
+        if s.prefill or h:
+            continue
+        if all(o == "-" for o in others):
+            base.append(b - a)
+        elif sorted(others)[-1] == "H" and others.count("-") == len(others) - 1:
+            beside.append(b - a)
+    if len(base) < 20 or len(beside) < 20 or not periods:
+        return None
+    mb, mh, mp = (float(sorted(x)[len(x) // 2]) for x in (base, beside, periods))
+    return {"base_s": mb, "beside_s": mh, "prefill_period_s": mp, "n_base": len(base),
+            "n_beside": len(beside), "gpu_s": max(mh - mb, 0.0) * mp / mh}
+
+
+def _periods(points: list[list[list[Step]]]):
+    """Every step period of every engine of every point: ``(start, end, step, holds a prefill's
+    host cost, the other engines' states at its middle)``."""
     for engines in points:
         spans = [own_spans(e) for e in engines]
         orders = [sorted(e, key=lambda s: s.t) for e in engines]
         host = [next_prefill(o) if is_async(o) else [s.prefill > 0 for s in o] for o in orders]
         for i in range(len(engines)):
             for (a, b), s, h in zip(spans[i], orders[i], host[i], strict=True):
-                if h:
-                    periods.append(b - a)
-                if s.prefill or h:
-                    continue
                 others = [_state_at(spans[j], host[j], (a + b) / 2)
                           for j in range(len(engines)) if j != i]
-                if all(o == "-" for o in others):
-                    base.append(b - a)
-                elif sorted(others)[-1] == "H" and others.count("-") == len(others) - 1:
-                    beside.append(b - a)
-    if len(base) < 20 or len(beside) < 20 or not periods:
-        return None
-    mb, mh, mp = (float(sorted(x)[len(x) // 2]) for x in (base, beside, periods))
-    return {"base_s": mb, "beside_s": mh, "prefill_period_s": mp, "n_base": len(base),
-            "n_beside": len(beside), "gpu_s": max(mh - mb, 0.0) * mp / mh}
+                yield a, b, s, h, others
 
 
 def _state_at(spans: list[tuple[float, float]], host: list[bool], t: float) -> str:
@@ -293,20 +300,11 @@ def gpu_switch(points: list[list[list[Step]]], max_seqs: int = 4) -> dict | None
     steps and ``k + 1`` turns. Each turn costs ``(beside_k - (k + 1) * base) / (k + 1)``;
     the estimate pools ``k = 1, 2`` by their periods. None with too few periods."""
     base, beside = [], {1: [], 2: []}
-    for engines in points:
-        spans = [own_spans(e) for e in engines]
-        orders = [sorted(e, key=lambda s: s.t) for e in engines]
-        host = [next_prefill(o) if is_async(o) else [s.prefill > 0 for s in o] for o in orders]
-        for i in range(len(engines)):
-            for (a, b), s, h in zip(spans[i], orders[i], host[i], strict=True):
-                if s.prefill or h or s.seqs > max_seqs:
-                    continue
-                others = [_state_at(spans[j], host[j], (a + b) / 2)
-                          for j in range(len(engines)) if j != i]
-                if "H" in others:
-                    continue
-                k = others.count("D")
-                (base if k == 0 else beside.setdefault(k, [])).append(b - a)
+    for a, b, s, h, others in _periods(points):
+        if s.prefill or h or s.seqs > max_seqs or "H" in others:
+            continue
+        k = others.count("D")
+        (base if k == 0 else beside.setdefault(k, [])).append(b - a)
     ks = [k for k in (1, 2) if len(beside[k]) >= 20]
     if len(base) < 20 or not ks:
         return None
