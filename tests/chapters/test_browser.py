@@ -34,8 +34,8 @@ from .browser import (  # noqa: E402
     tracebacks,
     wait_kernel_idle,
 )
-from .nbrun import CHAPTERS, NOTEBOOKS, executed, run_ahead  # noqa: E402
-from .test_notebooks import LIMIT_S  # noqa: E402
+from .nbrun import CHAPTERS, NOTEBOOKS, run_ahead  # noqa: E402
+from .test_notebooks import ENV, LIMIT_S, run_chapter  # noqa: E402
 
 # Each chapter's main figure: the start of its plotly title (a stable string the chapter sets).
 MAIN_FIGURE = {
@@ -60,7 +60,7 @@ pytestmark = pytest.mark.browser
 def lab(tmp_path_factory):
     """One JupyterLab for every chapter, over a copy of the chapters."""
     tmp = tmp_path_factory.mktemp("lab")
-    run_ahead(NOTEBOOKS, timeout=LIMIT_S, env={"WORKBENCH_SCORES": ""})  # the saved copies
+    run_ahead(NOTEBOOKS, timeout=LIMIT_S, env=ENV)  # the headless runs the tests open
     with jupyter_lab(CHAPTERS, tmp) as (url, work):
         yield url, work, tmp
 
@@ -94,8 +94,7 @@ def test_chapter_in_chromium(lab, browser, stem, no_score_file):
             see_figure(page, MAIN_FIGURE[stem])
             page.screenshot(path=str(shot))
         else:
-            nb, _ = executed(CHAPTERS / f"{stem}.ipynb", timeout=LIMIT_S,
-                             env={"WORKBENCH_SCORES": ""})
+            nb, _ = run_chapter(CHAPTERS / f"{stem}.ipynb")
             put_trusted(copy.deepcopy(nb), work / f"{stem}.ipynb", tmp)
             open_notebook(page, at, wait_idle=False)  # the saved figures draw as the kernel starts
             see_figure(page, MAIN_FIGURE[stem])
