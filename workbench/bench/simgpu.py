@@ -13,6 +13,7 @@ from dataclasses import replace
 from workbench.engines.models import get_model
 from workbench.engines.sim.steptime import GPUS
 from workbench.labs.colocation.rows import spread
+from workbench.units import GiB
 
 STEP_FIELDS = ("flops_eff", "bw_eff", "step_overhead_s", "seq_overhead_s", "prefill_overhead_s")
 
@@ -111,7 +112,7 @@ def sim_overall(c: dict, peak: int, mode: str, steptime: dict,
 
     spec = GPUS["h200"]
     model = get_model("llama-3.1-8b")
-    budget = int(c["budget_gib"] * (1 << 30))
+    budget = int(c["budget_gib"] * GiB)
     n = c["instances"]
     out_len = max(2, round(c["completion_len"] / c["time_scale"]))
     mapper = bool(c.get("mapper", False))

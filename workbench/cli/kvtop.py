@@ -14,8 +14,8 @@ from rich.text import Text
 
 from workbench.cli import app, kvbudget
 from workbench.cli.common import console as out_console
-from workbench.config import format_size
 from workbench.core import control
+from workbench.units import format_size
 
 GLYPHS = {"free": ("·", "grey42"), "reserved": ("○", "yellow"), "in_use": ("█", "green"),
           "retired": ("▒", "magenta"), "reclaimed": ("×", "grey23"), "quarantined": ("!", "red")}

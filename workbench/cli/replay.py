@@ -11,9 +11,9 @@ from rich.table import Table
 from workbench.backends import BACKENDS, capabilities, make_device
 from workbench.cli import app
 from workbench.cli.common import backend_option, console, fail, write_json
-from workbench.config import format_size
 from workbench.core.replay import load_trace, replay
 from workbench.errors import WorkbenchError
+from workbench.units import format_size
 
 
 @app.command("replay", short_help='Replay an op trace on a backend.')
