@@ -37,15 +37,15 @@ SUBJECTS = (("vmm", "block", True), ("static", "block", True), ("vmm", "block", 
 def weight_bytes(cfg: ModelConfig) -> int:
     """bf16 bytes a decode step reads for weights: every matrix and norm once; the embedding
     table only by the batch's rows (counted with the batch)."""
-    return 2 * (cfg.num_params - cfg.vocab_size * cfg.hidden_size)
+    return 2 * (cfg.params - cfg.vocab_size * cfg.hidden_size)
 
 
 def floor_bytes(cfg: ModelConfig, batch: int, context_tokens: int) -> int:
     """One decode step's least traffic: weights, embedding rows, the KV of every position read
     (``context_tokens`` before the step plus each new token) and the new tokens' K/V written."""
-    kv_read = (context_tokens + batch) * cfg.kv_token_bytes
+    kv_read = (context_tokens + batch) * cfg.kv_bytes_per_token
     return (weight_bytes(cfg) + 2 * batch * cfg.hidden_size + kv_read
-            + batch * cfg.kv_token_bytes)
+            + batch * cfg.kv_bytes_per_token)
 
 
 def floor_seconds(cfg: ModelConfig, batch: int, context_tokens: int) -> float:
@@ -180,7 +180,7 @@ def _name(backend: str, style: str, graphs: bool) -> str:
 def _report(cfg: ModelConfig, batch: int, prompt_len: int, rows: dict[str, list[StepStats]],
             ratios: dict[str, list[float]]) -> dict:
     out = {"batch": batch, "prompt_len": prompt_len, "copy_bytes_per_s": COPY_BYTES_PER_S,
-           "weight_bytes": weight_bytes(cfg), "kv_token_bytes": cfg.kv_token_bytes,
+           "weight_bytes": weight_bytes(cfg), "kv_token_bytes": cfg.kv_bytes_per_token,
            "subjects": {}, "vmm_over_static": {m: {**spread(r), "rounds": r}
                                                for m, r in ratios.items()}}
     for name, st in rows.items():
