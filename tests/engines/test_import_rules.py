@@ -1,5 +1,7 @@
-"""The layering rules, checked by parsing every import (module level and inside functions) of
-the package's source with ``ast``: nothing is imported, so the check holds on any machine."""
+"""The layering rules and the house rule of no import circle, checked by parsing every import of
+the package's source with ``ast`` (module level, inside functions and under ``if TYPE_CHECKING:``
+alike: a circle a reader must untangle is one whether or not it runs). Nothing is imported, so
+the checks hold on any machine."""
 
 from __future__ import annotations
 
@@ -23,9 +25,15 @@ def module_name(path: Path) -> str:
 
 def imports_of(path: Path) -> set[str]:
     """Absolute names of every module ``path`` imports (relative imports resolved)."""
-    tree = ast.parse(path.read_text(), str(path))
-    pkg = module_name(path).split(".")
-    if path.name != "__init__.py":
+    return parse_imports(path.read_text(), module_name(path), path.name == "__init__.py")
+
+
+def parse_imports(source: str, module: str, is_package: bool = False) -> set[str]:
+    """Every name ``module``'s ``source`` imports, wherever the import stands: ``from P import
+    N`` gives ``P`` and ``P.N`` (N may be a module or a name of P's)."""
+    tree = ast.parse(source, module)
+    pkg = module.split(".")
+    if not is_package:
         pkg = pkg[:-1]
     out: set[str] = set()
     for node in ast.walk(tree):
@@ -41,6 +49,8 @@ def imports_of(path: Path) -> set[str]:
 
 
 GRAPH = {module_name(p): imports_of(p) for p in ROOT.rglob("*.py")}
+# module -> the package's own modules it imports (itself left out)
+TREE = {m: {d for d in deps if d in GRAPH and d != m} for m, deps in GRAPH.items()}
 
 
 def importers(prefix: str) -> dict[str, set[str]]:
@@ -96,3 +106,80 @@ def test_importing_the_schedulers_loads_no_simpy():
             "('simpy', 'torch'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One import circle per strongly connected group of ``graph`` (module -> the modules it
+    imports), each as a path from its first module back to it, e.g. ``[a, b, a]``."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def visit(m: str) -> None:  # Tarjan's algorithm
+        index[m] = low[m] = len(index)
+        stack.append(m)
+        for d in sorted(graph.get(m, ())):
+            if d not in graph:
+                continue
+            if d not in index:
+                visit(d)
+                low[m] = min(low[m], low[d])
+            elif d in stack:
+                low[m] = min(low[m], index[d])
+        if low[m] == index[m]:
+            group = []
+            while (d := stack.pop()) != m:
+                group.append(d)
+            group.append(m)
+            if len(group) > 1 or m in graph[m]:
+                groups.append(sorted(group))
+
+    for m in sorted(graph):
+        if m not in index:
+            visit(m)
+    return [_path_back(graph, set(g), g[0]) for g in sorted(groups)]
+
+
+def _path_back(graph: dict[str, set[str]], group: set[str], start: str) -> list[str]:
+    """The shortest path inside ``group`` from ``start`` back to itself."""
+    came: dict[str, str] = {}
+    todo = [start]
+    while todo:
+        m = todo.pop(0)
+        for d in sorted(graph[m] & group):
+            if d == start:
+                back = [m]
+                while back[-1] != start:
+                    back.append(came[back[-1]])
+                return [*reversed(back), start]
+            if d not in came:
+                came[d] = m
+                todo.append(d)
+    raise AssertionError(f"{start} is in no circle of {sorted(group)}")
+
+
+def test_no_import_circle_anywhere_in_the_package():
+    found = circles(TREE)
+    assert not found, (f"{len(found)} import circle(s) (TYPE_CHECKING and function-level imports "
+                       "count): " + "; ".join(" -> ".join(c) for c in found))
+
+
+def test_the_circle_finder_names_each_circle():
+    assert circles({"a.x": {"a.y"}, "a.y": {"a.x"}}) == [["a.x", "a.y", "a.x"]]
+    assert circles({"a.x": {"a.y"}, "a.y": {"a.z"}, "a.z": {"a.x"}, "b": {"a.x"}}) == [
+        ["a.x", "a.y", "a.z", "a.x"]]
+    assert circles({"a": {"b"}, "b": {"a"}, "c": {"d"}, "d": {"c"}}) == [
+        ["a", "b", "a"], ["c", "d", "c"]]
+    assert circles({"a.x": {"a.y"}, "a.y": set(), "a.z": {"a.x", "a.y"}}) == []
+
+
+def test_the_parser_counts_type_checking_and_function_level_imports():
+    source = ("from typing import TYPE_CHECKING\n"
+              "if TYPE_CHECKING:\n"
+              "    from workbench.core.ledger import KVCacheManager\n"
+              "def f():\n"
+              "    from . import sibling\n"
+              "    import workbench.units as u\n")
+    got = parse_imports(source, "workbench.core.thing")
+    assert {"workbench.core.ledger", "workbench.core.sibling", "workbench.units"} <= got

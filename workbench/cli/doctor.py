@@ -25,8 +25,8 @@ from pathlib import Path
 
 import typer
 
-from workbench.cli import app
 from workbench.cli.common import write_json
+from workbench.cli.root import app
 from workbench.manifest import host_hardware, torch_info, workbench_info
 
 

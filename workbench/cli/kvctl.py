@@ -13,9 +13,10 @@ from collections import Counter
 import typer
 from rich.table import Table
 
-from workbench.cli import app, kvbudget
+import workbench.cli.kvbudget as kvbudget  # by its full name: the package imports this module
 from workbench.cli.common import console as out_console
 from workbench.cli.common import fail
+from workbench.cli.root import app
 from workbench.core import control, limit_requests
 from workbench.core.segment import SHM_DIR
 from workbench.errors import ConfigError, ControlError

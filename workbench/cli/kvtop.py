@@ -12,8 +12,9 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.text import Text
 
-from workbench.cli import app, kvbudget
+import workbench.cli.kvbudget as kvbudget  # by its full name: the package imports this module
 from workbench.cli.common import console as out_console
+from workbench.cli.root import app
 from workbench.core import control
 from workbench.units import format_size
 

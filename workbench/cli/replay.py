@@ -9,8 +9,8 @@ import typer
 from rich.table import Table
 
 from workbench.backends import BACKENDS, capabilities, make_device
-from workbench.cli import app
 from workbench.cli.common import backend_option, console, fail, write_json
+from workbench.cli.root import app
 from workbench.core.replay import load_trace, replay
 from workbench.errors import WorkbenchError
 from workbench.units import format_size

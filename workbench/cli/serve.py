@@ -7,8 +7,8 @@ import time
 
 import typer
 
-from workbench.cli import app
 from workbench.cli.common import choice_option, device_option, fail, model_names, requires_torch
+from workbench.cli.root import app
 from workbench.errors import ConfigError
 from workbench.owned import ended_by_signals
 from workbench.ranges import Num
