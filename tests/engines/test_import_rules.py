@@ -108,9 +108,9 @@ def test_importing_the_schedulers_loads_no_simpy():
     assert out.stdout.strip() == ""
 
 
-def circles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """One import circle per strongly connected group of ``graph`` (module -> the modules it
-    imports), each as a path from its first module back to it, e.g. ``[a, b, a]``."""
+def tangles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of ``graph`` (module -> the modules it imports): modules
+    each reachable from the others, so none can be read or imported first; sorted."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -138,7 +138,13 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     for m in sorted(graph):
         if m not in index:
             visit(m)
-    return [_path_back(graph, set(g), g[0]) for g in sorted(groups)]
+    return sorted(groups)
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One import circle per tangle of ``graph``: the shortest path from its first module back
+    to it, e.g. ``[a, b, a]``."""
+    return [_path_back(graph, set(g), g[0]) for g in tangles(graph)]
 
 
 def _path_back(graph: dict[str, set[str]], group: set[str], start: str) -> list[str]:
@@ -159,10 +165,27 @@ def _path_back(graph: dict[str, set[str]], group: set[str], start: str) -> list[
     raise AssertionError(f"{start} is in no circle of {sorted(group)}")
 
 
+def circle_report(graph: dict[str, set[str]]) -> str:
+    """Each tangle as one circle of it, and the modules it ties together when there are more."""
+    lines = []
+    for group, path in zip(tangles(graph), circles(graph), strict=True):
+        more = sorted(set(group) - set(path))
+        lines.append(" -> ".join(path) + (f" (tied up with {', '.join(more)})" if more else ""))
+    return "; ".join(lines)
+
+
 def test_no_import_circle_anywhere_in_the_package():
-    found = circles(TREE)
+    found = tangles(TREE)
     assert not found, (f"{len(found)} import circle(s) (TYPE_CHECKING and function-level imports "
-                       "count): " + "; ".join(" -> ".join(c) for c in found))
+                       f"count): {circle_report(TREE)}")
+
+
+def test_a_circle_is_named_with_its_whole_tangle():
+    # three tangled modules where the shortest way back is two
+    graph = {"a": {"b", "c"}, "b": {"a"}, "c": {"b"}, "d": {"a"}}
+    assert tangles(graph) == [["a", "b", "c"]]
+    assert circles(graph) == [["a", "b", "a"]]
+    assert circle_report(graph) == "a -> b -> a (tied up with c)"
 
 
 def test_the_circle_finder_names_each_circle():
