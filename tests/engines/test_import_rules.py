@@ -206,3 +206,27 @@ def test_the_parser_counts_type_checking_and_function_level_imports():
               "    import workbench.units as u\n")
     got = parse_imports(source, "workbench.core.thing")
     assert {"workbench.core.ledger", "workbench.core.sibling", "workbench.units"} <= got
+
+
+# facts with one home: a unit of bytes lives in units.py, the environment's prefix in settings.py
+HOMES = {**dict.fromkeys(("KiB", "MiB", "GiB", "TiB", "PiB", "MAX_SIZE"), "workbench.units"),
+         "ENV_PREFIX": "workbench.settings"}
+
+
+def assigned_names(path: Path) -> set[str]:
+    """The names a module binds by assignment anywhere (module level, classes, functions)."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        targets = node.targets if isinstance(node, ast.Assign) else (
+            [node.target] if isinstance(node, ast.AnnAssign) else [])
+        for t in targets:
+            out.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
+    return out
+
+
+def test_a_unit_or_the_env_prefix_is_defined_once():
+    found = {module_name(p): sorted(n for n in assigned_names(p) & HOMES.keys()
+                                    if HOMES[n] != module_name(p))
+             for p in ROOT.rglob("*.py")}
+    assert {m: v for m, v in found.items() if v} == {}
+    assert {"GiB", "MiB"} <= assigned_names(ROOT / "units.py")  # the scan sees the home's own
