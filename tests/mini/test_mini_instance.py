@@ -19,6 +19,19 @@ from workbench.mini.model import build_model, get_config  # noqa: E402
 CFG = get_config("tiny")
 
 
+def test_the_mini_model_speaks_the_registrys_vocabulary():
+    # every shape field of the mini engine's config is a field of the registry's ModelSpec or
+    # DecoderShape under the same name (the seed of the random weights is the mini's own)
+    from dataclasses import fields
+
+    from workbench.engines.models import DecoderShape, ModelSpec
+    from workbench.mini.model import ModelConfig
+
+    registry = {f.name for f in fields(ModelSpec)} | {f.name for f in fields(DecoderShape)}
+    assert {f.name for f in fields(ModelConfig)} - registry == {"seed"}
+    assert CFG.decoder == MODELS["tiny"].decoder
+
+
 def test_mini_presets_come_from_the_registry():
     spec = MODELS["tiny"]
     assert (CFG.num_layers, CFG.q_heads, CFG.kv_heads, CFG.head_dim) == \
