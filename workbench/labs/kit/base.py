@@ -49,7 +49,14 @@ class Lab(ABC):
     name: ClassVar[str]
     description: ClassVar[str]
     params_type: ClassVar[type]  # a dataclass; every field has a default
-    backends: ClassVar[tuple[str, ...]]
+    backends: ClassVar[tuple[str, ...]]  # kept in the registry's order (sim, host, gpu)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "backends" in cls.__dict__:  # one order wherever a lab's backends are shown
+            from workbench.backends import BACKENDS
+
+            cls.backends = tuple(sorted(cls.backends, key=BACKENDS.index))
 
     def params(self, **values: Any) -> Any:
         """The parameter dataclass from typed values, each checked against its declared range
