@@ -14,7 +14,6 @@ import pytest
 from tests.chapters.browser import chromium
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.browser
 
 
 def _write(tmp_path: Path, lab: str) -> Path:
@@ -25,6 +24,7 @@ def _write(tmp_path: Path, lab: str) -> Path:
     return tmp_path / "index.html"
 
 
+@pytest.mark.browser
 @pytest.mark.timeout(180)
 def test_lab_page_draws_its_titled_figures_offline(tmp_path):
     page_path = _write(tmp_path, "02")
@@ -59,3 +59,14 @@ def test_lab_page_draws_its_titled_figures_offline(tmp_path):
             page.locator("section.wb-figure").first.screenshot(
                 path=str(Path(shots) / "lab02_figure.png"))
         ctx.close()
+
+
+def test_a_figure_without_a_title_is_titled_by_its_axes_else_its_name():
+    import plotly.graph_objects as go
+
+    from workbench.viz.labpage import figure_title
+
+    fig = go.Figure(layout=dict(xaxis_title="PEAK (req/s)", yaxis_title="TTFT (ms)"))
+    assert figure_title("ttft", fig) == "TTFT (ms) against PEAK (req/s)"
+    assert figure_title("mapped_kv", go.Figure()) == "mapped kv"
+    assert figure_title("x", go.Figure(layout=dict(title="Own"))) == "Own"

@@ -29,9 +29,15 @@ def _markdown_html(text: str) -> str:
 
 
 def figure_title(name: str, fig: Any) -> str:
-    """A figure's heading: its own title, else its name in words."""
+    """A figure's heading: its own title, else what its axes measure (``TTFT (ms) against PEAK
+    (req/s)``), else its name in words."""
     own = fig.layout.title.text if fig.layout.title else None
-    return own or name.replace("_", " ")
+    if own:
+        return own
+    y, x = (fig.layout.yaxis.title.text, fig.layout.xaxis.title.text)
+    if y and x:
+        return f"{y} against {x}"
+    return name.replace("_", " ")
 
 
 def _figure_div(name: str, fig: Any) -> str:
