@@ -56,9 +56,17 @@ def _llm(args, blocks: int | None):
 
 
 def _kernels(args) -> str:
+    from workbench.engines.real.vllm_build import compiled
+
     if args.kernels != "auto":
         return args.kernels
-    return "vllm" if os.environ.get("WORKBENCH_VLLM_BUILD") == "compiled ops" else "stand-in"
+    return "vllm" if compiled() else "stand-in"
+
+
+def _build() -> str:
+    from workbench.engines.real.vllm_build import build
+
+    return build()
 
 
 def _probe(llm, unbacked: int) -> dict:
@@ -110,7 +118,7 @@ def child(args) -> dict:
     llm = _llm(args, None if elastic else args.blocks)
     out: dict = {"mode": args.child, "init_s": round(time.time() - t0, 1),
                  "kernels": _kernels(args) if args.device == "cuda" else "cpu",
-                 "build": os.environ.get("WORKBENCH_VLLM_BUILD", "")}
+                 "build": _build()}
     kv = _ledger()
     if elastic:
         if kv is None:

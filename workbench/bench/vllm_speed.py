@@ -61,14 +61,6 @@ def _backends(runner) -> list[str]:
     return sorted(names) or ["unknown"]
 
 
-def _build() -> str:
-    """``compiled ops`` when vLLM's op library is the loaded module, else what stood in."""
-    mod = sys.modules.get("vllm._C_stable_libtorch")
-    if mod is not None and str(getattr(mod, "__file__", "")).endswith(".so"):
-        return "compiled ops"
-    return os.environ.get("WORKBENCH_VLLM_BUILD", "stand-in") if mod is not None else "none"
-
-
 def facts(llm, init_s: float) -> dict:
     """What ran: build, runner, attention, compilation and graphs, sizes, weight bytes."""
     cfg = llm.llm_engine.vllm_config
@@ -76,7 +68,9 @@ def facts(llm, init_s: float) -> dict:
     model = runner.get_model()
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     embed = getattr(getattr(model, "model", None), "embed_tokens", None)
-    return {"build": _build(), "build_note": os.environ.get("WORKBENCH_VLLM_BUILD", ""),
+    from workbench.engines.real.vllm_build import build
+
+    return {"build": build(),
             "runner": f"{type(runner).__module__}.{type(runner).__name__}",
             "v2_model_runner": os.environ.get("VLLM_USE_V2_MODEL_RUNNER", ""),
             "attention": _backends(runner), "compile_mode": str(cc.mode),
