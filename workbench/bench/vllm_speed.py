@@ -63,17 +63,21 @@ def _backends(runner) -> list[str]:
 
 def facts(llm, init_s: float) -> dict:
     """What ran: build, runner, attention, compilation and graphs, sizes, weight bytes."""
+    from workbench.engines.real.vllm_build import build
+
     cfg = llm.llm_engine.vllm_config
     cc, runner = cfg.compilation_config, _runner(llm)
     model = runner.get_model()
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     embed = getattr(getattr(model, "model", None), "embed_tokens", None)
-    from workbench.engines.real.vllm_build import build
-
+    try:
+        attention = _backends(runner)
+    except Exception as exc:  # a record field, never a failed run
+        attention = [f"unknown ({type(exc).__name__})"]
     return {"build": build(),
             "runner": f"{type(runner).__module__}.{type(runner).__name__}",
             "v2_model_runner": os.environ.get("VLLM_USE_V2_MODEL_RUNNER", ""),
-            "attention": _backends(runner), "compile_mode": str(cc.mode),
+            "attention": attention, "compile_mode": str(cc.mode),
             "cudagraph_mode": str(cc.cudagraph_mode), "custom_ops": list(cc.custom_ops),
             "compile_s": round(float(cc.compilation_time or 0.0), 2),
             "max_cudagraph_capture_size": cc.max_cudagraph_capture_size,
