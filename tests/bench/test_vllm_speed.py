@@ -56,3 +56,18 @@ def test_a_slow_elastic_point_and_a_flat_prefill_miss_their_goals():
     assert not v["prefill_grows_with_tokens"] and not v["elastic_over_stock_le_1_02"]
     assert (v["worst_ratio"]["kind"], v["worst_ratio"]["at"]) == ("tpot", 16)
     assert not v["tpot_b1_within_1_5x_floor"]
+
+
+def test_stock_alone_still_gives_its_figures_and_no_ratio_verdict():
+    stock = {("prefill", 128): 0.02, ("prefill", 512): 0.05, ("tpot", 1): 0.007,
+             ("tpot", 16): 0.008}
+    rows = [r for r in _rows(stock, stock) if r["mode"] == "stock"]
+    facts = {"stock": FACTS["stock"]}
+    table = vllm_speed.summarize(rows, facts, BW, ARGS)
+    assert all(r["ratio"] is None and r["stock_s"]["n"] == 3 for r in table)
+    v = vllm_speed.verdicts(table)
+    assert v["elastic_over_stock_le_1_02"] is None and v["worst_ratio"] is None
+    assert v["prefill_grows_with_tokens"] and v["tpot_b1_within_1_5x_floor"]
+    md = vllm_speed.markdown({"model": "m", "bandwidth": BW, "facts": facts, "table": table,
+                              "verdicts": v, "command": "c", "errors": {"elastic": "boom"}})
+    assert "**elastic did not start**: boom" in md

@@ -241,7 +241,7 @@ def sweep(workers: dict, args, log) -> list[dict]:
     """Every point in every repeat, the modes in alternating order; warm-up repeats first."""
     rows = []
     for rep in range(-args.warmup, args.repeats):
-        order = MODES if rep % 2 == 0 else MODES[::-1]
+        order = [m for m in (MODES if rep % 2 == 0 else MODES[::-1]) if m in workers]
         for kind, n in points(args):
             for mode in order:
                 r = {"repeat": rep, "mode": mode, "kind": kind, "n": n,
@@ -251,7 +251,9 @@ def sweep(workers: dict, args, log) -> list[dict]:
     return rows
 
 
-def _spread(xs: list[float], nd: int = 5) -> dict:
+def _spread(xs: list[float], nd: int = 5) -> dict | None:
+    if not xs:
+        return None
     d = deciles(xs)
     return {k: (round(v, nd) if isinstance(v, float) else v) for k, v in d.items()} | {
         "min": round(min(xs), nd), "max": round(max(xs), nd)}
@@ -265,18 +267,20 @@ def summarize(rows: list[dict], facts: dict, bw: list[dict], args) -> list[dict]
     kept = [r for r in rows if r["repeat"] >= 0]
     best_bw = max(b["gb_per_s"] for b in bw) * 1e9
     weights = facts["stock"]["weight_bytes"]
+    modes = [m for m in MODES if m in facts]  # an engine that failed to start is left out
     out = []
     for kind, n in points(args):
         by = {m: {r["repeat"]: r for r in kept if (r["kind"], r["n"], r["mode"]) == (kind, n, m)}
-              for m in MODES}
-        reps = sorted(set(by["stock"]) & set(by["elastic"]))
-        ratios = [by["elastic"][i]["seconds"] / by["stock"][i]["seconds"] for i in reps]
+              for m in modes}
+        reps = sorted(set.intersection(*(set(v) for v in by.values())))
+        ratios = [by["elastic"][i]["seconds"] / by["stock"][i]["seconds"] for i in reps] \
+            if len(modes) == 2 else []
         row = {"kind": kind, "n": n,
-               **{f"{m}_s": _spread([by[m][i]["seconds"] for i in reps]) for m in MODES},
+               **{f"{m}_s": _spread([by[m][i]["seconds"] for i in reps]) for m in modes},
                "ratio": _spread(ratios, 4),
-               "ratio_goal_met": statistics.median(ratios) <= GOAL_RATIO,
+               "ratio_goal_met": statistics.median(ratios) <= GOAL_RATIO if ratios else None,
                "tokens_equal": sum(by["stock"][i]["tokens_sha"] == by["elastic"][i]["tokens_sha"]
-                                   for i in reps), "pairs": len(reps)}
+                                   for i in reps) if ratios else None, "pairs": len(reps)}
         if kind == "tpot":
             kv = n * (args.context + args.decode / 2) * shapes.kv_bytes_per_token(args.model)
             row.update(floor_s=round(weights / best_bw, 6),
@@ -289,36 +293,48 @@ def summarize(rows: list[dict], facts: dict, bw: list[dict], args) -> list[dict]
 def verdicts(table: list[dict]) -> dict:
     pre = [r["stock_s"]["median"] for r in table if r["kind"] == "prefill"]
     b1 = next((r for r in table if r["kind"] == "tpot" and r["n"] == 1), None)
-    worst = max(table, key=lambda r: r["ratio"]["median"])
-    return {"elastic_over_stock_le_1_02": all(r["ratio_goal_met"] for r in table),
-            "worst_ratio": {**worst["ratio"], "kind": worst["kind"], "at": worst["n"]},
+    paired = [r for r in table if r["ratio"]]
+    worst = max(paired, key=lambda r: r["ratio"]["median"]) if paired else None
+    return {"elastic_over_stock_le_1_02": all(r["ratio_goal_met"] for r in table)
+            if len(paired) == len(table) else None,
+            "worst_ratio": {**worst["ratio"], "kind": worst["kind"], "at": worst["n"]}
+            if worst else None,
             "prefill_grows_with_tokens": all(a < b for a, b in zip(pre, pre[1:], strict=False)),
             "tpot_b1_over_floor": b1["stock_over_floor"] if b1 else None,
             "tpot_b1_within_1_5x_floor": bool(b1 and b1["stock_over_floor"] <= GOAL_FLOOR)}
 
 
+def _ms(d: dict | None, key: str = "median") -> str:
+    return "-" if d is None else f"{d[key] * 1e3:.2f}"
+
+
+def _cell(d: dict | None) -> str:
+    return "-" if d is None else f"{_ms(d)} ms [{_ms(d, 'min')}, {_ms(d, 'max')}]"
+
+
 def markdown(result: dict) -> str:
     f, v = result["facts"]["stock"], result["verdicts"]
+    e = result["facts"].get("elastic", {})
     dev = result["bandwidth"][0]["device"]
     lines = [f"# vLLM speed, stock vs elastic ({result['model']}, {dev})",
              "", f"Build: **{f['build']}**; runner `{f['runner']}`; attention "
              f"{', '.join(f['attention'])}; compile {f['compile_mode']} ({f['compile_s']} s "
-             f"stock, {result['facts']['elastic']['compile_s']} s elastic); CUDA graphs "
+             f"stock, {e.get('compile_s', '-')} s elastic); CUDA graphs "
              f"{f['cudagraph_mode']}; custom ops {f['custom_ops']}.",
              f"HBM copy bandwidth {[b['gb_per_s'] for b in result['bandwidth']]} GB/s (before, "
              f"after); weights {f['weight_bytes'] / 1e9:.2f} GB.", "",
              "| point | stock median [min, max] | elastic median [min, max] | elastic ÷ stock "
              "median [min, max] | floor | tokens equal |", "|---|---|---|---|---|---|"]
     for r in result["table"]:
-        s, e, q = r["stock_s"], r["elastic_s"], r["ratio"]
-        unit = 1e3
+        q = r["ratio"]
         name = f"prefill {r['n']} tok" if r["kind"] == "prefill" else f"TPOT batch {r['n']}"
-        floor = f"{r['floor_s'] * unit:.2f} ms ({r['stock_over_floor']}x)" if "floor_s" in r \
+        floor = f"{r['floor_s'] * 1e3:.2f} ms ({r['stock_over_floor']}x)" if "floor_s" in r \
             else ""
-        lines.append(f"| {name} | {s['median'] * unit:.2f} ms [{s['min'] * unit:.2f}, "
-                     f"{s['max'] * unit:.2f}] | {e['median'] * unit:.2f} ms [{e['min'] * unit:.2f},"
-                     f" {e['max'] * unit:.2f}] | {q['median']:.4f} [{q['min']:.4f}, "
-                     f"{q['max']:.4f}] | {floor} | {r['tokens_equal']}/{r['pairs']} |")
+        ratio = "-" if q is None else f"{q['median']:.4f} [{q['min']:.4f}, {q['max']:.4f}]"
+        lines.append(f"| {name} | {_cell(r['stock_s'])} | {_cell(r.get('elastic_s'))} | "
+                     f"{ratio} | {floor} | {r['tokens_equal']}/{r['pairs']} |")
+    for mode, err in result.get("errors", {}).items():
+        lines += ["", f"**{mode} did not start**: {err}"]
     lines += ["", f"Verdicts: {json.dumps(v)}", "", f"Command: `{result['command']}`", ""]
     return "\n".join(lines)
 
@@ -341,9 +357,17 @@ def coordinate(args) -> dict:
     bw = [hbm_bandwidth()]
     log(json.dumps({"bandwidth": bw[0]}))
     workers: dict[str, Worker] = {}
+    errors: dict[str, str] = {}
     try:
         for mode in MODES:  # one after the other: the second finds the compile cache warm
-            workers[mode] = Worker(mode, args, out)
+            try:
+                workers[mode] = Worker(mode, args, out)
+            except RuntimeError as exc:  # stock alone still gives its figures
+                errors[mode] = str(exc)
+                log(json.dumps({"failed": mode, "error": str(exc)}))
+                if mode == "stock":
+                    raise
+                continue
             log(json.dumps({"ready": mode, **workers[mode].facts}))
         rows = sweep(workers, args, log)
     finally:
@@ -354,7 +378,8 @@ def coordinate(args) -> dict:
     table = summarize(rows, facts_, bw, args)
     result = {"model": args.model, "command": " ".join(["python -m workbench.bench.vllm_speed",
                                                         *sys.argv[1:]]),
-              "bandwidth": bw, "facts": facts_, "table": table, "verdicts": verdicts(table),
+              "bandwidth": bw, "facts": facts_, "errors": errors, "table": table,
+              "verdicts": verdicts(table),
               "repeats": args.repeats, "warmup": args.warmup, "rows": rows}
     (out / "vllm_speed.json").write_text(json.dumps(result, indent=1))
     (out / "vllm_speed.md").write_text(markdown(result))
