@@ -77,7 +77,7 @@ def facts(llm, init_s: float) -> dict:
     return {"build": build(),
             "runner": f"{type(runner).__module__}.{type(runner).__name__}",
             "v2_model_runner": os.environ.get("VLLM_USE_V2_MODEL_RUNNER", ""),
-            "attention": attention, "compile_mode": str(cc.mode),
+            "attention": attention, "compile_mode": getattr(cc.mode, "name", str(cc.mode)),
             "cudagraph_mode": str(cc.cudagraph_mode), "custom_ops": list(cc.custom_ops),
             "compile_s": round(float(cc.compilation_time or 0.0), 2),
             "max_cudagraph_capture_size": cc.max_cudagraph_capture_size,
