@@ -165,9 +165,9 @@ class ElasticBlockPool(BlockPool):
         for b in blocks:
             self._cached_free.pop(b.block_id, None)
 
-    def free_blocks(self, ordered_blocks) -> None:
+    def free_blocks(self, ordered_blocks, *args, **kwargs) -> None:
         blocks = list(ordered_blocks)
-        super().free_blocks(blocks)
+        super().free_blocks(blocks, *args, **kwargs)  # 0.34: evict_first (queue order only)
         self._version += 1
         drop = []
         for b in blocks:
