@@ -26,6 +26,7 @@ import torch
 
 from workbench.adapters import runtime
 from workbench.adapters.vllm import fanout, registry
+from workbench.adapters.vllm.fences import fence_factory
 from workbench.adapters.vllm.ledger import BlockLedger
 from workbench.adapters.vllm.worker import kv_strides, tensor_geometry
 from workbench.errors import ConfigError
@@ -67,8 +68,11 @@ class ElasticTensor:
             raise ConfigError(f"block stride {strides[0]} bytes", f"does not divide the "
                               f"{cfg.page_size}-byte page", "pick a power-of-two block size")
         geo = tensor_geometry(len(strides), strides[0], num_blocks, cfg)
-        kv = BlockLedger(geo, runtime.device_for(self._device),
-                         name=f"vllm-kv-{len(registry.ledgers)}", config=cfg)
+        dev = runtime.device_for(self._device)
+        fence = fence_factory(dev)  # CUDA: a page unmaps once the kernels before its free ran
+        kv = BlockLedger(geo, dev, name=f"vllm-kv-{len(registry.ledgers)}", config=cfg,
+                         defer_release=fence is not None)
+        kv.fence = fence
         layer_stride, block_stride = kv_strides(kv.space)
         ours = [i * layer_stride for i in range(len(strides))]
         if ours != self._offsets or kv.space.size != self._max or block_stride != strides[0]:

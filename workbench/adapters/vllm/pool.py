@@ -17,6 +17,7 @@ touches, never the length of the free queue (vLLM's virtual capacity, 10^5-10^6 
 from __future__ import annotations
 
 import sys
+import weakref
 from collections import OrderedDict
 
 from vllm.v1.core.block_pool import BlockPool
@@ -172,6 +173,8 @@ class ElasticBlockPool(BlockPool):
         drop = []
         for b in blocks:
             owner = getattr(b, "pool", None)  # 0.32+: a block may belong to another pool
+            if isinstance(owner, weakref.ref):  # 0.34: a weak reference to it
+                owner = owner()
             if (owner is not None and owner is not self) or not self._releasable(b):
                 continue
             if self.enable_caching and b.block_hash is not None:
