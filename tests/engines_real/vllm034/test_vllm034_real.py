@@ -129,18 +129,18 @@ def test_a_memory_limit_miss_is_vllms_none():
 
 
 def test_a_moved_seam_is_refused_in_one_line_naming_it():
-    # 0.34's free_blocks as an older release had it: no evict_first
+    # 0.34's free_blocks as an older release had it (no evict_first), before the plan applies
     code = ("import vllm.v1.core.block_pool as bp\n"
             "def free_blocks(self, ordered_blocks): pass\n"
             "bp.BlockPool.free_blocks = free_blocks\n"
-            "from workbench.adapters import boot\n"
-            "plan = boot.plans()['vllm']\n"
+            "from workbench.adapters.vllm import plans\n"
+            "plan = plans.build_plan()\n"
             "try:\n"
             "    plan.apply_all()\n"
             "except Exception as err:\n"
             "    print('REFUSED ' + str(err))\n"
             "print('POOL ' + bp.BlockPool.__name__)\n")
-    proc = _python(["-c", code], WORKBENCH_KV_AUTOPATCH="1")
+    proc = _python(["-c", code])
     refused = [ln for ln in proc.stdout.splitlines() if ln.startswith("REFUSED ")]
     assert len(refused) == 1, proc.stdout + proc.stderr[-2000:]
     line = refused[0]
@@ -162,7 +162,7 @@ def test_doctor_check_accepts_034_and_refuses_an_unknown_version_in_one_line():
             "from workbench.cli import main\n"
             "sys.argv = ['workbench', 'doctor', '--check']\n"
             "main()\n")
-    bad = _python(["-c", code], WORKBENCH_KV_AUTOPATCH="1")
+    bad = _python(["-c", code])  # no autopatch: no 0.34 plan registered at start-up
     assert bad.returncode == 1
     lines = [ln for ln in bad.stdout.splitlines() if "no plan for vllm 0.35.0" in ln]
     refusal = [ln for ln in lines if ln.startswith("workbench autopatch refused")]

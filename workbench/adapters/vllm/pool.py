@@ -65,7 +65,7 @@ class ElasticBlockPool(BlockPool):
         self._count = 0
         self._headroom: int | None = None  # the headroom a short count was computed with
         self._limited = False
-        registry.pools.append(self)
+        registry.pools.add(self)
 
     # -- what vLLM will hand out next --------------------------------------------------------
     def _peek(self, n: int) -> list[int]:
