@@ -108,3 +108,28 @@ def test_need_source_reads_a_methods_text():
 
     assert need_source(f, "is_not_in_free_group") is None
     assert "no longer uses free_group is None" in need_source(f, "free_group is None")
+
+
+def test_a_registered_refusal_stops_the_engines_import_in_one_line(tmp_path, monkeypatch):
+    import sys
+
+    from workbench.adapters import boot
+    from workbench.adapters.plan_table import PlanRow, PlanTable
+
+    (tmp_path / "fakeeng34").mkdir()
+    (tmp_path / "fakeeng34" / "__init__.py").write_text("__version__ = '9.9'\n")
+    (tmp_path / "fakeeng34" / "pool.py").write_text("class Pool: pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _installed(monkeypatch, "fakeeng34", "9.9")
+    table = PlanTable("fakeeng34", "fakeeng34", ("fakeeng34",),
+                      (PlanRow(">=1.0,<2.0", sgl23, "fakeeng34==1.0"),))
+    try:
+        plan = boot.register(table.build())
+        with pytest.raises(AutopatchError) as err:
+            import fakeeng34.pool  # noqa: F401
+        assert plan.state == "failed" and "\n" not in str(err.value)
+        assert "no plan for fakeeng34 9.9 (plans: >=1.0,<2.0)" in str(err.value)
+    finally:
+        boot.reset()
+        for name in [m for m in sys.modules if m.startswith("fakeeng34")]:
+            del sys.modules[name]
