@@ -25,7 +25,8 @@ $(VLLM34_SRC)/.ready: $(VLLM34_VENV)/.ready
 engine-vllm034: $(VLLM34_VENV)/.ready $(VLLM34_SRC)/.ready
 
 # The 0.34 plan on 0.34's real classes (tests/engines_real/vllm034: the allocation hook on the
-# host device, two engines under one budget and without it, vLLM's own prefix-caching tests),
+# host device, two engines under one budget (in one process and in two) and without it, vLLM's own
+# prefix-caching tests),
 # then doctor --check. Not part of `make test-engines` (a 7 GB venv of its own).
 test-engine-vllm034:
 	@mkdir -p $(ENGINES_DIR) && rm -f $(VLLM34_VENV).failed

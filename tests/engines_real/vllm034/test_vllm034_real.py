@@ -194,3 +194,48 @@ def test_vllms_own_prefix_caching_tests_pass_with_the_elastic_pool():
     stock_failed = sorted(set(re.findall(r"^FAILED (\S+)", stock_out, re.M)))
     assert failed == stock_failed, "the elastic pool fails tests the stock pool passes"
     assert ours.get("passed", 0) == stock.get("passed", 0) >= 200
+
+
+class Proc:
+    """An ``engine_proc.py`` process: one engine's KV cache, one command a line."""
+
+    def __init__(self, name: str, env: dict[str, str]):
+        self.p = subprocess.Popen([sys.executable, str(HERE / "engine_proc.py"), name],
+                                  env=_env(PYTHONPATH=str(HERE), **env), text=True,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL)
+
+    def answer(self) -> dict:
+        for line in self.p.stdout:
+            if line.startswith("RESULT "):
+                return json.loads(line[7:])
+        raise AssertionError(f"{self.p.args[-1]} ended (rc {self.p.wait()})")
+
+    def ask(self, cmd: str) -> dict:
+        self.p.stdin.write(cmd + "\n")
+        self.p.stdin.flush()
+        return self.answer()
+
+    def close(self) -> None:
+        if self.p.poll() is None:
+            self.p.stdin.close()
+            self.p.wait(timeout=60)
+
+
+def test_two_engine_processes_share_the_card_through_the_budget(tmp_path):
+    env = dict(WORKBENCH_KV_AUTOPATCH="1", WORKBENCH_KV_SHM_DIR=str(tmp_path), **CARD)
+    a, b = Proc("A", env), Proc("B", env)
+    try:
+        starts = [a.answer(), b.answer()]  # both start with vLLM's defaults: the whole card
+        assert [s["blocks"] for s in starts] == [4096, 4096]
+        assert [s["mapped_bytes"] for s in starts] == [4 * MiB, 4 * MiB]
+        assert a.ask("take 1024")["took"] and b.ask("take 1024")["took"]
+        burst = a.ask("take 2048")
+        assert burst["took"] is False and burst["card_free"] < 32 * MiB  # B holds the rest
+        assert b.ask("free")["mapped_bytes"] == 4 * MiB  # B's pages went back to the card
+        again = a.ask("take 2048")
+        assert again["took"] is True and again["mapped_bytes"] == 52 * MiB
+        assert a.ask("state")["card_free"] == 64 * MiB - 52 * MiB - 4 * MiB
+    finally:
+        a.close()
+        b.close()
