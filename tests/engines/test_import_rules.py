@@ -28,9 +28,12 @@ def imports_of(path: Path) -> set[str]:
     return parse_imports(path.read_text(), module_name(path), path.name == "__init__.py")
 
 
-def parse_imports(source: str, module: str, is_package: bool = False) -> set[str]:
-    """Every name ``module``'s ``source`` imports, wherever the import stands: ``from P import
-    N`` gives ``P`` and ``P.N`` (N may be a module or a name of P's)."""
+def parse_imports(source: str, module: str, is_package: bool = False,
+                  modules: set[str] | None = None) -> set[str]:
+    """Every name ``module``'s ``source`` imports, wherever the import stands. ``from P import
+    N`` gives ``P`` and ``P.N`` (N may be a module or a name of P's); with ``modules`` (the
+    package's own), only the one it needs: ``P.N`` where that is a module (P's ``__init__`` may
+    still be running, as when P imports this module), else ``P``."""
     tree = ast.parse(source, module)
     pkg = module.split(".")
     if not is_package:
@@ -43,14 +46,20 @@ def parse_imports(source: str, module: str, is_package: bool = False) -> set[str
             base = node.module or ""
             if node.level:
                 base = ".".join(pkg[:len(pkg) - node.level + 1] + ([base] if base else []))
-            out.add(base)
-            out.update(f"{base}.{a.name}" for a in node.names)
+            for a in node.names:
+                sub = f"{base}.{a.name}"
+                if modules is None:
+                    out.update((base, sub))
+                else:
+                    out.add(sub if sub in modules else base)
     return out
 
 
-GRAPH = {module_name(p): imports_of(p) for p in ROOT.rglob("*.py")}
-# module -> the package's own modules it imports (itself left out)
-TREE = {m: {d for d in deps if d in GRAPH and d != m} for m, deps in GRAPH.items()}
+FILES = {module_name(p): p for p in ROOT.rglob("*.py")}
+GRAPH = {m: imports_of(p) for m, p in FILES.items()}
+# module -> the package's own modules it needs (itself left out)
+TREE = {m: parse_imports(p.read_text(), m, p.name == "__init__.py", set(FILES)) & set(FILES) - {m}
+        for m, p in FILES.items()}
 
 
 def importers(prefix: str) -> dict[str, set[str]]:
@@ -206,6 +215,16 @@ def test_the_parser_counts_type_checking_and_function_level_imports():
               "    import workbench.units as u\n")
     got = parse_imports(source, "workbench.core.thing")
     assert {"workbench.core.ledger", "workbench.core.sibling", "workbench.units"} <= got
+
+
+def test_a_submodule_imported_from_its_package_needs_the_submodule_alone():
+    # ``from P import sub`` needs P.sub, ``from P import name`` needs P's __init__
+    source = "from workbench.core import ledger, NAME\nimport workbench.units\n"
+    mods = {"workbench.core", "workbench.core.ledger", "workbench.units"}
+    assert parse_imports(source, "workbench.x", modules=mods) == {
+        "workbench.core.ledger", "workbench.core", "workbench.units"}
+    assert parse_imports("from workbench.core import ledger\n", "workbench.x",
+                         modules=mods) == {"workbench.core.ledger"}
 
 
 # facts with one home: a unit of bytes lives in units.py, the environment's prefix in settings.py
