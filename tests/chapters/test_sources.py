@@ -124,7 +124,7 @@ def test_every_section_cited_by_the_labs_today_has_an_entry():
     need = {"seed-000-s4-2", "seed-000-s6-3", "seed-000-s9-2", "seed-000-s10-2",
             "seed-000-s11-3", "seed-000-s12-4", "seed-000-s13-3", "seed-000-s14-3",
             "seed-000-s15-3", "seed-001-s13", "seed-003-e1", "seed-003-e9", "seed-003-s12",
-            "research-kvcached-colocation", "research-kvcached-idle-footprint"}
+            "upstream-kvcached-colocation", "upstream-kvcached-idle-footprint"}
     assert need <= anchors()
 
 

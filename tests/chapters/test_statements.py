@@ -129,8 +129,8 @@ def test_ch01_names_the_configuration_of_its_h200_figures():
 def test_ch06_says_where_kvcached_synchronizes_and_how_it_knows():
     text = cell("06_tp_pp_transactions", "c602")
     assert "kvcached 0.1.6 runs `torch.cuda.synchronize()` on every vLLM worker" not in text
-    assert "#upstream-kvcached-sync" in text and "#research-kvcached-async-release" in text
-    assert "`csrc/page_allocator.cpp`" in text and "not\nfrom code checked here" in text
+    assert "#upstream-kvcached-sync" in text and "#research-" not in text  # public code only
+    assert "`csrc/page_allocator.cpp`" in text and "`_worker_physical_release_barrier`" in text
 
 
 # -- an honest GPU switch ---------------------------------------------------------------------

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from workbench.citations import link_seed_refs, rebase
 from workbench.errors import ConfigError
 from workbench.labs.kit.params import build, check_params
 from workbench.labs.kit.record import LabRecord
@@ -33,9 +34,14 @@ class LabResult:
     tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     figures: dict[str, Any] = field(default_factory=dict)  # plotly figures; {} without plotly
 
+    def __post_init__(self) -> None:
+        # every lab's report links its seed references, here and nowhere else
+        self.markdown = link_seed_refs(self.markdown)
+
     def write(self, path: str | Path) -> list[Path]:
-        """The JSON record at ``path`` and the Markdown report beside it (``.md``)."""
-        return self.record.write(path, self.markdown)
+        """The JSON record at ``path`` and the Markdown report beside it (``.md``), its links
+        pointing at docs/sources.md from there."""
+        return self.record.write(path, rebase(self.markdown, Path(path).parent))
 
 
 class Lab(ABC):
