@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from workbench.quiz.seal import open_quiz
+
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ROOT / "docs" / "sources.md"
 SCANNED = sorted([*ROOT.glob("chapters/*.ipynb"), *ROOT.glob("labs/*.ipynb"),
@@ -53,7 +55,7 @@ def _texts(path: Path) -> list[tuple[str, str]]:
             elif isinstance(x, str):
                 out.append((where, x))
 
-        walk(json.loads(path.read_text()), "")
+        walk(open_quiz(json.loads(path.read_text())), "")  # sealed feedback cites too
         return out
     return [("", path.read_text())]
 

@@ -17,6 +17,7 @@ from workbench.core.geometry import KVGeometry
 from workbench.core.ledger import KVCacheManager
 from workbench.errors import ConfigError, DeviceError
 from workbench.quiz import load_chapter_quiz
+from workbench.quiz.seal import open_quiz
 from workbench.sim.device import SimDevice
 from workbench.viz.simnote import PREFIX, simulated_here, skipped_here
 
@@ -36,7 +37,8 @@ def question(qid: str):
 
 
 def quiz_text(chapter: str) -> str:
-    return (ROOT / "workbench" / "quiz" / "data" / f"{chapter}.json").read_text()
+    sealed = json.loads((ROOT / "workbench" / "quiz" / "data" / f"{chapter}.json").read_text())
+    return json.dumps(open_quiz(sealed), ensure_ascii=False)  # the key as its author wrote it
 
 
 # -- item: ch10 sent the reader to chapter 7 for elastic KV's faults; they are in 06
