@@ -1,8 +1,10 @@
 """Predict first: an exercise asks for a guess in a cell, then :func:`check` compares it with
-what the run gave, so the answer is read after the learner committed to one."""
+what the run gave, so the answer is read after the learner committed to one; :func:`ask` runs
+a costly outcome only once the guess is there."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 NO_GUESS = ("(no prediction written: put yours in the cell above and run it again to have it "
@@ -21,3 +23,11 @@ def check(guess: Any, actual: Any, *, what: str, tolerance: float = 0.0) -> str:
         right = isinstance(guess, (int, float)) and abs(guess - actual) <= tolerance
     verdict = "right" if right else "not what the run gave"
     return f"your prediction {guess!r}, the run {actual!r}: {verdict} ({what})"
+
+
+def ask(guess: Any, outcome: Callable[[], Any], *, what: str, tolerance: float = 0.0) -> str:
+    """Predict first, for an exercise that costs a run: ``outcome()`` runs only once a guess is
+    written, then :func:`check` compares them; with no guess yet, one line asks for it."""
+    if guess is None:
+        return f"Write your prediction ({what}) in the line above, then run this cell."
+    return check(guess, outcome(), what=what, tolerance=tolerance)
