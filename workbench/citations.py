@@ -16,7 +16,7 @@ from pathlib import Path
 
 SOURCES = Path(__file__).resolve().parents[1] / "docs" / "sources.md"
 NOTEBOOK_BASE = "../docs/sources.md"  # as seen from chapters/ and labs/
-_REF = re.compile(r"seed (00[013]) (§(\d+(?:\.\d+)*)|E(\d))")
+_REF = re.compile(r"[Ss]eed (00[013]) (§(\d+(?:\.\d+)*)|E(\d))")
 _LINKED = re.compile(r"\[[^\]]*\]\([^)]*\)")
 _ANCHOR = re.compile(r'<a id="(seed-[^"]+)"')
 _E_SECTIONS = range(3, 12)  # seed 003 §3..§11 are E1..E9
