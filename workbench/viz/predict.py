@@ -7,17 +7,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-NO_GUESS = ("(no prediction written: put yours in the cell above and run it again to have it "
-            "checked) ")
+
+def _no_guess(what: str) -> str:
+    return f"No prediction yet ({what}): write yours in the cell, then run it again."
 
 
 def check(guess: Any, actual: Any, *, what: str, tolerance: float = 0.0) -> str:
     """One line: the guess against the outcome (numbers agree within ``tolerance``, anything
-    else must be equal). A guess of None says so and shows the outcome anyway (a headless run
-    has no learner to ask)."""
+    else must be equal). With no guess (None) the outcome stays hidden: the line asks first."""
     if guess is None:
-        return f"{NO_GUESS}{what}: {actual!r}"
-    if isinstance(actual, bool) or not isinstance(actual, (int, float)):
+        return _no_guess(what)
+    if isinstance(actual, bool):
+        right = isinstance(guess, bool) and guess == actual  # 1 is no answer to True / False
+    elif not isinstance(actual, (int, float)):
         right = guess == actual
     else:
         right = isinstance(guess, (int, float)) and abs(guess - actual) <= tolerance
@@ -29,5 +31,5 @@ def ask(guess: Any, outcome: Callable[[], Any], *, what: str, tolerance: float =
     """Predict first, for an exercise that costs a run: ``outcome()`` runs only once a guess is
     written, then :func:`check` compares them; with no guess yet, one line asks for it."""
     if guess is None:
-        return f"Write your prediction ({what}) in the line above, then run this cell."
+        return _no_guess(what)
     return check(guess, outcome(), what=what, tolerance=tolerance)
