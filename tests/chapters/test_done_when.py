@@ -36,7 +36,7 @@ EXERCISES = re.compile(r"^## (What to try|Exercises)\b", re.M)
 STILL_TELLS = {
     
     "05_one_request", "06_tp_pp_transactions", "07_operating",
-    "08_measuring_honestly", "10_beyond_hbm", "01_idle_footprint",
+    "08_measuring_honestly", "01_idle_footprint",
     "02_grow_reclaim", "03_same_engine_pair", "04_cross_engine", "05_prefix_bound",
     "06_kv_capacity", "07_baseline", "08_chunked_prefill", "09_control_groups",
     "10_no_fake_enable", "11_dynamic_limit", "12_tp_pp", "13_faults", "14_output_equality",
