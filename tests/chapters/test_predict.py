@@ -20,3 +20,21 @@ def test_a_guess_is_checked_against_the_run():
     assert "not what the run gave" in check(1, True, what="b")  # a bool is not a number here
     assert ": right" in check("retired", "retired", what="state")
     assert ": right" in ask(4, lambda: 4, what="steps")
+
+
+def test_a_verdict_and_a_refusal_read_as_booleans():
+    from types import SimpleNamespace
+
+    from workbench.errors import ConfigError
+    from workbench.viz.predict import refused, supported
+
+    def run(verdict):
+        return SimpleNamespace(record=SimpleNamespace(verdict=verdict))
+
+    assert supported(run("supported: every check holds"))
+    assert not supported(run("Not supported in simulation: ...")) and not supported(run("refuted"))
+
+    def bad():
+        raise ConfigError("tp=1", "needs two ranks", "use tp >= 2")
+
+    assert refused(bad) and not refused(lambda: 1)

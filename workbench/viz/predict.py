@@ -33,3 +33,19 @@ def ask(guess: Any, outcome: Callable[[], Any], *, what: str, tolerance: float =
     if guess is None:
         return _no_guess(what)
     return check(guess, outcome(), what=what, tolerance=tolerance)
+
+
+def supported(result: Any) -> bool:
+    """Whether a lab run's record says *supported* (its verdict's first word)."""
+    return result.record.verdict.strip().lower().startswith("supported")
+
+
+def refused(call: Callable[[], Any]) -> bool:
+    """Whether ``call()`` is refused with a one-line ConfigError before anything runs."""
+    from workbench.errors import ConfigError
+
+    try:
+        call()
+    except ConfigError:
+        return True
+    return False
