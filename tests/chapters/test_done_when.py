@@ -33,11 +33,7 @@ WRONG = [
 EXERCISES = re.compile(r"^## (What to try|Exercises)\b", re.M)
 # notebooks whose exercise lists still tell before they ask (issue 38, item 4, not done yet):
 # converting one removes it here, and the test fails if a listed one already asks first
-STILL_TELLS = {
-    "01_idle_footprint", "02_grow_reclaim", "06_kv_capacity", "07_baseline",
-    "08_chunked_prefill", "11_dynamic_limit", "14_output_equality", "16_store_routes",
-    "17_pd_split", "19_non_prefix_reuse",
-}
+STILL_TELLS = {"14_output_equality", "16_store_routes", "17_pd_split", "19_non_prefix_reuse"}
 
 
 def _cells(path: Path) -> list[dict]:

@@ -18,6 +18,7 @@ def test_a_guess_is_checked_against_the_run():
     assert "not what the run gave" in check(15, 16, what="knee")
     assert ": right" in check(195.3, 195.31, what="f", tolerance=0.05)
     assert "not what the run gave" in check(1, True, what="b")  # a bool is not a number here
+    assert "not what the run gave" in check(True, 1.0, what="n")  # nor a number a bool
     assert ": right" in check("retired", "retired", what="state")
     assert ": right" in ask(4, lambda: 4, what="steps")
 

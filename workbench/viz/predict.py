@@ -22,7 +22,8 @@ def check(guess: Any, actual: Any, *, what: str, tolerance: float = 0.0) -> str:
     elif not isinstance(actual, (int, float)):
         right = guess == actual
     else:
-        right = isinstance(guess, (int, float)) and abs(guess - actual) <= tolerance
+        right = (isinstance(guess, (int, float)) and not isinstance(guess, bool)
+                 and abs(guess - actual) <= tolerance)
     verdict = "right" if right else "not what the run gave"
     return f"your prediction {guess!r}, the run {actual!r}: {verdict} ({what})"
 
