@@ -31,9 +31,6 @@ WRONG = [
     "is true exactly when\n  there are Mamba layers", "read from its release, not\nfrom code",
 ]
 EXERCISES = re.compile(r"^## (What to try|Exercises)\b", re.M)
-# notebooks whose exercise lists still tell before they ask (issue 38, item 4, not done yet):
-# converting one removes it here, and the test fails if a listed one already asks first
-STILL_TELLS = {"14_output_equality", "16_store_routes", "17_pd_split", "19_non_prefix_reuse"}
 
 
 def _cells(path: Path) -> list[dict]:
@@ -71,7 +68,7 @@ def asks_first(cells: list[dict]) -> bool:
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_every_exercise_list_asks_for_a_prediction_before_its_answer(path):
-    assert asks_first(_cells(path)) == (path.stem not in STILL_TELLS)
+    assert asks_first(_cells(path)), f"{path.stem}: its exercises tell before they ask"
 
 
 def test_a_lab_report_links_its_seed_references_in_one_place():
