@@ -35,8 +35,11 @@ class LabResult:
     figures: dict[str, Any] = field(default_factory=dict)  # plotly figures; {} without plotly
 
     def __post_init__(self) -> None:
-        # every lab's report links its seed references, here and nowhere else
-        self.markdown = link_seed_refs(self.markdown)
+        from workbench.labs.kit.report import tidy_tables
+
+        # every lab's report passes here: no Python reprs in its cells, its seed references
+        # linked into docs/sources.md
+        self.markdown = link_seed_refs(tidy_tables(self.markdown))
 
     def write(self, path: str | Path) -> list[Path]:
         """The JSON record at ``path`` and the Markdown report beside it (``.md``), its links
@@ -50,7 +53,14 @@ class Lab(ABC):
     name: ClassVar[str]
     description: ClassVar[str]
     params_type: ClassVar[type]  # a dataclass; every field has a default
-    backends: ClassVar[tuple[str, ...]]
+    backends: ClassVar[tuple[str, ...]]  # kept in the registry's order (sim, host, gpu)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "backends" in cls.__dict__:  # one order wherever a lab's backends are shown
+            from workbench.backends import BACKENDS
+
+            cls.backends = tuple(sorted(cls.backends, key=BACKENDS.index))
 
     def params(self, **values: Any) -> Any:
         """The parameter dataclass from typed values, each checked against its declared range
