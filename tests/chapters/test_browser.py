@@ -50,6 +50,7 @@ MAIN_FIGURE = {
     "08_measuring_honestly": "TTFT of every request",
     "09_beyond_one_kv_group": "Blocks held per group",
     "10_beyond_hbm": "PD: where each request",
+    "11_driver_layer": "Four pages of address space",
 }
 
 FULL_RUN = "02_elastic_memory"  # the chapter a learner runs first after chapter 00's tour

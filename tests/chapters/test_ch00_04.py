@@ -206,7 +206,7 @@ def test_corrected_statements():
 def test_chapter_00_maps_every_chapter_and_lab():
     text = _text("00_start_here")
     chapters = sorted(p.name for p in CHAPTERS.glob("[0-9][0-9]_*.ipynb"))
-    assert len(chapters) == 11
+    assert len(chapters) == 12
     for name in chapters:
         assert f"]({name})" in text, name
     links = set(re.findall(r"\]\(\.\./labs/([^)]+)\)", text))

@@ -129,3 +129,20 @@ def test_one_request_colocation_prefix_on_gpu(gpu):
     _same_as_pools(pre.rec)
     assert pre.hits > 0
     _close(pre.rec)
+
+
+@pytest.mark.gpu
+def test_driver_layer_chapter_runs_on_the_real_driver(gpu):
+    """Chapter 11 with backend="gpu": the eight VMM calls on cuda.bindings.driver, a torch view
+    over the raw pointer, a CUDA graph replayed over remapped memory, no error anywhere."""
+    pytest.importorskip("nbclient", reason="no notebook stack here (make setup)")
+    nb = _run_with_backend(NOTEBOOKS[0].parent / "11_driver_layer.ipynb", gpu)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    errors = [o for c in code for o in c.outputs if o.output_type == "error"]
+    assert not errors, errors[0].get("traceback")
+    out = "".join(o.get("text", "") for c in code for o in c.outputs)
+    print(out)
+    assert "driver: the CUDA driver on" in out and "1. granularity  2 MiB" in out
+    assert "6. tensor view  1,048,576 fp16" in out and "sum 1,048,576" in out
+    assert "same tensor, same pointer: True" in out and "zero page mapped read-write" in out
+    assert "same graph replayed: sum 2,097,152 (the new memory)" in out

@@ -16,7 +16,7 @@ from .theme import assert_one_theme  # noqa: E402
 EXPECTED = ["00_start_here", "01_block_token_page", "02_elastic_memory",
             "03_prefix_ownership", "04_colocation_and_limits", "05_one_request",
             "06_tp_pp_transactions", "07_operating", "08_measuring_honestly",
-            "09_beyond_one_kv_group", "10_beyond_hbm"]
+            "09_beyond_one_kv_group", "10_beyond_hbm", "11_driver_layer"]
 LIMIT_S = 120
 ENV = {"WORKBENCH_SCORES": ""}  # a chapter's kernel keeps quiz scores in memory
 

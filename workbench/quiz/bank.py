@@ -1,7 +1,7 @@
 """The chapters' quizzes, shipped inside the package and loaded by chapter name.
 
-The answer keys live here, in ``workbench/quiz/data/*.json``, not beside the notebooks: a learner's
-JupyterLab file browser is rooted at ``chapters/``, and a key one click away is no self-test.
+The questions live in ``workbench/quiz/data/*.json``, sealed (:mod:`workbench.quiz.seal`):
+JupyterLab serves the whole repository, so a readable key would be one click from the notebook.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ docs/sources.md, e.g. "[001 §13](../docs/sources.md#seed-001-s13)"). Choice que
 ``choices``: ``{"text", "correct", "feedback"}`` each, with feedback for every choice;
 ``single`` has exactly one correct choice, ``multiple`` at least one. A numeric question carries
 ``answer``, ``tolerance`` (absolute, >= 0), optional ``unit`` and ``feedback`` with ``correct``,
-``low`` and ``high`` texts.
+``low`` and ``high`` texts. That is the *open* form an author writes; the packaged files are
+sealed (:mod:`workbench.quiz.seal`) and :func:`load_quiz` opens them.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import ConfigError, NotFoundError
+from workbench.quiz.seal import open_quiz
 
 KINDS = ("single", "multiple", "numeric")
 _Q_KEYS = {"id", "kind", "prompt", "explanation", "source", "choices", "answer", "tolerance",
@@ -175,10 +177,11 @@ def parse_quiz(d: Any, where: str = "quiz") -> Quiz:
 
 
 def load_quiz(path: str | Path) -> Quiz:
-    """Read and check one quiz file. Raises QuizSchemaError saying what is wrong and where."""
+    """Read and check one quiz file, open or sealed (:mod:`workbench.quiz.seal`). Raises
+    QuizSchemaError (SealError for a seal that does not open) saying what is wrong and where."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = open_quiz(json.loads(path.read_text(encoding="utf-8")), str(path))
     except FileNotFoundError as err:
         raise _fail(f"quiz file {path}", "does not exist",
                     "check the path (chapters load theirs by name: load_chapter_quiz)") from err

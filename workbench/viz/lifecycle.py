@@ -148,7 +148,7 @@ UPSTREAM = {
     "VLLMKVManager": "vLLM KVCacheManager with its KVCacheCoordinator folded in (one KV group)",
     "BlockPool": "vLLM BlockPool (elastic: its block ids come from the ledger below)",
     "SGLangScheduler": "SGLang Scheduler",
-    "RadixCache": "SGLang RadixCache with its token allocator",
+    "RadixCache": "SGLang RadixCache (holds the token allocator; alloc_token_slots allocates)",
     "KVCacheManager": "the elastic layer's block ledger (kvcached's KVCacheManager)",
     "PageAllocator": "the elastic layer's page allocator",
     "KVSpace": "the reserved virtual range and its tensor views",

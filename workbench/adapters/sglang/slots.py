@@ -1,16 +1,17 @@
-"""SGLang's allocator contract on the workbench ledger, engine-free: a slot index is
-``page * page_size + offset`` with ``page`` a ledger block, a miss is ``None`` (SGLang's
-scheduler evicts, retracts or retries), a free goes through the ledger's fence. The elastic
-allocators (``allocator.py``) mix :class:`LedgerSlots` into SGLang's own classes; a chapter cell
-drives the same code without SGLang (:meth:`LedgerSlots.over`).
+"""SGLang's allocator contract on the workbench ledger, engine-free: a slot index is ``page *
+page_size + offset`` with ``page`` a ledger block, a miss is ``None`` (which SGLang does not
+expect: below), a free goes through the ledger's fence. The elastic allocators (``allocator.py``)
+mix :class:`LedgerSlots` into SGLang's own classes; a chapter cell drives the same code without
+SGLang (:meth:`LedgerSlots.over`).
 
 SGLang admits work when ``available_size() + evictable_size()`` covers it, then evicts from its
-radix cache and allocates, and raises if that allocation misses. While a limit shrinks the pool,
-a block freed there may retire with its page instead of becoming free, so the tokens an eviction
+radix cache and allocates; ``alloc_token_slots`` raises "Out of memory" if that allocation misses,
+so ``available_size()`` must count only what memory can back now. While a limit shrinks the pool, a
+block freed there may retire with its page instead of becoming free, so the tokens an eviction
 frees would not all come back. Blocks freed while shrinking are therefore *held back* until the
-next allocation has had its chance at them (it takes them only after the ledger's own free
-blocks); whatever it leaves goes back to the ledger, where pages retire as before. Mapped memory
-never grows for it: held blocks are on pages already mapped."""
+next allocation has had its chance at them (it takes them only after the ledger's own free blocks);
+whatever it leaves goes back to the ledger, where pages retire as before. Mapped memory never grows
+for it: held blocks are on pages already mapped."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The colocation lab on the simulated backend: three Llama-3.1-8B instances on one A100-80G,
-static KV split vs elastic KV (kvcached's "2-28x TTFT" experiment, research/kvcached.md §6.1).
+static KV split vs elastic KV (kvcached's "2-28x TTFT" experiment: docs/sources.md,
+upstream-kvcached-colocation).
 
 Each instance gets kvcached's ramp trace (see :func:`workbench.engines.sim.workloads.ramp_trace`):
 256-token random prompts, 256-token outputs, 0 -> PEAK -> 1 req/s, then a 1 req/s tail; instance
@@ -94,7 +95,9 @@ def run_sim(params: ColocationParams, progress: Progress | None = None) -> Coloc
         setup=[f"Step-time model: {cal}.", "",
                "Static split (gpu_memory_utilization 0.31 each) vs elastic KV (shared pages, "
                "gpu_utilization 0.95). TTFT in ms. *kvcached* columns: the published table "
-               "(research/kvcached.md §6.1, read from bar heights, approximate).", "",
+               "([kvcached's colocation benchmark]"
+               "(../docs/sources.md#upstream-kvcached-colocation), read from bar heights, "
+               "approximate).", "",
                EXPECTED_SHAPE, ""],
         footer=[f"Simulated {sim_s:,.0f} s (three instances each) in {cpu_s:,.1f} s of CPU "
                 f"time ({sim_s / cpu_s:,.0f} simulated s per CPU s).", "", EXPLANATIONS],
@@ -174,10 +177,11 @@ def _record_fields(out: dict, peaks: list[int], seed: int, steptime: dict,
 EXPECTED_SHAPE = (
     "**Expected shape** (kvcached's table; seed 000 §14.3): at low PEAK (12-14) elastic is about "
     "as fast as static (0.9-1.0x, VMM mapping is the small cost); past the static split's knee "
-    "(PEAK 15-17) static TTFT explodes while elastic stays low (mean 2.5-7.6x, p99 17-28x); at "
-    "the highest PEAKs (19-20) the elastic instance saturates too and the gap narrows (mean 2x, "
-    "p99 1.2x). The 2-28x belongs to this workload (three models, staggered peaks, one A100-80G), "
-    "not to elastic KV in general. Compare the shape, not the absolute milliseconds.")
+    "(PEAK 15-17) static TTFT explodes while elastic stays low (mean 2.5-7.6x, p99 7.8-28x, "
+    "the 28x at PEAK 16); at the highest PEAKs (18-20) the elastic instance saturates too and "
+    "the gap narrows (to mean 2.0x, p99 1.2x at PEAK 20). The 2-28x belongs to this workload "
+    "(three models, staggered peaks, one A100-80G), not to elastic KV in general. Compare the "
+    "shape, not the absolute milliseconds.")
 
 EXPLANATIONS = """## Why ours differs from kvcached's table
 
@@ -187,7 +191,8 @@ EXPLANATIONS = """## Why ours differs from kvcached's table
   at 60%, 2.5 ms + 15 us/seq host overhead), and the real vLLM 0.9.2 steps were evidently slower,
   so with the roofline defaults our static knee sits at a higher PEAK than kvcached's (15).
   ``--steptime kvcached-fit`` (HBM at 55% of peak, 5 ms per step; a hand fit to this table, not
-  a measurement) moves it to PEAK 15. Calibrating against measured step times is the real fix.
+  a measurement) moves it to PEAK 15 over all nine PEAKs (the quick sweep, PEAK 12/16/20, first
+  sees it at 16). Calibrating against measured step times is the real fix.
 * **Absolute TTFT at low load.** Ours counts queueing + scheduling + prefill only. The bench
   measured at the HTTP client: API server, tokenisation, detokenisation and streaming add tens of
   ms, so kvcached's ~95 ms floor is above ours.

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from workbench.citations import link_seed_refs, rebase
 from workbench.errors import ConfigError
 from workbench.labs.kit.params import build, check_params
 from workbench.labs.kit.record import LabRecord
@@ -36,11 +37,14 @@ class LabResult:
     def __post_init__(self) -> None:
         from workbench.labs.kit.report import tidy_tables
 
-        self.markdown = tidy_tables(self.markdown)  # no Python reprs in any lab's cells
+        # every lab's report passes here: no Python reprs in its cells, its seed references
+        # linked into docs/sources.md
+        self.markdown = link_seed_refs(tidy_tables(self.markdown))
 
     def write(self, path: str | Path) -> list[Path]:
-        """The JSON record at ``path`` and the Markdown report beside it (``.md``)."""
-        return self.record.write(path, self.markdown)
+        """The JSON record at ``path`` and the Markdown report beside it (``.md``), its links
+        pointing at docs/sources.md from there."""
+        return self.record.write(path, rebase(self.markdown, Path(path).parent))
 
 
 class Lab(ABC):
