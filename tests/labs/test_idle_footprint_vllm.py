@@ -82,14 +82,15 @@ def test_a_lost_request_is_named():
 
 
 def test_the_lab_routes_engine_vllm_to_its_runner(monkeypatch):
+    from workbench.engines.real.vllm import VllmEngine
     from workbench.labs import get_lab
     from workbench.labs.idle_footprint import vllm as runner
-    from workbench.labs.kit import vllm_rig
 
     lab = get_lab("idle-footprint")
     assert {"sim", "host", "gpu"} <= set(lab.backends)
     seen = {}
-    monkeypatch.setattr(vllm_rig, "python_for", lambda name: "python-with-vllm")
+    monkeypatch.setattr(VllmEngine, "interpreter",
+                        classmethod(lambda cls, what: "python-with-vllm"))
 
     def fake(backend, quick=False, seed=0):
         seen.update(backend=backend, quick=quick, seed=seed)

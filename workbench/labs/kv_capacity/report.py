@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from workbench.labs.kit.record import LabRecord, Manifest
-from workbench.labs.kit.vllm_report import real_markdown, real_record
+from workbench.labs.kit.server_report import real_markdown, real_record
 from workbench.units import MiB
 
 SEED_EXPECTED = (

@@ -10,7 +10,7 @@ from workbench.labs.no_fake_enable.sim import ARMS, CHECKS, DEVICE_GIB, IDLE_S, 
 from workbench.units import GiB, MiB
 
 if TYPE_CHECKING:
-    from workbench.labs.no_fake_enable.lab import NoFakeEnableParams
+    from workbench.labs.no_fake_enable.params import NoFakeEnableParams
 
 # what the seed predicts for each arm: the checks that must fail (the rest pass)
 EXPECTED_FAIL = {
@@ -195,7 +195,7 @@ PATCH_LOG_MARK = "workbench autopatch: "
 
 def vllm_report(out: dict[str, Any]) -> tuple[LabRecord, str]:
     """The record and Markdown of the three real starts (:mod:`.vllm`'s rows)."""
-    from workbench.labs.kit.vllm_report import real_markdown, real_record
+    from workbench.labs.kit.server_report import real_markdown, real_record
     from workbench.labs.no_fake_enable.vllm import ARMS as REAL_ARMS
     from workbench.labs.no_fake_enable.vllm import CHECKS as REAL_CHECKS
     from workbench.labs.no_fake_enable.vllm import EXPECTED_FAIL as REAL_FAIL
