@@ -110,19 +110,6 @@ def _render(markdown: str) -> None:
         typer.echo(markdown)
 
 
-def _write_html(result, name: str, folder: Path) -> list[Path]:
-    """Each figure as a standalone HTML page (plotly from a CDN), and the report beside them."""
-    folder.mkdir(parents=True, exist_ok=True)
-    written = []
-    for key, fig in result.figures.items():
-        p = folder / f"{name}_{key}.html"
-        fig.write_html(str(p), include_plotlyjs="cdn")
-        written.append(p)
-    md = folder / f"{name}.md"
-    md.write_text(result.markdown)
-    return [*written, md]
-
-
 @labs.command("params", short_help="List a lab's parameters: default, range, help.")
 def list_params(
     name: Annotated[str, typer.Argument(
@@ -161,8 +148,8 @@ def run_lab(
     out: Annotated[Path | None, typer.Option(
         "--out", help="Write the JSON record here (the Markdown report beside it, .md).")] = None,
     html: Annotated[Path | None, typer.Option(
-        "--html", help="Write the figures (one HTML page each) and the report to this "
-                       "folder.")] = None,
+        "--html", help="Write the report with its figures as one offline page, "
+                       "DIR/index.html.", metavar="DIR")] = None,
     param: Annotated[list[str] | None, typer.Option(
         "--param", help="A lab parameter, key=value (repeatable).")] = None,
     engine: Annotated[str | None, typer.Option(
@@ -202,7 +189,10 @@ def run_lab(
     else:
         _render(result.markdown)
     err_console.print(f"{name}: {time.perf_counter() - t0:.1f} s wall")
-    written = [*(result.write(out) if out is not None else []),
-               *(_write_html(result, name, html) if html is not None else [])]
+    written = result.write(out) if out is not None else []
+    if html is not None:
+        from workbench.viz.labpage import write_page  # plotly.js is read only for --html
+
+        written.append(write_page(result, name, html))
     for p in written:
         err_console.print(f"wrote {p}", markup=False)

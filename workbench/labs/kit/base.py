@@ -35,6 +35,11 @@ class LabResult:
     tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     figures: dict[str, Any] = field(default_factory=dict)  # plotly figures; {} without plotly
 
+    def __post_init__(self) -> None:
+        from workbench.labs.kit.report import tidy_tables
+
+        self.markdown = tidy_tables(self.markdown)  # no Python reprs in any lab's cells
+
     def write(self, path: str | Path) -> list[Path]:
         """The JSON record at ``path`` and the Markdown report beside it (``.md``)."""
         return self.record.write(path, self.markdown)
