@@ -24,7 +24,7 @@ PLAN = [("idle-0", 0, [(1, 1, 0)] * 3),
 
 
 def canned(device: str = "cpu", free_per_page: int = PAGE) -> dict:
-    """A run as grow_reclaim.vllm returns it: device free falls by what is mapped."""
+    """A run as grow_reclaim.server returns it: device free falls by what is mapped."""
     samples, phases, t = [], [], 0.0
     for name, n, looks in PLAN:
         start = t
@@ -124,7 +124,7 @@ def test_device_free_is_judged_on_gpu_only():
 def test_the_lab_routes_engine_vllm_to_its_runner(monkeypatch):
     from workbench.engines.real.vllm import VllmEngine
     from workbench.labs import get_lab
-    from workbench.labs.grow_reclaim import vllm as runner
+    from workbench.labs.grow_reclaim import server as runner
 
     lab = get_lab("grow-reclaim")
     assert {"sim", "host", "gpu"} <= set(lab.backends)
@@ -156,7 +156,7 @@ def test_engine_vllm_without_vllm_is_refused_in_one_line(monkeypatch):
 @pytest.mark.parametrize("quick", [True, False])
 def test_every_phase_fits_the_engines_context_and_follows_the_seeds_order(quick):
     from workbench.engines.real.vllm import VllmSpec
-    from workbench.labs.grow_reclaim.vllm import phases
+    from workbench.labs.grow_reclaim.server import phases
     from workbench.labs.kit.server_rig import prompts
 
     plan = phases(quick)

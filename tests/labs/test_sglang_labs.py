@@ -31,7 +31,8 @@ def stand_in(monkeypatch):
 
 
 def test_output_equality_on_the_sglang_kind_compares_stock_and_elastic(stand_in):
-    from workbench.labs.output_equality import report, vllm
+    from workbench.labs.output_equality import report
+    from workbench.labs.output_equality import server as vllm
 
     out = vllm.run("gpu", quick=True, kind="sglang")
     assert out["engine"] == "sglang" and out["batch_invariant"]
@@ -47,7 +48,8 @@ def test_output_equality_on_the_sglang_kind_compares_stock_and_elastic(stand_in)
 
 
 def test_dynamic_limit_on_the_sglang_kind_flushes_the_cache_last(stand_in):
-    from workbench.labs.dynamic_limit import report, vllm
+    from workbench.labs.dynamic_limit import report
+    from workbench.labs.dynamic_limit import server as vllm
 
     out = vllm.run("gpu", quick=True, kind="sglang")
     assert out["engine"] == "sglang" and out["finished"] == out["requests"] > 0
@@ -132,8 +134,8 @@ def test_engine_sglang_without_sglang_is_refused_in_one_line(monkeypatch):
 
 
 def test_the_labs_route_engine_sglang_to_their_runner(monkeypatch):
-    from workbench.labs.dynamic_limit import vllm as dl
-    from workbench.labs.output_equality import vllm as oe
+    from workbench.labs.dynamic_limit import server as dl
+    from workbench.labs.output_equality import server as oe
 
     seen = []
     monkeypatch.setattr(SglangEngine, "interpreter", classmethod(lambda cls, what: "python"))
@@ -149,7 +151,8 @@ def test_the_labs_route_engine_sglang_to_their_runner(monkeypatch):
 
 
 def test_grow_reclaim_on_the_sglang_kind_walks_its_phases(stand_in):
-    from workbench.labs.grow_reclaim import report, vllm
+    from workbench.labs.grow_reclaim import report
+    from workbench.labs.grow_reclaim import server as vllm
 
     out = vllm.run("gpu", quick=True, kind="sglang")
     assert out["engine"] == "sglang" and [r["phase"] for r in out["phases"]][:3] == [
@@ -163,7 +166,7 @@ def test_grow_reclaim_on_the_sglang_kind_walks_its_phases(stand_in):
 
 
 def test_same_engine_pair_on_the_sglang_kind_uses_sglang_page_ids(stand_in):
-    from workbench.labs.same_engine_pair import vllm
+    from workbench.labs.same_engine_pair import server as vllm
 
     out = vllm.run("gpu", quick=True, kind="sglang", phase_s=0.4)
     assert out["engine"] == "sglang" and out["page_id_bytes"] == 16 << 20

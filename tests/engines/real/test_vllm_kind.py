@@ -159,7 +159,7 @@ def test_run_lab_routes_engine_vllm_itself(monkeypatch):
 
 def test_the_real_lab_turns_a_runners_rows_into_a_record_and_markdown(monkeypatch):
     from workbench.labs import get_lab
-    from workbench.labs.output_equality import vllm as output_equality
+    from workbench.labs.output_equality import server as output_equality
 
     monkeypatch.setattr("workbench.backends.require", lambda backend: backend)
     real = get_lab("output-equality")

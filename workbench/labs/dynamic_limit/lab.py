@@ -31,7 +31,7 @@ def run_server(params: DynamicLimitParams, run: LabRun,
                progress: Progress | None = None) -> LabResult:
     """The server family: this lab's runner over real engine servers."""
     from workbench.labs.dynamic_limit.report import vllm_report
-    from workbench.labs.dynamic_limit.vllm import run as run_vllm
+    from workbench.labs.dynamic_limit.server import run as run_vllm
 
     return real_result(vllm_report, lambda: run_vllm(run.backend, quick=params.quick,
                                                      kind=run.kind))

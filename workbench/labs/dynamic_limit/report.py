@@ -213,7 +213,7 @@ def _flush_row(steps: list[dict[str, Any]]) -> list[tuple[str, str]]:
 
 
 def vllm_report(out: dict[str, Any]) -> tuple[LabRecord, str]:
-    """The record and Markdown of a run on a real vLLM or SGLang (:mod:`.vllm`'s rows)."""
+    """The record and Markdown of a run on a real vLLM or SGLang (:mod:`.server`'s rows)."""
     steps = out["steps"]
     answers = sorted({s.get("answer", "?") for s in steps})
     page = out["page_id_bytes"]

@@ -35,7 +35,7 @@ def run_server(params: GrowReclaimParams, run: LabRun,
                progress: Progress | None = None) -> LabResult:
     """The server family: this lab's runner over real engine servers."""
     from workbench.labs.grow_reclaim.report import vllm_report
-    from workbench.labs.grow_reclaim.vllm import run as run_vllm
+    from workbench.labs.grow_reclaim.server import run as run_vllm
 
     return real_result(vllm_report, lambda: run_vllm(run.backend, quick=params.quick,
                                                      kind=run.kind))

@@ -36,7 +36,7 @@ class GrowReclaimParams:
     min_reserved_pages: int = 5
     max_reserved_pages: int = 10
     # on sim the simulated vLLM-like engine (every field above); on host/gpu a real vLLM with
-    # the tiny model, its own phases and a 1..2-page reserve (grow_reclaim.vllm)
+    # the tiny model, its own phases and a 1..2-page reserve (grow_reclaim.server)
     engine: str = "vllm"  # sim-vllm on sim, a real vLLM on host/gpu; sglang: gpu only
     RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
         "quick": QUICK, "seed": SEED, "repeats": REPEATS, "model": MODEL, "gpu": GPU,

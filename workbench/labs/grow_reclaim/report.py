@@ -218,7 +218,7 @@ def record(p: Any, data: dict, rows: list[dict], found: dict, backend: str) -> L
                  "windows": data["runs"]["baseline"][first]["windows"]})
 
 
-# -- on a real vLLM (:mod:`.vllm`'s rows) ------------------------------------------------------
+# -- on a real vLLM (:mod:`.server`'s rows) ------------------------------------------------------
 REAL_LOAD = ("short", "long", "short-again")
 REAL_IDLE = {"idle-1": "long", "idle-2": "short-again"}  # idle phase: the load before it
 

@@ -21,7 +21,7 @@ def run_server(params: IdleFootprintParams, run: LabRun,
                progress: Progress | None = None) -> LabResult:
     """The server family: this lab's runner over real engine servers."""
     from workbench.labs.idle_footprint.report import vllm_report
-    from workbench.labs.idle_footprint.vllm import run as run_vllm
+    from workbench.labs.idle_footprint.server import run as run_vllm
 
     return real_result(vllm_report, lambda: run_vllm(run.backend, quick=params.quick,
                                                      seed=params.seed))

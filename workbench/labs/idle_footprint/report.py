@@ -59,7 +59,7 @@ def record(rows: list[dict], seed: int, backend: str) -> LabRecord:
         results={"rows": rows})
 
 
-# -- on a real vLLM (:mod:`.vllm`'s rows) ------------------------------------------------------
+# -- on a real vLLM (:mod:`.server`'s rows) ------------------------------------------------------
 def real_checks(out: dict) -> dict[str, bool]:
     free, lru = out["rows"]
     reset = free.get("after_reset") or {}

@@ -84,7 +84,7 @@ def run_server(params: KVCapacityParams, run: LabRun,
                progress: Progress | None = None) -> LabResult:
     """The server family: this lab's runner over real engine servers."""
     from workbench.labs.kv_capacity.report import vllm_report
-    from workbench.labs.kv_capacity.vllm import run as run_vllm
+    from workbench.labs.kv_capacity.server import run as run_vllm
 
     return real_result(vllm_report, lambda: run_vllm(run.backend, quick=params.quick))
 

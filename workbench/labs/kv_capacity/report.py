@@ -194,7 +194,7 @@ def figures(tables: dict[str, list[dict]]) -> dict[str, Any]:
 
 
 def vllm_report(out: dict[str, Any]) -> tuple[LabRecord, str]:
-    """The record and Markdown of a run on a real vLLM (:mod:`.vllm`'s rows)."""
+    """The record and Markdown of a run on a real vLLM (:mod:`.server`'s rows)."""
     rows = out["rows"]
     stock, elastic = rows[0], rows[1]
 

@@ -26,7 +26,7 @@ def run_server(params: NoFakeEnableParams, run: LabRun,
                progress: Progress | None = None) -> LabResult:
     """The server family: this lab's runner over real engine servers."""
     from workbench.labs.no_fake_enable.report import vllm_report
-    from workbench.labs.no_fake_enable.vllm import run as run_vllm
+    from workbench.labs.no_fake_enable.server import run as run_vllm
 
     return real_result(vllm_report, lambda: run_vllm(run.backend, quick=params.quick))
 

@@ -40,7 +40,7 @@ def run_server(params: OutputEqualityParams, run: LabRun,
                progress: Progress | None = None) -> LabResult:
     """The server family: this lab's runner over real engine servers."""
     from workbench.labs.output_equality.report import vllm_report
-    from workbench.labs.output_equality.vllm import run as run_vllm
+    from workbench.labs.output_equality.server import run as run_vllm
 
     return real_result(vllm_report, lambda: run_vllm(run.backend, quick=params.quick,
                                                      kind=run.kind))

@@ -186,7 +186,7 @@ def _small(out: dict[str, Any], pre: tuple) -> str:
 
 
 def vllm_report(out: dict[str, Any]) -> tuple[LabRecord, str]:
-    """The record and Markdown of a run on a real vLLM or SGLang (:mod:`.vllm`'s rows)."""
+    """The record and Markdown of a run on a real vLLM or SGLang (:mod:`.server`'s rows)."""
     rows = out["rows"]
     equal = sum(r["equal"] for r in rows)
     total = sum(r["prompts"] for r in rows)

@@ -38,7 +38,7 @@ def run_server(params: PairParams, run: LabRun,
                progress: Progress | None = None) -> LabResult:
     """The server family: this lab's runner over real engine servers."""
     from workbench.labs.same_engine_pair.report import vllm_report
-    from workbench.labs.same_engine_pair.vllm import run as run_vllm
+    from workbench.labs.same_engine_pair.server import run as run_vllm
 
     return real_result(vllm_report, lambda: run_vllm(run.backend, quick=params.quick,
                                                      kind=run.kind))
