@@ -16,6 +16,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from workbench.engines.real import vllm_build
 from workbench.engines.real.server import (  # noqa: F401 - the kind's module re-exports them
     REPO,
     SegmentPool,
@@ -143,7 +144,8 @@ class VllmSpec:
                  "--no-enable-prefix-caching")
         if self.num_gpu_blocks:
             a += ["--num-gpu-blocks-override", str(self.num_gpu_blocks)]
-        if self.device != "cpu":  # the op library the H200 recipe leaves behind is not needed
+        if self.device != "cpu" and not vllm_build.compiled():
+            # the recipe's op stand-in computes nothing: Triton attention and native ops
             cc: dict = {"mode": 0, "custom_ops": ["none"]}
             if graphs:  # what bench/vllm_limit.py ran on the H200: decode-only full graphs
                 sizes = [n for n in GRAPH_SIZES if n <= self.max_num_seqs]
