@@ -230,7 +230,7 @@ def test_kvtop_legend_explains_the_bar_glyphs():
     from workbench.cli.kvtop import legend
 
     text = legend().plain
-    assert "░ not mapped" in text and "█ used" in text and "█ reserved" in text
+    assert "░ not mapped" in text and "█ used" in text and "▓ reserved" in text
 
 
 @pytest.mark.parametrize("qid, other", [("09-page-size-bytes", "01-vllm-page"),

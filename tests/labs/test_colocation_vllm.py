@@ -21,7 +21,7 @@ from workbench.labs import get_lab, run_lab
 from workbench.labs.colocation import vllm_rows as rows
 from workbench.labs.colocation.vllm import VllmColoConfig, traces
 from workbench.labs.colocation.vllm_lab import merged
-from workbench.labs.kit import vllm_rig as rig
+from workbench.labs.kit import server_rig as rig
 from workbench.units import GiB, MiB
 
 

@@ -13,7 +13,7 @@ import pytest
 from workbench.errors import ConfigError
 from workbench.labs import get_lab
 from workbench.labs.cross_engine.real_report import checks, phase_rows, report
-from workbench.labs.kit import vllm_rig as rig
+from workbench.labs.kit import server_rig as rig
 from workbench.units import MiB
 
 BUDGET = 64 * MiB
@@ -111,7 +111,10 @@ def test_engine_real_needs_both_engines(monkeypatch):
 
     monkeypatch.setenv("WORKBENCH_SGLANG_PYTHON", "/nonexistent/python")
     monkeypatch.setattr(sgl_kind, "_has_sglang", lambda python: False)
-    monkeypatch.setattr(rig, "require_vllm", lambda what: "python-with-vllm")
+    from workbench.engines.real.vllm import VllmEngine
+
+    monkeypatch.setattr(VllmEngine, "interpreter",
+                        classmethod(lambda cls, what: "python-with-vllm"))
     monkeypatch.setattr("workbench.backends.require", lambda backend: backend)
     lab = get_lab("cross-engine")
     with pytest.raises(ConfigError, match="needs a real SGLang"):

@@ -24,7 +24,7 @@ PLAN = [("idle-0", 0, [(1, 1, 0)] * 3),
 
 
 def canned(device: str = "cpu", free_per_page: int = PAGE) -> dict:
-    """A run as grow_reclaim.vllm returns it: device free falls by what is mapped."""
+    """A run as grow_reclaim.server returns it: device free falls by what is mapped."""
     samples, phases, t = [], [], 0.0
     for name, n, looks in PLAN:
         start = t
@@ -122,13 +122,14 @@ def test_device_free_is_judged_on_gpu_only():
 
 
 def test_the_lab_routes_engine_vllm_to_its_runner(monkeypatch):
+    from workbench.engines.real.vllm import VllmEngine
     from workbench.labs import get_lab
-    from workbench.labs.grow_reclaim import vllm as runner
-    from workbench.labs.kit import vllm_rig
+    from workbench.labs.grow_reclaim import server as runner
 
     lab = get_lab("grow-reclaim")
     assert {"sim", "host", "gpu"} <= set(lab.backends)
-    monkeypatch.setattr(vllm_rig, "python_for", lambda name: "python-with-vllm")
+    monkeypatch.setattr(VllmEngine, "interpreter",
+                        classmethod(lambda cls, what: "python-with-vllm"))
     monkeypatch.setattr(runner, "run",
                         lambda backend, quick=False, kind="vllm": copy.deepcopy(canned()))
     res = lab.run(lab.parse_params({"engine": "vllm", "quick": "true"}), "host")
@@ -155,8 +156,8 @@ def test_engine_vllm_without_vllm_is_refused_in_one_line(monkeypatch):
 @pytest.mark.parametrize("quick", [True, False])
 def test_every_phase_fits_the_engines_context_and_follows_the_seeds_order(quick):
     from workbench.engines.real.vllm import VllmSpec
-    from workbench.labs.grow_reclaim.vllm import phases
-    from workbench.labs.kit.vllm_rig import prompts
+    from workbench.labs.grow_reclaim.server import phases
+    from workbench.labs.kit.server_rig import prompts
 
     plan = phases(quick)
     assert [p[0] for p in plan] == ["idle-0", "short", "long", "idle-1", "short-again",
@@ -173,16 +174,16 @@ def test_blocks_per_page_from_vllms_block_size_or_the_one_it_was_given(tmp_path,
     import json
     from types import SimpleNamespace
 
-    from workbench.engines.real.vllm import VllmSpec
-    from workbench.labs.kit import vllm_rig
+    from workbench.engines.real.server import block_bytes
+    from workbench.engines.real.vllm import VllmEngine, VllmSpec
 
     (tmp_path / "config.json").write_text(json.dumps(
         {"hidden_size": 512, "num_attention_heads": 8, "num_key_value_heads": 8,
          "head_dim": 64, "num_hidden_layers": 2}))
     eng = SimpleNamespace(spec=VllmSpec(model=str(tmp_path), device="cuda"))
     # one 32-token block: 2 (K, V) x 2 layers x 8 heads x 64 x 32 tokens x 2 bytes = 128 KiB
-    assert vllm_rig.block_bytes(str(tmp_path), 32) == 128 << 10
-    monkeypatch.setattr(vllm_rig, "cache_config", lambda e: {"block_size": "32"})
-    assert vllm_rig.blocks_per_page(eng, 4 * MiB) == (32, 32)
-    monkeypatch.setattr(vllm_rig, "cache_config", lambda e: {})  # no label: what it was given
-    assert vllm_rig.blocks_per_page(eng, 4 * MiB) == (16, 64)
+    assert block_bytes(str(tmp_path), 32) == 128 << 10
+    eng.cache_config = lambda: {"block_size": "32"}
+    assert VllmEngine.blocks_per_page(eng, 4 * MiB) == (32, 32)
+    eng.cache_config = lambda: {}  # no label: what it was given
+    assert VllmEngine.blocks_per_page(eng, 4 * MiB) == (16, 64)

@@ -82,14 +82,15 @@ def test_a_lost_request_is_named():
 
 
 def test_the_lab_routes_engine_vllm_to_its_runner(monkeypatch):
+    from workbench.engines.real.vllm import VllmEngine
     from workbench.labs import get_lab
-    from workbench.labs.idle_footprint import vllm as runner
-    from workbench.labs.kit import vllm_rig
+    from workbench.labs.idle_footprint import server as runner
 
     lab = get_lab("idle-footprint")
     assert {"sim", "host", "gpu"} <= set(lab.backends)
     seen = {}
-    monkeypatch.setattr(vllm_rig, "python_for", lambda name: "python-with-vllm")
+    monkeypatch.setattr(VllmEngine, "interpreter",
+                        classmethod(lambda cls, what: "python-with-vllm"))
 
     def fake(backend, quick=False, seed=0):
         seen.update(backend=backend, quick=quick, seed=seed)
@@ -117,7 +118,7 @@ def test_engine_vllm_without_vllm_is_refused_in_one_line(monkeypatch):
 
 def test_the_wave_shares_prefixes_and_fits_the_engines_context():
     from workbench.engines.real.vllm import VllmSpec
-    from workbench.labs.idle_footprint.vllm import wave
+    from workbench.labs.idle_footprint.server import wave
 
     work = wave(48, seed=0)
     assert wave(48, seed=0) == work and wave(48, seed=1) != work

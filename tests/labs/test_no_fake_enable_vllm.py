@@ -10,9 +10,9 @@ import pytest
 from workbench.engines.real import vllm as kind
 from workbench.errors import ConfigError
 from workbench.labs import get_lab
-from workbench.labs.no_fake_enable import vllm as nfe_vllm
+from workbench.labs.no_fake_enable import server as nfe_vllm
 from workbench.labs.no_fake_enable.report import vllm_report
-from workbench.labs.no_fake_enable.vllm import ARMS, CHECKS, EXPECTED_FAIL, interpreter
+from workbench.labs.no_fake_enable.server import ARMS, CHECKS, EXPECTED_FAIL, interpreter
 from workbench.units import MiB
 
 APPLIED = ("INFO 12-01 23:40:01 [workbench.autopatch] workbench autopatch: vllm 0.32.0: applied "

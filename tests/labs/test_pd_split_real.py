@@ -63,6 +63,7 @@ def test_gpu_refusals_come_before_anything_runs(monkeypatch):
 
     lab = get_lab("pd-split")
     monkeypatch.setattr(real, "cuda_device_count", lambda: 1)
+    monkeypatch.setattr("workbench.backends.require", lambda backend: backend)  # a GPU here
     with pytest.raises(ConfigError, match=r"this host shows 1.*--param gpus=1"):
         lab.run(lab.params(), "gpu")
     with pytest.raises(ConfigError, match=r"gpus=3: outside 1..2"):  # its declared range

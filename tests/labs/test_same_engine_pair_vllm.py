@@ -10,7 +10,7 @@ import pytest
 from workbench.engines.real import vllm as kind
 from workbench.errors import ConfigError
 from workbench.labs import get_lab
-from workbench.labs.same_engine_pair import vllm as pair_vllm
+from workbench.labs.same_engine_pair import server as pair_vllm
 from workbench.labs.same_engine_pair.report import EXPECT, real_checks, vllm_report
 from workbench.units import MiB
 

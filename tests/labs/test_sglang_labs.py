@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 
 from workbench.engines.real import sglang as sgl_kind
+from workbench.engines.real.sglang import SglangEngine
+from workbench.engines.real.vllm import VllmEngine
 from workbench.errors import ConfigError
 from workbench.labs import get_lab
-from workbench.labs.kit import vllm_rig as rig
+from workbench.labs.kit import server_rig as rig
 
 FAKE = [sys.executable, str(Path(__file__).parents[1] / "engines" / "real"
                             / "fake_sglang_server.py")]
@@ -29,7 +31,8 @@ def stand_in(monkeypatch):
 
 
 def test_output_equality_on_the_sglang_kind_compares_stock_and_elastic(stand_in):
-    from workbench.labs.output_equality import report, vllm
+    from workbench.labs.output_equality import report
+    from workbench.labs.output_equality import server as vllm
 
     out = vllm.run("gpu", quick=True, kind="sglang")
     assert out["engine"] == "sglang" and out["batch_invariant"]
@@ -45,7 +48,8 @@ def test_output_equality_on_the_sglang_kind_compares_stock_and_elastic(stand_in)
 
 
 def test_dynamic_limit_on_the_sglang_kind_flushes_the_cache_last(stand_in):
-    from workbench.labs.dynamic_limit import report, vllm
+    from workbench.labs.dynamic_limit import report
+    from workbench.labs.dynamic_limit import server as vllm
 
     out = vllm.run("gpu", quick=True, kind="sglang")
     assert out["engine"] == "sglang" and out["finished"] == out["requests"] > 0
@@ -110,25 +114,32 @@ def test_a_lab_not_built_for_sglang_refuses_it(lab):
     assert "\n" not in str(e.value)
 
 
-def test_a_lab_without_an_sglang_run_refuses_it_in_check_engine():
+def test_a_lab_without_an_sglang_run_refuses_it_in_check_engine(monkeypatch):
+    from workbench.labs.kv_capacity.params import KVCapacityParams
+
+    monkeypatch.setattr("workbench.backends.require", lambda backend: backend)
+    # built by hand (past the declared range): the resolved run refuses it
     with pytest.raises(ConfigError, match="no run for that engine yet"):
-        rig.check_engine("kv-capacity", "host", "sglang", "vllm")
+        get_lab("kv-capacity").check_backend("gpu", KVCapacityParams(engine="sglang"))
 
 
 def test_engine_sglang_without_sglang_is_refused_in_one_line(monkeypatch):
     monkeypatch.setenv("WORKBENCH_SGLANG_PYTHON", "/nonexistent/python")
     monkeypatch.setattr(sgl_kind, "_has_sglang", lambda python: False)
+    monkeypatch.setattr("workbench.backends.require", lambda backend: backend)
+    lab = get_lab("dynamic-limit")
     with pytest.raises(ConfigError, match="needs a real SGLang") as e:
-        rig.check_engine("dynamic-limit", "gpu", "sglang", "vllm", kinds=("vllm", "sglang"))
+        lab.check_backend("gpu", lab.params(engine="sglang"))
     assert "\n" not in str(e.value)
 
 
 def test_the_labs_route_engine_sglang_to_their_runner(monkeypatch):
-    from workbench.labs.dynamic_limit import vllm as dl
-    from workbench.labs.output_equality import vllm as oe
+    from workbench.labs.dynamic_limit import server as dl
+    from workbench.labs.output_equality import server as oe
 
     seen = []
-    monkeypatch.setattr(rig, "on_real", lambda backend, engine: True)
+    monkeypatch.setattr(SglangEngine, "interpreter", classmethod(lambda cls, what: "python"))
+    monkeypatch.setattr("workbench.backends.require", lambda backend: backend)
     for mod in (oe, dl):
         monkeypatch.setattr(mod, "run", lambda backend, quick=False, kind="vllm":
                             seen.append(kind) or (_ for _ in ()).throw(RuntimeError("routed")))
@@ -140,7 +151,8 @@ def test_the_labs_route_engine_sglang_to_their_runner(monkeypatch):
 
 
 def test_grow_reclaim_on_the_sglang_kind_walks_its_phases(stand_in):
-    from workbench.labs.grow_reclaim import report, vllm
+    from workbench.labs.grow_reclaim import report
+    from workbench.labs.grow_reclaim import server as vllm
 
     out = vllm.run("gpu", quick=True, kind="sglang")
     assert out["engine"] == "sglang" and [r["phase"] for r in out["phases"]][:3] == [
@@ -154,7 +166,7 @@ def test_grow_reclaim_on_the_sglang_kind_walks_its_phases(stand_in):
 
 
 def test_same_engine_pair_on_the_sglang_kind_uses_sglang_page_ids(stand_in):
-    from workbench.labs.same_engine_pair import vllm
+    from workbench.labs.same_engine_pair import server as vllm
 
     out = vllm.run("gpu", quick=True, kind="sglang", phase_s=0.4)
     assert out["engine"] == "sglang" and out["page_id_bytes"] == 16 << 20
@@ -165,7 +177,8 @@ def test_same_engine_pair_on_the_sglang_kind_uses_sglang_page_ids(stand_in):
 
 def test_same_engine_pair_real_kind_must_match_the_engine(monkeypatch):
     lab = get_lab("same-engine-pair")
-    monkeypatch.setattr(rig, "python_for", lambda name, kind="vllm": "python")
+    monkeypatch.setattr(SglangEngine, "interpreter", classmethod(lambda cls, what: "python"))
+    monkeypatch.setattr(VllmEngine, "interpreter", classmethod(lambda cls, what: "python"))
     monkeypatch.setattr("workbench.backends.require", lambda backend: backend)
     lab.check_backend("gpu", lab.params(engine="sglang", kind="sglang"))
     with pytest.raises(ConfigError, match="kind="):

@@ -158,7 +158,8 @@ def test_run_lab_checks_the_backend_with_the_params_it_runs(monkeypatch):
     monkeypatch.setattr(tp_pp_workers, "cuda_device_count", lambda: 1)
     monkeypatch.setattr("workbench.backends.require", lambda backend: None)
     seen = []
-    monkeypatch.setattr(TpPpLab, "run", lambda self, p, b, progress=None: seen.append(p.gpus))
+    runner = lambda p, run, progress=None: seen.append(p.gpus)  # noqa: E731
+    monkeypatch.setattr(TpPpLab, "runners", {f: runner for f in TpPpLab.runners})
     run_lab("tp-pp", TpPpParams(quick=True, gpus=1), "gpu")
     assert seen == [1]
     with pytest.raises(ConfigError, match=r"needs one GPU per rank \(2 ranks\)"):

@@ -8,12 +8,7 @@ synthetic input; :func:`sim_overall` runs the simulator (SimPy, CPU only)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from workbench.engines.models import get_model
-from workbench.engines.sim.steptime import GPUS
 from workbench.labs.colocation.rows import spread
-from workbench.units import GiB
 
 STEP_FIELDS = ("flops_eff", "bw_eff", "step_overhead_s", "seq_overhead_s", "prefill_overhead_s")
 
@@ -105,37 +100,15 @@ def sim_overall(c: dict, peak: int, mode: str, steptime: dict,
     ``serial_host``: one driver thread steps every engine in turn, as the GPU lab does, so a
     step's host part also holds the GPU turn; ``one_thread`` (default: ``serial_host``) also
     schedules each step inside that turn (``engines.sim.driver.HOST_MODES``)."""
-    from workbench.config import PoolConfig
-    from workbench.engines.sim.cluster import ClusterConfig, run_cluster
-    from workbench.engines.sim.vllm_like import VLLMOptions
-    from workbench.engines.sim.workloads import ramp_trace
+    from workbench.engines.sim.cluster import run_cluster
+    from workbench.labs.colocation.predict import sweep_cluster
 
-    spec = GPUS["h200"]
-    model = get_model("llama-3.1-8b")
-    budget = int(c["budget_gib"] * GiB)
-    n = c["instances"]
-    out_len = max(2, round(c["completion_len"] / c["time_scale"]))
-    mapper = bool(c.get("mapper", False))
-    cfg = ClusterConfig(
-        mode=mode, gpu="h200", num_instances=n, activation_bytes=0,
-        gpu_memory_utilization=(budget / n + model.weight_bytes) / spec.memory_bytes,
-        kv_gpu_utilization=(n * model.weight_bytes + budget) / spec.memory_bytes,
-        kv_virtual_bytes=budget,
-        pool=replace(PoolConfig(), prealloc=mapper, min_reserved_pages=c["min_reserved_pages"],
-                     max_reserved_pages=c["max_reserved_pages"]),
-        vllm=VLLMOptions(max_num_seqs=c["max_num_seqs"],
-                         max_num_batched_tokens=c["max_batched_tokens"]),
-        steptime={k: steptime[k] for k in STEP_FIELDS if k in steptime}, seed=c["seed"],
-        host="one_thread" if (serial_host if one_thread is None else one_thread)
-        else "serial" if serial_host else "parallel")
-    wl = []
-    for i in range(n):
-        reqs = ramp_trace(peak, i, num_models=n, prompt_len=c["prompt_len"],
-                          output_len=out_len, seed=c["seed"])
-        for r in reqs:
-            r.arrival /= c["time_scale"]
-        wl.append(reqs)
-    return run_cluster(cfg, wl).overall.as_dict()
+    host = ("one_thread" if (serial_host if one_thread is None else one_thread)
+            else "serial" if serial_host else "parallel")
+    cfg, workload = sweep_cluster(
+        c, peak, mode, {k: steptime[k] for k in STEP_FIELDS if k in steptime}, host=host,
+        model="llama-3.1-8b", usable=1.0, prealloc=bool(c.get("mapper", False)), blocks=False)
+    return run_cluster(cfg, workload()).overall.as_dict()
 
 
 def sim_points(c: dict, steptime: dict, keys) -> dict[tuple[int, str], dict[str, float]]:

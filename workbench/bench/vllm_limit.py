@@ -42,7 +42,7 @@ def _llm(args, blocks: int | None):
               max_model_len=args.max_len, max_num_seqs=args.prompts, block_size=args.block_size,
               enable_prefix_caching=True, enforce_eager=not args.graphs,
               num_gpu_blocks_override=blocks)
-    if args.device == "cuda" and _kernels(args) == "vllm":
+    if args.device == "cuda" and _kernels(args) == COMPILED:
         kw.update(gpu_memory_utilization=args.util)
     elif args.device == "cuda":
         cc: dict = {"mode": 0, "custom_ops": ["none"]}
@@ -56,12 +56,15 @@ def _llm(args, blocks: int | None):
     return LLM(**kw)
 
 
+COMPILED = "vllm"  # the kernels argument naming vLLM's own compiled ops (else: "stand-in")
+
+
 def _kernels(args) -> str:
     from workbench.engines.real.vllm_build import compiled
 
     if args.kernels != "auto":
         return args.kernels
-    return "vllm" if compiled() else "stand-in"
+    return COMPILED if compiled() else "stand-in"
 
 
 def _build() -> str:

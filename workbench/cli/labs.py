@@ -1,10 +1,11 @@
-"""``workbench labs list|run NAME``: a thin shell over the lab protocol (workbench.labs).
+"""``workbench labs list|params NAME|run NAME``: a thin shell over the lab protocol
+(workbench.labs).
 
 Labs are numbered as their notebooks (``labs/NN_name.ipynb``): ``labs run 00`` is
-``labs run colocation``. Shared options (``--quick``, ``--seed``, ``--peaks``, ``--steptime``)
-and ``--param key=value`` fill the lab's parameter dataclass;
-:func:`workbench.labs.run_lab` checks the backend before
-anything runs, so a refused run writes no record.
+``labs run colocation``. Shared options (``--quick``, ``--seed``, ``--engine``), a lab's own
+parameter as ``--NAME VALUE`` (colocation's ``--peaks``; ``labs params NAME`` lists them) and
+``--param key=value`` fill the lab's parameter dataclass; :func:`workbench.labs.run_lab`
+resolves the run before anything runs, so a refused run writes no record.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from workbench import labs as registry
 from workbench.cli.common import backend_option, err_console, fail, missing
 from workbench.cli.root import app
+from workbench.engines.kinds import REGISTRY as KINDS
 from workbench.errors import ConfigError
 from workbench.labs import LABS, get_lab
 
@@ -41,11 +43,38 @@ def lab_name(key: str) -> str:
     return key
 
 
-def _param_text(lab, params: list[str], shared: dict[str, str | None]) -> dict[str, str]:
-    """``key -> text`` for the lab's dataclass: shared options the lab takes, then --param."""
+def _lab_options(lab, extra: list[str]) -> dict[str, str]:
+    """A lab's own parameters given as ``--NAME VALUE`` (or ``--NAME=VALUE``; ``-`` for
+    ``_``): only the lab's, so colocation's ``--peaks`` is refused elsewhere."""
     fields = {f.name for f in dataclasses.fields(lab.params_type)}
-    text = {k: v for k, v in shared.items() if v is not None and (k in fields or k in
-                                                                  ("peaks", "steptime"))}
+    text, items = {}, list(extra)
+    while items:
+        item = items.pop(0)
+        key, sep, value = item[2:].partition("=") if item.startswith("--") else ("", "", "")
+        key = key.replace("-", "_")
+        if key not in fields:
+            raise ConfigError(f"option {item.partition('=')[0]!r} of lab {lab.name!r}",
+                              "is not one of its parameters",
+                              f"see `workbench labs params {lab.name}`")
+        if not sep:
+            if not items:
+                raise ConfigError(f"option {item!r}", "needs a value",
+                                  f"write {item} VALUE")
+            value = items.pop(0)
+        text[key] = value
+    return text
+
+
+def _param_text(lab, params: list[str], shared: dict[str, str | None],
+                extra: list[str] = ()) -> dict[str, str]:
+    """``key -> text`` for the lab's dataclass: shared options the lab takes, its own options,
+    then --param."""
+    fields = {f.name for f in dataclasses.fields(lab.params_type)}
+    text = {k: v for k, v in shared.items() if v is not None and k in fields}
+    if shared.get("engine") is not None and "engine" not in fields:
+        raise ConfigError(f"--engine for lab {lab.name!r}", "the lab runs no engine of a "
+                          "kind you pick", "leave --engine out")
+    text.update(_lab_options(lab, list(extra)))
     for item in params:
         key, sep, value = item.partition("=")
         if not sep:
@@ -81,8 +110,35 @@ def _render(markdown: str) -> None:
         typer.echo(markdown)
 
 
-@labs.command("run", short_help='Run a lab and print its report.')
+@labs.command("params", short_help="List a lab's parameters: default, range, help.")
+def list_params(
+    name: Annotated[str, typer.Argument(
+        help="Lab name or number, e.g. colocation or 00 (see workbench labs list).")],
+    as_json: bool = typer.Option(False, "--json", help="Print the list as JSON."),
+) -> None:
+    """List lab NAME's parameters: each one's name, default, declared range and help. Each
+    is set with --NAME VALUE or --param NAME=VALUE on labs run."""
+    from workbench.labs.kit.params import described
+
+    try:
+        rows = described(get_lab(lab_name(name)))
+    except ConfigError as err:
+        raise fail(err) from None
+    if as_json:
+        typer.echo(json.dumps(rows))
+        return
+    wide = max(len(r["name"]) for r in rows)
+    for r in rows:
+        typer.echo(f"{r['name']:<{wide}}  default {r['default']}")
+        typer.echo(f"{'':<{wide}}  range   {r['range']}")
+        if r["help"]:
+            typer.echo(f"{'':<{wide}}  {r['help']}")
+
+
+@labs.command("run", short_help='Run a lab and print its report.',
+              context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def run_lab(
+    ctx: typer.Context,
     name: Annotated[str, typer.Argument(
         help="Lab name or number, e.g. colocation or 00 (see workbench labs list).")],
     backend: str = backend_option("sim", ("sim", "host", "gpu"),
@@ -96,21 +152,21 @@ def run_lab(
                        "DIR/index.html.", metavar="DIR")] = None,
     param: Annotated[list[str] | None, typer.Option(
         "--param", help="A lab parameter, key=value (repeatable).")] = None,
-    peaks: Annotated[str | None, typer.Option(
-        help="Comma-separated PEAK req/s values (colocation), e.g. 12,14,16.")] = None,
+    engine: Annotated[str | None, typer.Option(
+        "--engine", metavar="KIND", help=f"The engine kind, one of {', '.join(KINDS)} (the "
+        "lab's default when left out; which ones a lab runs: labs params NAME).")] = None,
     quick: Annotated[bool, typer.Option(
         "--quick", help="A smaller run for CI and a first look.")] = False,
     seed: Annotated[int, typer.Option(help="Workload seed (same seed, same result).")] = 0,
-    steptime: Annotated[str | None, typer.Option(
-        help="Step-time calibration: a name (roofline, kvcached-fit) or key=value pairs, "
-             "e.g. bw_eff=0.55,step_overhead_s=0.005.")] = None,
 ) -> None:
-    """Run lab NAME and print its report (rendered in a terminal, Markdown when piped)."""
+    """Run lab NAME and print its report (rendered in a terminal, Markdown when piped). A
+    lab's own parameters are options too, --NAME VALUE (colocation's --peaks 12,14, say):
+    workbench labs params NAME lists them."""
     try:
         name = lab_name(name)
         lab = get_lab(name)
-        shared = {"quick": str(quick), "seed": str(seed), "peaks": peaks, "steptime": steptime}
-        params = lab.parse_params(_param_text(lab, param or [], shared))
+        shared = {"quick": str(quick), "seed": str(seed), "engine": engine}
+        params = lab.parse_params(_param_text(lab, param or [], shared, ctx.args))
     except ConfigError as err:
         raise fail(err) from None
     t0 = time.perf_counter()

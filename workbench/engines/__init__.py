@@ -2,6 +2,8 @@
 
 * ``base``     the :class:`~workbench.engines.base.Engine` protocol (submit, advance, metrics,
   memory timeline, KV pool) and the seam for the real vLLM / SGLang engines
+* ``kinds``    the one registry of engine kinds (``sim-vllm``, ``sim-sglang``, ``mini``,
+  ``vllm``, ``sglang``): family, needs, scheduler, versions, title; the old spellings' table
 * ``models``   the one model-preset registry (KV geometry, step-time numbers, decoder shapes)
 * ``metrics``  TTFT/TPOT/ITL/E2E percentiles, goodput, memory samples
 * ``sched``    the pure scheduling part (no SimPy): request, eviction, block pool, radix cache,

@@ -1,17 +1,17 @@
 """One engine interface for every engine the labs drive (seed 001 §2, §5).
 
-An :class:`Engine` is one serving instance over one KV pool. Three kinds implement it today:
+An :class:`Engine` is one serving instance over one KV pool. The kinds that implement it are
+named in one registry, :mod:`workbench.engines.kinds`:
 
-* ``vllm-like`` and ``sglang-like`` (:mod:`workbench.engines.sim`): the pure schedulers of
+* ``sim-vllm`` and ``sim-sglang`` (:mod:`workbench.engines.sim`): the pure schedulers of
   :mod:`workbench.engines.sched` driven by SimPy against simulated time on a ``SimDevice``;
 * ``mini`` (:class:`workbench.mini.instance.MiniInstance`): the same vLLM-like scheduler driving
-  a real model whose KV lives in a pool on a host or CUDA device, against the wall clock.
-
-* ``vllm`` on ``host``/``gpu`` (:class:`workbench.engines.real.VllmEngine`): a real vLLM in its
-  own process (its OpenAI server), elastic through the adapters or stock; ``submit`` streams
-  requests to the server, ``advance`` waits, ``metrics`` summarises the client's timings and
-  ``memory_timeline`` samples the pool's control segment (``kvtop``'s reader). Its ``kv_pool``
-  is a read-only :class:`PoolView` of that segment.
+  a real model whose KV lives in a pool on a host or CUDA device, against the wall clock;
+* ``vllm`` and ``sglang`` on ``host``/``gpu`` (:class:`~workbench.engines.real.server.ServerEngine`
+  and its subclasses): a real engine server in its own process, elastic through the adapters or
+  stock; ``submit`` streams requests to the server, ``advance`` waits, ``metrics`` summarises the
+  client's timings and ``memory_timeline`` samples the pool's control segment (``kvtop``'s
+  reader). Its ``kv_pool`` is a read-only :class:`PoolView` of that segment.
 
 Clocks: an engine's clock is the simulated ``env.now`` (every instance on one simulated GPU shares
 it, so advancing one advances all) or the wall clock since the instance's ``t0``. Request
@@ -27,12 +27,6 @@ if TYPE_CHECKING:
     from workbench.core.ledger import KVCacheManager
     from workbench.engines.metrics import SLO, MemorySample, Summary
     from workbench.engines.sched.request import Request
-
-# Engine kinds. On sim "vllm"/"sglang" are the simulated ones; on host/gpu "vllm" is the real
-# vLLM process (REAL_KINDS) and "mini" the mini engine.
-SIM_KINDS = ("vllm", "sglang")  # simulated: vLLM-like, SGLang-like
-MINI_KIND = "mini"
-REAL_KINDS = ("vllm",)
 
 
 @runtime_checkable

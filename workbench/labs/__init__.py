@@ -48,9 +48,10 @@ def get_lab(name: str) -> Lab:
 
 def run_lab(name: str, params: Any = None, backend: str = "sim",
             progress: Progress | None = None) -> LabResult:
-    """Check the parameters against their declared ranges and the backend first (refusing
-    before anything runs), then run lab ``name``."""
+    """Check the parameters as the command line does (the lab's own dataclass or a mapping of
+    its names, every value against its declared range), then resolve the run and run lab
+    ``name`` (:meth:`~workbench.labs.kit.base.Lab.run`): every refusal comes before anything
+    runs."""
     lab = get_lab(name)
     params = lab.check_params(params if params is not None else lab.params())
-    lab.check_backend(backend, params)
     return lab.run(params, backend, progress)

@@ -28,10 +28,23 @@ class Span(NamedTuple):
     hover: str
 
 
+def _block_lane(i: int, b: int, bs: int, lo: int, hi: int) -> Span:
+    return Span(1, lo, hi, f"b{b}", TINTS["sky"], f"block_table[{i}] = block {b}")
+
+
+def _slot_lane(i: int, b: int, bs: int, lo: int, hi: int) -> Span:
+    s0 = b * bs  # the box shows the first slot; the hover gives the whole run
+    return Span(1, lo, hi, f"{s0}…", TINTS["violet"],
+                f"req_to_token[{lo}:{hi}] = slots {s0}–{s0 + hi - lo - 1}")
+
+
+# the middle lane as each engine sees a block: vLLM's block table, SGLang's token slots
+VIEWS = {"vllm": _block_lane, "sglang": _slot_lane}
+
 def request_spans(geo: KVGeometry, block_ids: list[int], num_tokens: int,
                   view: str = "vllm") -> list[Span]:
     """The boxes of the three lanes for one request."""
-    if view not in ("vllm", "sglang"):
+    if view not in VIEWS:
         raise ConfigError(f"view {view!r}", "the block table is drawn as vLLM or SGLang sees it",
                           "use view='vllm' or view='sglang'")
     bs = geo.block_size
@@ -47,13 +60,7 @@ def request_spans(geo: KVGeometry, block_ids: list[int], num_tokens: int,
         page = geo.block_page(b)
         spans.append(Span(0, lo, hi, f"L{i}", TINTS["grey"],
                           f"logical block {i}: token positions {lo}–{hi - 1}"))
-        if view == "vllm":
-            spans.append(Span(1, lo, hi, f"b{b}", TINTS["sky"],
-                              f"block_table[{i}] = block {b}"))
-        else:
-            s0 = b * bs  # the box shows the first slot; the hover gives the whole run
-            spans.append(Span(1, lo, hi, f"{s0}…", TINTS["violet"],
-                              f"req_to_token[{lo}:{hi}] = slots {s0}–{s0 + hi - lo - 1}"))
+        spans.append(VIEWS[view](i, b, bs, lo, hi))
         spans.append(Span(2, lo, hi, f"p{page}", shade[page],
                           f"block {b} lives on VMM page {page} "
                           f"(page holds blocks {geo.page_blocks(page).start}–"

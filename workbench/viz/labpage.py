@@ -8,16 +8,19 @@ import html
 from pathlib import Path
 from typing import Any
 
-# Kept short and neutral: the page is read in a browser beside the report's Markdown.
-_CSS = """
-body { font-family: Inter, Helvetica, Arial, sans-serif; max-width: 1100px; margin: 2em auto;
-       padding: 0 1em; color: #212529; line-height: 1.45; }
-table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.92em; }
-th, td { border: 1px solid #dee2e6; padding: 0.25em 0.6em; text-align: left; }
-th { background: #f1f3f5; }
-code { background: #f1f3f5; padding: 0 0.2em; }
-nav ul { columns: 2; }
-.wb-figure { margin: 1.5em 0; }
+from workbench.viz.style import GRID, INK, PANEL
+
+# Kept short and neutral: the page is read in a browser beside the report's Markdown; its
+# colours are the figures' palette (viz/style.py).
+_CSS = f"""
+body {{ font-family: Inter, Helvetica, Arial, sans-serif; max-width: 1100px; margin: 2em auto;
+       padding: 0 1em; color: {INK}; line-height: 1.45; }}
+table {{ border-collapse: collapse; margin: 0.8em 0; font-size: 0.92em; }}
+th, td {{ border: 1px solid {GRID}; padding: 0.25em 0.6em; text-align: left; }}
+th {{ background: {PANEL}; }}
+code {{ background: {PANEL}; padding: 0 0.2em; }}
+nav ul {{ columns: 2; }}
+.wb-figure {{ margin: 1.5em 0; }}
 """
 
 

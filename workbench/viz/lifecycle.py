@@ -175,19 +175,28 @@ def build_engine(kind: str, device, *, budget: int = 64, prefix_caching: bool = 
     if kind not in KINDS:
         raise ConfigError(f"engine kind {kind!r}", "this chapter steps two engines",
                           f"use one of {', '.join(KINDS)}")
-    if kind == "vllm" and device.torch_device is not None:  # real memory: real tokens
+    if kind in REAL_TOKENS and device.torch_device is not None:  # real memory: real tokens
         return _mini_engine(device, budget=budget, prefix_caching=prefix_caching)
     rec = Recording()
     kv = _pool(device, rec, geometry)
-    if kind == "vllm":
-        pool = BlockPool(kv, enable_caching=prefix_caching)
-        sched = VLLMScheduler(VLLMKVManager(pool), max_num_batched_tokens=budget)
-        return SteppedEngine(kind, sched, pool, kv, rec)
+    sched, cache = STEPPED[kind](kv, budget, prefix_caching)
+    return SteppedEngine(kind, sched, cache, kv, rec)
+
+
+def _vllm_stepped(kv: KVCacheManager, budget: int, prefix_caching: bool):
+    pool = BlockPool(kv, enable_caching=prefix_caching)
+    return VLLMScheduler(VLLMKVManager(pool), max_num_batched_tokens=budget), pool
+
+
+def _sglang_stepped(kv: KVCacheManager, budget: int, prefix_caching: bool):
     cache = RadixCache(kv, enable_caching=prefix_caching)
     # run_blocks=0: each allocation is exactly what the step needs (as seed 001 §5 tells it)
-    sched = SGLangScheduler(cache, max_prefill_tokens=budget, chunked_prefill_size=budget,
-                            run_blocks=0)
-    return SteppedEngine(kind, sched, cache, kv, rec)
+    return SGLangScheduler(cache, max_prefill_tokens=budget, chunked_prefill_size=budget,
+                           run_blocks=0), cache
+
+
+STEPPED = {"vllm": _vllm_stepped, "sglang": _sglang_stepped}  # kind -> (scheduler, its cache)
+REAL_TOKENS = ("vllm",)  # on real memory: the mini engine (it schedules like vLLM)
 
 
 def _mini_engine(device, *, budget: int, prefix_caching: bool) -> SteppedEngine:

@@ -26,34 +26,37 @@ def serving_engine(kind: str, backend: str, *, budget: int = 64):
     from workbench.backends import capabilities, make_device
 
     if not capabilities(backend).simulated:
-        if kind != "vllm":
+        from workbench.viz.lifecycle import REAL_TOKENS, build_engine
+
+        if kind not in REAL_TOKENS:
             raise ConfigError(f"kind {kind!r} on backend {backend!r}",
                               "the engine with a real model (mini) schedules like vLLM only",
                               'use kind="vllm" there, or backend="sim" for the SGLang-like engine')
         from workbench.mini.instance import MiniInstance
-        from workbench.viz.lifecycle import build_engine
 
         stepped = build_engine("vllm", make_device(backend), budget=budget)
         return MiniInstance(stepped.mini, sample_every_s=SAMPLE_S)
     import simpy
 
     from workbench.engines.models import get_model
+    from workbench.engines.sim.cluster import SIM_ENGINES
     from workbench.engines.sim.kvsetup import elastic_pool
-    from workbench.engines.sim.sglang_like import SGLangLikeEngine, SGLangOptions
+    from workbench.engines.sim.sglang_like import SGLangOptions
     from workbench.engines.sim.steptime import StepTimeModel
-    from workbench.engines.sim.vllm_like import VLLMLikeEngine, VLLMOptions
+    from workbench.engines.sim.vllm_like import VLLMOptions
 
     env = simpy.Environment()
     device = make_device("sim", env=env)
     model = get_model("llama-3.1-8b")
     ikv = elastic_pool(model, device, name=kind, virtual_bytes=4 << 30)
     st = StepTimeModel.preset(model, "h200")
-    if kind == "vllm":
-        opts = VLLMOptions(max_num_batched_tokens=budget, enable_prefix_caching=True)
-        return VLLMLikeEngine(env, kind, ikv, st, options=opts, sample_every_s=SAMPLE_S)
-    if kind == "sglang":
-        sopts = SGLangOptions(max_prefill_tokens=budget, chunked_prefill_size=budget)
-        return SGLangLikeEngine(env, kind, ikv, st, options=sopts, sample_every_s=SAMPLE_S)
+    options = {"vllm": lambda: VLLMOptions(max_num_batched_tokens=budget,
+                                           enable_prefix_caching=True),
+               "sglang": lambda: SGLangOptions(max_prefill_tokens=budget,
+                                               chunked_prefill_size=budget)}
+    if kind in options:
+        return SIM_ENGINES[kind](env, kind, ikv, st, options=options[kind](),
+                                 sample_every_s=SAMPLE_S)
     raise ConfigError(f"engine kind {kind!r}", "this chapter serves two engines",
                       "use one of vllm, sglang")
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from workbench.core.geometry import KVGeometry
-from workbench.viz.blocktable import block_table_figure
+from workbench.viz.blocktable import VIEWS, block_table_figure
 from workbench.viz.lifecycle import Snapshot, SteppedEngine
 from workbench.viz.live import figure, is_live
 from workbench.viz.pagemap import page_map, update_page_map
@@ -94,7 +94,7 @@ def walk_explorer(eng: SteppedEngine, *, view: str | None = None, width: int = 1
                   live: bool | None = None):
     """Table, page map and footprint with a step slider (live), or the last step (static)."""
     snaps, geo = eng.snapshots, eng.kv.geometry
-    view = view or ("sglang" if eng.kind == "sglang" else "vllm")
+    view = view or (eng.kind if eng.kind in VIEWS else "vllm")
     live = is_live() if live is None else live
     last = len(snaps) - 1
     table = figure(table_figure(geo, snaps[last], view), live=live)

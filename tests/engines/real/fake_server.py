@@ -37,6 +37,12 @@ def core() -> None:
         time.sleep(0.05)
 
 
+class Server(ThreadingHTTPServer):
+    # the stdlib's listen backlog is 5: a wave of 16 or 32 requests at once on a loaded
+    # machine overflows it and the kernel resets the rest (a real server listens deeper)
+    request_queue_size = 256
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
@@ -78,7 +84,7 @@ def main() -> None:
     child = None
     if os.environ.get("WORKBENCH_KV_IPC_NAME"):
         child = subprocess.Popen([sys.executable, __file__, "core"])
-    srv = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    srv = Server(("127.0.0.1", args.port), Handler)
     srv.daemon_threads = True
     srv.ready = False
     time.sleep(0.3)

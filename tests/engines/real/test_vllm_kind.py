@@ -106,7 +106,7 @@ def test_the_chapters_real_walk_says_in_one_line_what_it_would_run(monkeypatch, 
 
 
 def test_engines_started_side_by_side_outlive_the_threads_that_waited_for_them():
-    from workbench.labs.kit import vllm_rig as rig
+    from workbench.labs.kit import server_rig as rig
 
     engines = [VllmEngine(f"side{i}", VllmSpec(model="fake", server_cmd=FAKE, elastic=False,
                                                startup_timeout_s=60)) for i in range(2)]
@@ -159,17 +159,24 @@ def test_run_lab_routes_engine_vllm_itself(monkeypatch):
 
 def test_the_real_lab_turns_a_runners_rows_into_a_record_and_markdown(monkeypatch):
     from workbench.labs import get_lab
-    from workbench.labs.kit.vllm_rig import on_real
-    from workbench.labs.output_equality import vllm as output_equality
+    from workbench.labs.output_equality import server as output_equality
 
-    assert not on_real("host", "mini") and not on_real("sim", "vllm")
-    assert on_real("host", "vllm") and on_real("cuda:0", "vllm")
+    monkeypatch.setattr("workbench.backends.require", lambda backend: backend)
+    real = get_lab("output-equality")
+    assert real.check_backend("host", real.params()).family == "mini"
+    assert get_lab("kv-capacity").check_backend("sim", get_lab("kv-capacity").params()).family \
+        == "simulated"
+    monkeypatch.setattr(kind.VllmEngine, "interpreter",
+                        classmethod(lambda cls, what: "python-with-vllm"))
+    for backend in ("host", "cuda:0"):
+        run = real.check_backend(backend, real.params(engine="vllm"))
+        assert run.family == "server" and run.kind == "vllm"
     real = get_lab("output-equality")
     row = {"pool": "default", "case": "greedy", "prompts": 2, "equal": 1, "first_diff": 1,
            "diverges_at": [5], "lost": 0, "stock_vs_stock": 1}
     raw = {"backend": "host", "device": "cpu", "small_blocks": 64, "limit": "4MiB",
            "rows": [row], "engines": {"small": {}}}
-    monkeypatch.setattr(output_equality, "run", lambda backend, quick=False: raw)
+    monkeypatch.setattr(output_equality, "run", lambda backend, quick=False, kind="vllm": raw)
     res = real.run(real.parse_params({"engine": "vllm", "quick": "true"}), "host")
     assert res.record.verdict.startswith("inconclusive") and "| the seed expects |" in res.markdown
     assert res.record.results["equality"] == [row]

@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_output_equality_token_equal_on_real_vllm():
-    from workbench.labs.output_equality import report, vllm
+    from workbench.labs.output_equality import report
+    from workbench.labs.output_equality import server as vllm
 
     out = vllm.run("host", quick=True)
     rec, md = report.vllm_report(out)
@@ -33,7 +34,8 @@ def test_output_equality_token_equal_on_real_vllm():
 
 
 def test_dynamic_limit_mid_run_loses_nothing_on_real_vllm():
-    from workbench.labs.dynamic_limit import report, vllm
+    from workbench.labs.dynamic_limit import report
+    from workbench.labs.dynamic_limit import server as vllm
 
     out = vllm.run("host", quick=True)
     rec, _ = report.vllm_report(out)
@@ -45,7 +47,8 @@ def test_dynamic_limit_mid_run_loses_nothing_on_real_vllm():
 
 
 def test_kv_capacity_is_the_formula_on_real_vllm():
-    from workbench.labs.kv_capacity import report, vllm
+    from workbench.labs.kv_capacity import report
+    from workbench.labs.kv_capacity import server as vllm
 
     out = vllm.run("host", quick=True)
     rec, _ = report.vllm_report(out)
@@ -56,7 +59,8 @@ def test_kv_capacity_is_the_formula_on_real_vllm():
 
 
 def test_same_engine_pair_shares_one_budget_on_real_vllm():
-    from workbench.labs.same_engine_pair import report, vllm
+    from workbench.labs.same_engine_pair import report
+    from workbench.labs.same_engine_pair import server as vllm
 
     out = vllm.run("host", quick=True)
     rec, md = report.vllm_report(out)
@@ -68,7 +72,8 @@ def test_same_engine_pair_shares_one_budget_on_real_vllm():
 
 
 def test_no_fake_enable_each_missing_piece_fails_its_check_on_real_vllm():
-    from workbench.labs.no_fake_enable import report, vllm
+    from workbench.labs.no_fake_enable import report
+    from workbench.labs.no_fake_enable import server as vllm
 
     out = vllm.run("host", quick=True)
     rec, _ = report.vllm_report(out)

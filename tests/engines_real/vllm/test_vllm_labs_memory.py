@@ -13,7 +13,8 @@ pytestmark = [pytest.mark.engine,
 
 
 def test_grow_reclaim_mapped_follows_the_phases_on_real_vllm():
-    from workbench.labs.grow_reclaim import report, vllm
+    from workbench.labs.grow_reclaim import report
+    from workbench.labs.grow_reclaim import server as vllm
 
     out = vllm.run("host", quick=True)
     rec, md = report.vllm_report(out)
@@ -31,7 +32,8 @@ def test_grow_reclaim_mapped_follows_the_phases_on_real_vllm():
 
 
 def test_idle_footprint_cached_blocks_pin_pages_on_real_vllm():
-    from workbench.labs.idle_footprint import report, vllm
+    from workbench.labs.idle_footprint import report
+    from workbench.labs.idle_footprint import server as vllm
 
     out = vllm.run("host", quick=True)
     rec, md = report.vllm_report(out)

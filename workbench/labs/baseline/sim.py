@@ -26,7 +26,7 @@ from workbench.labs.kit.base import Progress
 from workbench.labs.kit.serving import WORKLOADS, InstanceSetup, latency_row, run, workload
 
 if TYPE_CHECKING:
-    from workbench.labs.baseline.lab import BaselineParams
+    from workbench.labs.baseline.params import BaselineParams
 
 DEFAULT_RATES: dict[str, tuple[float, ...]] = {
     "mix": (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0),

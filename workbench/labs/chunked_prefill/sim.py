@@ -29,7 +29,7 @@ from workbench.labs.kit.base import Progress
 from workbench.labs.kit.serving import LONG, InstanceSetup, latency_row, mix, run
 
 if TYPE_CHECKING:
-    from workbench.labs.chunked_prefill.lab import ChunkedPrefillParams
+    from workbench.labs.chunked_prefill.params import ChunkedPrefillParams
 
 OFF_BUDGET = 8192  # chunking off: the budget must hold a whole 4096-token prompt and more
 

@@ -19,7 +19,7 @@ from workbench.mini.colocation import ColoConfig, run
 from workbench.units import GiB
 
 if TYPE_CHECKING:
-    from workbench.labs.colocation.lab import ColocationParams
+    from workbench.labs.colocation.params import ColocationParams
 
 
 def _decode(reps: list[dict]) -> str:

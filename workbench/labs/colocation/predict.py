@@ -84,40 +84,49 @@ def real_points(reps: list[dict]) -> dict[tuple[int, str], dict[int, dict]]:
     return out
 
 
-def sim_point(c: dict, peak: int, mode: str, fields: dict, gpu: str = "h200",
-              engine: dict | None = None) -> dict:
-    """The record's workload at ``peak`` on the simulated GPU: TTFT ms (p50, p99, mean).
-    ``engine``: what the profile measured of the real engine beyond step times
-    (``ENGINE_FACTS``): async scheduling, the KV tensor's layout, the streaming client's own
-    latency (added to every TTFT, as the real client's clock includes it)."""
-    e = {**ENGINE_DEFAULTS, **(engine or {})}
-    from workbench.config import PoolConfig
+def sweep_cluster(c: dict, peak: int, mode: str, steptime: dict, *, gpu: str = "h200",
+                  host: str = "parallel", model: str | None = None, usable: float | None = None,
+                  prealloc: bool | None = None, engine: dict | None = None,
+                  blocks: bool = True):
+    """A real colocation sweep's workload at ``peak`` on the simulated GPU -- the one place the
+    simulator is set up beside a real sweep (this module's prediction and
+    ``bench/simgpu.py``'s table): (the cluster config, a function making the workload). ``c``
+    is the sweep's config; the same KV total (static: split evenly; elastic: one shared budget
+    every pool may address, less what a pool keeps free of it, ``usable``), the same reserve,
+    scaled ramp and seed, vLLM's ``max_num_seqs`` and token budget; ``engine``: what the
+    profile measured of the real engine (``ENGINE_DEFAULTS``); ``blocks``: the static pool's
+    block count from the record; ``prealloc`` None: the pool's default."""
     from workbench.engines.models import get_model
-    from workbench.engines.sim.cluster import ClusterConfig, run_cluster
+    from workbench.engines.sim.cluster import ClusterConfig
     from workbench.engines.sim.steptime import GPUS
     from workbench.engines.sim.vllm_like import VLLMOptions
     from workbench.engines.sim.workloads import ramp_trace
 
-    spec, model = GPUS[gpu], get_model(c.get("model", "llama-3.1-8b"))
+    e = {**ENGINE_DEFAULTS, **(engine or {})}
+    spec, model_ = GPUS[gpu], get_model(model or c.get("model", "llama-3.1-8b"))
     budget, n = int(c["budget_gib"] * (1 << 30)), int(c["instances"])
-    usable = float(c.get("gpu_utilization", PoolConfig().gpu_utilization))
+    if usable is None:
+        usable = float(c.get("gpu_utilization", PoolConfig().gpu_utilization))
     scale = float(c["time_scale"])
     out_len = max(2, round(c["completion_len"] / scale))
+    pool = replace(PoolConfig(), min_reserved_pages=int(c.get("min_reserved_pages", 0)),
+                   max_reserved_pages=int(c.get("max_reserved_pages", 1)))
+    if prealloc is not None:
+        pool = replace(pool, prealloc=prealloc)
     cfg = ClusterConfig(
-        mode=mode, gpu=gpu, model=model.name, num_instances=n, activation_bytes=0,
-        gpu_memory_utilization=(budget / n + model.weight_bytes) / spec.memory_bytes,
+        mode=mode, gpu=gpu, model=model_.name, num_instances=n, activation_bytes=0,
+        gpu_memory_utilization=(budget / n + model_.weight_bytes) / spec.memory_bytes,
         # a real pool sees the shared budget as its device (core/budget_device) and keeps
         # 1 - gpu_utilization of it free, as of any device: the pools share that much less
-        kv_gpu_utilization=(n * model.weight_bytes + budget * usable) / spec.memory_bytes,
-        kv_virtual_bytes=budget,
-        pool=replace(PoolConfig(), min_reserved_pages=int(c.get("min_reserved_pages", 0)),
-                     max_reserved_pages=int(c.get("max_reserved_pages", 1))),
+        kv_gpu_utilization=(n * model_.weight_bytes + budget * usable) / spec.memory_bytes,
+        kv_virtual_bytes=budget, pool=pool,
         vllm=VLLMOptions(max_num_seqs=int(c["max_num_seqs"]),
                          max_num_batched_tokens=int(c["max_batched_tokens"]),
                          async_scheduling=bool(e["async_scheduling"]),
                          kv_blocks_first=bool(e["kv_blocks_first"]),
-                         num_gpu_blocks_override=(c.get("blocks") or {}).get("static")),
-        steptime=dict(fields), seed=int(c.get("seed", 0)), host="parallel")
+                         num_gpu_blocks_override=(c.get("blocks") or {}).get("static")
+                         if blocks else None),
+        steptime=dict(steptime), seed=int(c.get("seed", 0)), host=host)
 
     def workload() -> list:
         wl = []
@@ -129,6 +138,19 @@ def sim_point(c: dict, peak: int, mode: str, fields: dict, gpu: str = "h200",
             wl.append(reqs)
         return wl
 
+    return cfg, workload
+
+
+def sim_point(c: dict, peak: int, mode: str, fields: dict, gpu: str = "h200",
+              engine: dict | None = None) -> dict:
+    """The record's workload at ``peak`` on the simulated GPU: TTFT ms (p50, p99, mean).
+    ``engine``: what the profile measured of the real engine beyond step times
+    (``ENGINE_FACTS``): async scheduling, the KV tensor's layout, the streaming client's own
+    latency (added to every TTFT, as the real client's clock includes it)."""
+    from workbench.engines.sim.cluster import run_cluster
+
+    e = {**ENGINE_DEFAULTS, **(engine or {})}
+    cfg, workload = sweep_cluster(c, peak, mode, fields, gpu=gpu, engine=e)
     # noisy steps (the fit's scatter): the median of SIM_REPEATS runs, as the real is the
     # median over its repeats; exact steps: one run
     runs = []

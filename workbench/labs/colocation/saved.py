@@ -11,6 +11,7 @@ from pathlib import Path
 from stat import S_ISREG
 from typing import Any
 
+from workbench.engines import kinds
 from workbench.errors import ConfigError
 from workbench.labs.colocation.mini import MAX_REPEAT_BYTES, load_repeats
 
@@ -31,11 +32,23 @@ def saved_record(folder: str | Path = RECORDS) -> dict | None:
             rec = json.loads(p.read_text())
         except (OSError, ValueError):
             continue
-        if (isinstance(rec, dict) and rec.get("environment", {}).get("engine") == "vllm"
+        if (isinstance(rec, dict) and _server(rec.get("environment", {}).get("engine"))
                 and isinstance(rec.get("results", {}).get("points"), list) and _complete(rec)):
             rec["_path"] = p.name
             return rec
     return None
+
+
+def _server(engine: object) -> bool:
+    """Whether a record's engine names a server kind (a real engine's sweep)."""
+    kind = kinds.REGISTRY.get(engine) if isinstance(engine, str) else None
+    return kind is not None and kind.family == "server"
+
+
+def saved_family(from_dir: str) -> str:
+    """The engine family of the sweep ``from_dir`` (its first folder) holds: ``server`` for a
+    real engine's repeats, else ``mini``."""
+    return "server" if _server(read_sweep(from_dir.split(",")[0])[0].get("engine")) else "mini"
 
 
 def _complete(rec: dict) -> bool:

@@ -27,7 +27,7 @@ from workbench.labs.kit.record import Manifest
 from workbench.labs.kit.steptime import parse_steptime
 
 if TYPE_CHECKING:
-    from workbench.labs.colocation.lab import ColocationParams
+    from workbench.labs.colocation.params import ColocationParams
 
 QUICK_PEAKS = (12, 16, 20)
 

@@ -27,7 +27,7 @@ import workbench.labs.colocation.vllm_rows as rows
 from workbench.engines.real import shapes
 from workbench.engines.sched.request import Request
 from workbench.engines.sim.workloads import ramp_trace
-from workbench.labs.kit import vllm_rig as rig
+from workbench.labs.kit import server_rig as rig
 from workbench.units import GiB, MiB
 
 MODES = ("static", "elastic")

@@ -14,7 +14,7 @@ from workbench.labs.colocation.vllm import VllmColoConfig
 from workbench.labs.kit.base import Progress
 
 if TYPE_CHECKING:
-    from workbench.labs.colocation.lab import ColocationParams
+    from workbench.labs.colocation.params import ColocationParams
 
 GPU_PEAKS = (2, 4, 7, 10, 14)  # low load, near the static split's knee, past it, overload
 HOST_PEAKS = (1, 2)

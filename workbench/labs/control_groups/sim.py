@@ -34,14 +34,14 @@ from workbench.engines.sim.cluster import ClusterConfig, run_cluster
 from workbench.engines.sim.vllm_like import VLLMOptions
 from workbench.engines.sim.workloads import VOCAB, ramp_arrivals, ramp_trace
 from workbench.errors import ConfigError
+from workbench.labs.control_groups.params import WORKLOADS
 from workbench.labs.kit.base import Progress
 from workbench.labs.kit.steptime import parse_steptime
 
 if TYPE_CHECKING:
-    from workbench.labs.control_groups.lab import ControlGroupsParams
+    from workbench.labs.control_groups.params import ControlGroupsParams
 
 GROUPS = ("A", "B", "C", "D", "E")
-WORKLOADS = ("readme", "shared_prefix", "simultaneous")
 GROUP_TEXT = {
     "A": "native static split", "B": "KVCacheD, prealloc off, prefix off",
     "C": "KVCacheD, prealloc on, prefix off", "D": "KVCacheD, bounded prefix cache",

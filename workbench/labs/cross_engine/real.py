@@ -24,7 +24,7 @@ from typing import Any
 
 from workbench.engines.real.client import Sampling
 from workbench.engines.real.procs import descendants
-from workbench.labs.kit import vllm_rig as rig
+from workbench.labs.kit import server_rig as rig
 from workbench.labs.kit.budget_pair import Phases, Sampler, close_all, outcomes
 from workbench.units import MiB
 
@@ -33,6 +33,7 @@ from workbench.units import MiB
 # what SGLang gets depends on what vLLM gave back, and the reverse through the flush
 BUDGET = 64 * MiB
 ENGINES = ("vllm", "sglang")  # each engine's name is its kind
+PREFIX_CACHING = {"vllm": False, "sglang": True}  # as the runner always ran them
 
 
 def _engines(backend: str, root, n: int, budget: int) -> list:
@@ -41,10 +42,9 @@ def _engines(backend: str, root, n: int, budget: int) -> list:
     out = []
     for kind in ENGINES:
         py = rig.python_for("cross-engine", kind)
-        extra = {"max_total_tokens": 32768} if kind == "sglang" else {}  # 512 MiB of slots
         out.append(rig.engine(kind, backend, rig.model_dir(py, root, kind), py, root,
                               elastic=True, kind=kind, max_num_seqs=n, knobs=dict(knobs),
-                              prefix_caching=kind == "sglang", **extra))
+                              prefix_caching=PREFIX_CACHING[kind], **rig.lab_pool(kind)))
     return out
 
 

@@ -71,7 +71,7 @@ def checks(out: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, bool]:
 
 
 def report(out: dict[str, Any]) -> tuple[LabRecord, str]:
-    from workbench.labs.kit.vllm_report import real_markdown, real_record
+    from workbench.labs.kit.server_report import real_markdown, real_record
 
     rows = phase_rows(out)
     ok = checks(out, rows)

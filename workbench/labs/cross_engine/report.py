@@ -14,6 +14,8 @@ from workbench.units import GiB
 FIGURE_RUNS = ("alternate-vllm-first", "together", "vllm-cache-only", "bounds-vllm-big")
 
 
+PAIR = ("vllm", "sglang")  # the simulated pair's instances, named by their schedulers
+
 def _inst(run: dict, kind: str) -> dict:
     return next(i for i in run["instances"] if i["kind"] == kind)
 
@@ -41,11 +43,11 @@ def stage_checks(r: dict[str, dict], budget: int) -> dict[str, bool]:
     """The six stages' claims on one seed's runs (``r``: config name -> run)."""
     alt_v, alt_s, tog = r["alternate-vllm-first"], r["alternate-sglang-first"], r["together"]
     vc, sc = r["vllm-cache-only"], r["sglang-cache-only"]
-    floor = {k: _win(r[f"alone-{k}"], k, "P2")["mapped_bytes"][-1] for k in ("vllm", "sglang")}
+    floor = {k: _win(r[f"alone-{k}"], k, "P2")["mapped_bytes"][-1] for k in PAIR}
     ppb = alt_v["page_id_bytes"]
     return {
         "1_alone_no_preemption": all(_inst(r[f"alone-{k}"], k)["summary"]["preemptions"] == 0
-                                     for k in ("vllm", "sglang")),
+                                     for k in PAIR),
         "2_reuse_vllm_to_sglang": peak(alt_v, "vllm", "P1") + peak(alt_v, "sglang", "P2")
         > budget,
         "2_reuse_sglang_to_vllm": peak(alt_s, "sglang", "P1") + peak(alt_s, "vllm", "P2")
@@ -53,8 +55,8 @@ def stage_checks(r: dict[str, dict], budget: int) -> dict[str, bool]:
         "all_within_budget": all(max(_total(x)) <= budget for x in r.values()),
         "3_together_fill_budget": max(_total(tog)) >= budget - 2 * ppb,
         "3_both_slower_than_alone": all(p99(tog, k, "P1") > p99(r[f"alone-{k}"], k, "P1")
-                                        for k in ("vllm", "sglang")),
-        "3_both_miss": all(_inst(tog, k)["stats"]["misses"] > 0 for k in ("vllm", "sglang")),
+                                        for k in PAIR),
+        "3_both_miss": all(_inst(tog, k)["stats"]["misses"] > 0 for k in PAIR),
         "4_vllm_cache_holds_idle": _win(vc, "vllm", "P2")["mapped_bytes"][-1] > floor["vllm"],
         "4_sglang_squeezed": peak(vc, "sglang", "P2") < peak(alt_v, "sglang", "P2")
         and p99(vc, "sglang", "P2") > p99(alt_v, "sglang", "P2"),
@@ -93,17 +95,17 @@ def numbers(r: dict[str, dict]) -> dict[str, str]:
     tog, vc, sc = r["together"], r["vllm-cache-only"], r["sglang-cache-only"]
     alt_v, alt_s = r["alternate-vllm-first"], r["alternate-sglang-first"]
     bv, bs, bo = r["bounds-vllm-big"], r["bounds-sglang-big"], r["bounds-off"]
-    st = {k: _inst(tog, k)["stats"] for k in ("vllm", "sglang")}
+    st = {k: _inst(tog, k)["stats"] for k in PAIR}
     return {
         "1": "; ".join(f"{k} peak {g(peak(r[f'alone-{k}'], k, 'P1'))}, TTFT p99 "
-                       f"{ms(p99(r[f'alone-{k}'], k, 'P1'))}" for k in ("vllm", "sglang")),
+                       f"{ms(p99(r[f'alone-{k}'], k, 'P1'))}" for k in PAIR),
         "2": f"vLLM {g(peak(alt_v, 'vllm', 'P1'))} then SGLang {g(peak(alt_v, 'sglang', 'P2'))}"
              f"; SGLang {g(peak(alt_s, 'sglang', 'P1'))} then vLLM "
              f"{g(peak(alt_s, 'vllm', 'P2'))}",
         "3": "; ".join(f"{k}: TTFT p99 {ms(p99(tog, k, 'P1'))}, {st[k]['misses']} misses, "
                        f"{st[k]['preemptions']} {'preemptions' if k == 'vllm' else 'retractions'}"
                        f", {st[k]['recomputed_tokens']} tokens recomputed"
-                       for k in ("vllm", "sglang")),
+                       for k in PAIR),
         "4": f"vLLM idle holds {g(_win(vc, 'vllm', 'P2')['mapped_bytes'][-1])}; SGLang peak "
              f"{g(peak(vc, 'sglang', 'P2'))} (stage 2: {g(peak(alt_v, 'sglang', 'P2'))}), "
              f"TTFT p99 {ms(p99(vc, 'sglang', 'P2'))} (stage 2: "
@@ -171,7 +173,7 @@ def fairness_figure(first: dict[str, dict]) -> Any:
              "bounds-vllm-big", "bounds-sglang-big"]
     phase = {"together": "P1", "vllm-cache-only": "P2", "sglang-cache-only": "P2"}
     fig = go.Figure()
-    for k in ("vllm", "sglang"):
+    for k in PAIR:
         ys = []
         for n in names:
             ph = phase.get(n, "peak")

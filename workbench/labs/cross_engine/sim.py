@@ -24,7 +24,7 @@ from workbench.labs.kit.base import Progress
 from workbench.labs.kit.phased_sim import InstanceSpec, RunSpec, run_phased, with_cache
 
 if TYPE_CHECKING:
-    from workbench.labs.cross_engine.lab import CrossEngineParams
+    from workbench.labs.cross_engine.params import CrossEngineParams
 
 KINDS = ("vllm", "sglang")
 PEAK, WARM = 7, 3  # prompt keys: every peak phase the same traffic; warm-ups their own

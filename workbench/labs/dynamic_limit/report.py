@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.labs.dynamic_limit.sim import DEVICE_GIB, MODEL
 from workbench.labs.kit.record import LabRecord, Manifest
-from workbench.labs.kit.vllm_report import kind_of, real_markdown, real_record
+from workbench.labs.kit.server_report import kind_of, real_markdown, real_record
 from workbench.units import GiB, MiB
 
 if TYPE_CHECKING:
-    from workbench.labs.dynamic_limit.lab import DynamicLimitParams
+    from workbench.labs.dynamic_limit.params import DynamicLimitParams
 
 # what each request of the schedule must be answered (the CLI's answer, then the final one)
 EXPECTED = {"tighten": ("acknowledged", "acknowledged"),
@@ -20,6 +20,8 @@ EXPECTED = {"tighten": ("acknowledged", "acknowledged"),
             "conflict: remote": ("refused", "refused"),
             "release": ("pending", "acknowledged")}
 
+
+COUNTED = {"vllm"}  # the kinds whose preemptions the engine counts (0 when none is reported)
 
 def epochs(run: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per limit in force (a revision change seen in the samples): when it was seen,
@@ -211,7 +213,7 @@ def _flush_row(steps: list[dict[str, Any]]) -> list[tuple[str, str]]:
 
 
 def vllm_report(out: dict[str, Any]) -> tuple[LabRecord, str]:
-    """The record and Markdown of a run on a real vLLM or SGLang (:mod:`.vllm`'s rows)."""
+    """The record and Markdown of a run on a real vLLM or SGLang (:mod:`.server`'s rows)."""
     steps = out["steps"]
     answers = sorted({s.get("answer", "?") for s in steps})
     page = out["page_id_bytes"]
@@ -225,7 +227,7 @@ def vllm_report(out: dict[str, Any]) -> tuple[LabRecord, str]:
     settled = (halve.get("mapped_settled") or 0) / MiB
     counted = out.get("counters") or {}
     pre = (f", {int(counted.get('num_preemptions', 0))} preemptions" if counted or
-           kind_of(out) == "vllm" else "")
+           kind_of(out) in COUNTED else "")
     headline = (f"limit {halve['requested'] / MiB:.0f} MiB {halve.get('answer')} "
                 f"({halve.get('outcome')}); mapped {halve['mapped_before'] / MiB:.0f} -> "
                 f"{settled:.0f} MiB; {out['finished']}/{out['requests']} finished{pre}; "

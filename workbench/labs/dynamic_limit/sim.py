@@ -44,7 +44,7 @@ from workbench.labs.kit.phased_sim import UnmapWatch
 from workbench.units import GiB
 
 if TYPE_CHECKING:
-    from workbench.labs.dynamic_limit.lab import DynamicLimitParams
+    from workbench.labs.dynamic_limit.params import DynamicLimitParams
 
 MODEL, DEVICE_GIB = "llama-3.1-8b", 24.0
 ANSWER_EXITS = (0, 3, 4)  # kvctl limit: acknowledged or pending, superseded, refused

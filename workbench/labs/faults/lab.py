@@ -11,31 +11,17 @@ removes) and ``gpu`` (one process per GPU; refused when fewer GPUs than ranks ar
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any, ClassVar
+from dataclasses import asdict
+from typing import Any
 
 from workbench.backends import capabilities, kind
 from workbench.errors import ConfigError
+from workbench.labs.faults.params import FaultsParams
 from workbench.labs.faults.real import CASES, coordinator_killed, run_case
 from workbench.labs.faults.report import case_checks, case_row, markdown
 from workbench.labs.kit.base import Lab, LabResult, Progress
-from workbench.labs.kit.params import QUICK, REPEATS
 from workbench.labs.kit.protocol_report import messages_json, protocol_record, sequence_figures
-from workbench.labs.kit.tp_pp_workers import need_gpus
-from workbench.ranges import Flag, Num, Opt, Spec
-
-
-@dataclass(slots=True)
-class FaultsParams:
-    quick: bool = False  # each case once instead of three times
-    tp: int = 2  # TP ranks of the faulty pool (the last one is the victim)
-    repeats: int | None = None  # None: 1 (quick) or 3
-    coordinator_kill: bool = True  # host/gpu: also SIGKILL a coordinator and collect its dir
-    gpus: int | None = None  # gpu: GPUs the ranks spread over; None: one per rank
-    RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
-        "quick": QUICK, "tp": Num(int, 2, 8, "ranks"), "repeats": REPEATS,
-        "coordinator_kill": Flag(), "gpus": Opt(Num(int, 1, 8)),
-    }
+from workbench.labs.kit.resolve import LabRun
 
 
 def run_order(cases: tuple[str, ...], repeats: int) -> list[tuple[str, int]]:
@@ -43,45 +29,41 @@ def run_order(cases: tuple[str, ...], repeats: int) -> list[tuple[str, int]]:
     return [(c, r) for r in range(repeats) for c in (cases if r % 2 == 0 else cases[::-1])]
 
 
+def run_faults(params: FaultsParams, run: LabRun,
+               progress: Progress | None = None) -> LabResult:
+    if params.tp < 2:
+        raise ConfigError(f"tp={params.tp}", "a fault on one rank of one shows no "
+                          "rollback on the others", "use tp >= 2")
+    real = capabilities(run.backend).real_processes
+    order = run_order(CASES, params.repeats or (1 if params.quick else 3))
+    first: dict[str, dict] = {}
+    found: dict[str, list[dict]] = {c: [] for c in CASES}
+    for i, (case, rep) in enumerate(order):
+        r = run_case(run.backend, case, params.tp, params.gpus)
+        found[case].append(case_checks(r, real))
+        first.setdefault(case, r)
+        if progress:
+            progress(i + 1, len(order), f"{case} #{rep}")
+    data: dict[str, Any] = {"order": [f"{c}/{r}" for c, r in order], "first": first,
+                            "rows": [case_row(first[c]) for c in CASES]}
+    if real and params.coordinator_kill:
+        data["coordinator_killed"] = coordinator_killed(kind(run.backend))
+    figs = sequence_figures({f"seq_{c}": (f"{c}: {first[c]['fault']}", first[c]["messages"])
+                             for c in CASES})
+    md = markdown(params, run.backend, data, found)
+    checks = [dict(c, case=case, repeat=i) for case, cs in found.items()
+              for i, c in enumerate(cs)]
+    tables = {"cases": data["rows"], "checks": checks}
+    return LabResult(FaultsLab._record(params, run.backend, data, found), md, tables, figs)
+
+
 class FaultsLab(Lab):
     name = "faults"
     description = ("map failure, prepare failure, a lost commit reply, a killed process: the "
                    "sequence, the state after, the cleanup, nothing leaked (seed 000 §12)")
     params_type = FaultsParams
-    backends = ("sim", "host", "gpu")
-
-    def check_backend(self, backend: str, params: FaultsParams | None = None) -> None:
-        super().check_backend(backend, params)
-        p = params or FaultsParams()
-        need_gpus(self.name, backend, p.tp, p.gpus)
-
-    def run(self, params: FaultsParams, backend: str = "sim",
-            progress: Progress | None = None) -> LabResult:
-        self.check_backend(backend, params)
-        if params.tp < 2:
-            raise ConfigError(f"tp={params.tp}", "a fault on one rank of one shows no "
-                              "rollback on the others", "use tp >= 2")
-        real = capabilities(backend).real_processes
-        order = run_order(CASES, params.repeats or (1 if params.quick else 3))
-        first: dict[str, dict] = {}
-        found: dict[str, list[dict]] = {c: [] for c in CASES}
-        for i, (case, rep) in enumerate(order):
-            r = run_case(backend, case, params.tp, params.gpus)
-            found[case].append(case_checks(r, real))
-            first.setdefault(case, r)
-            if progress:
-                progress(i + 1, len(order), f"{case} #{rep}")
-        data: dict[str, Any] = {"order": [f"{c}/{r}" for c, r in order], "first": first,
-                                "rows": [case_row(first[c]) for c in CASES]}
-        if real and params.coordinator_kill:
-            data["coordinator_killed"] = coordinator_killed(kind(backend))
-        figs = sequence_figures({f"seq_{c}": (f"{c}: {first[c]['fault']}", first[c]["messages"])
-                                 for c in CASES})
-        md = markdown(params, backend, data, found)
-        checks = [dict(c, case=case, repeat=i) for case, cs in found.items()
-                  for i, c in enumerate(cs)]
-        tables = {"cases": data["rows"], "checks": checks}
-        return LabResult(self._record(params, backend, data, found), md, tables, figs)
+    runners = {"simulated": run_faults, "mini": run_faults}  # real processes on host/gpu
+    ranks = staticmethod(lambda p: p.tp)
 
     @staticmethod
     def _record(p: FaultsParams, backend: str, data: dict, found: dict[str, list[dict]]):

@@ -9,12 +9,17 @@ from workbench.engines.models import get_model
 from workbench.labs.kit.phase_figs import latency_lines
 from workbench.labs.kit.phased_sim import window_slice
 from workbench.labs.kit.record import LabRecord, Manifest
-from workbench.labs.kit.vllm_report import kind_of, real_markdown, real_record
+from workbench.labs.kit.server_report import kind_of, real_markdown, real_record
 from workbench.units import GiB, MiB
 
 LOAD = ("short", "long", "short-again", "long-again")
 IDLE_AFTER_LOAD = ("idle-1", "idle-2")
 
+
+# what this report calls a kind's things (a kind not listed: vLLM's words)
+WORDS = {"vllm": {"name": "vLLM", "cache": "prefix", "blocks": "blocks", "slot": "tokens"},
+         "sglang": {"name": "SGLang", "cache": "radix", "blocks": "SGLang pages",
+                    "slot": "token slot"}}
 
 def _at(tl: dict[str, list], t: float, key: str) -> Any:
     """The last sample at or before ``t``."""
@@ -213,7 +218,7 @@ def record(p: Any, data: dict, rows: list[dict], found: dict, backend: str) -> L
                  "windows": data["runs"]["baseline"][first]["windows"]})
 
 
-# -- on a real vLLM (:mod:`.vllm`'s rows) ------------------------------------------------------
+# -- on a real vLLM (:mod:`.server`'s rows) ------------------------------------------------------
 REAL_LOAD = ("short", "long", "short-again")
 REAL_IDLE = {"idle-1": "long", "idle-2": "short-again"}  # idle phase: the load before it
 
@@ -329,14 +334,13 @@ def vllm_report(out: dict[str, Any]) -> tuple[LabRecord, str]:
                  f"{free} for {c['d_mapped'] / MiB:.0f} MiB unmapped: " +
                  (("yes" if c["device_free_follows"] else "NO") if gpu else
                   "reported only (host MemAvailable: other processes move it too)")))
-    sglang = kind_of(out) == "sglang"
+    w = WORDS.get(kind_of(out), WORDS["vllm"])
     md = real_markdown("Grow and reclaim", said, rows, verdict, kind_of(out))
-    md += (f"\nOne elastic {'SGLang' if sglang else 'vLLM'}, the tiny model, "
-           f"{'radix' if sglang else 'prefix'} cache off, reserve "
+    md += (f"\nOne elastic {w['name']}, the tiny model, {w['cache']} cache off, reserve "
            f"{out['min_reserved_pages']}..{out['max_reserved_pages']} pages of "
            f"{out['page_id_bytes'] / MiB:g} MiB ({out['blocks_per_page']} "
-           f"{'SGLang pages' if sglang else 'blocks'} of {out['block_size']} "
-           f"{'token slot' if sglang and out['block_size'] == 1 else 'tokens'} a page); "
+           f"{w['blocks']} of {out['block_size']} "
+           f"{w['slot'] if out['block_size'] == 1 else 'tokens'} a page); "
            f"{c['samples']} samples of the pool's segment. "
            "*Retired* is mapped memory neither in use nor reserved: on a device with queued "
            "work an emptied page waits for the kernels queued before its release, and is "

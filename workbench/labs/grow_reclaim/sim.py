@@ -19,7 +19,7 @@ from workbench.labs.kit.base import Progress
 from workbench.labs.kit.phased_sim import InstanceSpec, RunSpec, run_phased, with_cache
 
 if TYPE_CHECKING:
-    from workbench.labs.grow_reclaim.lab import GrowReclaimParams
+    from workbench.labs.grow_reclaim.params import GrowReclaimParams
 
 VARIANTS = ("baseline", "prefix-cache", "no-prealloc")
 LOAD, IDLE = ("short", "long", "short-again", "long-again"), ("idle-0", "idle-1", "idle-2")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from workbench.engines.models import get_model
 from workbench.labs.kit.record import LabRecord, Manifest
-from workbench.labs.kit.vllm_report import real_markdown, real_record
+from workbench.labs.kit.server_report import real_markdown, real_record
 from workbench.units import MiB
 
 KVCACHED = ("kvcached (L40, vLLM 0.22.1, 2,500 requests): 4.6x before #390, 2.3x with page-aware "
@@ -59,7 +59,7 @@ def record(rows: list[dict], seed: int, backend: str) -> LabRecord:
         results={"rows": rows})
 
 
-# -- on a real vLLM (:mod:`.vllm`'s rows) ------------------------------------------------------
+# -- on a real vLLM (:mod:`.server`'s rows) ------------------------------------------------------
 def real_checks(out: dict) -> dict[str, bool]:
     free, lru = out["rows"]
     reset = free.get("after_reset") or {}

@@ -19,14 +19,22 @@ from workbench.config import PoolConfig
 from workbench.core.events import PageState
 from workbench.engines.metrics import summarize
 from workbench.engines.models import get_model
+from workbench.engines.sim.cluster import SIM_ENGINES
 from workbench.engines.sim.kvsetup import elastic_pool
-from workbench.engines.sim.sglang_like import SGLangLikeEngine, SGLangOptions
+from workbench.engines.sim.sglang_like import SGLangOptions
 from workbench.engines.sim.steptime import StepTimeModel
-from workbench.engines.sim.vllm_like import VLLMLikeEngine, VLLMOptions
+from workbench.engines.sim.vllm_like import VLLMOptions
 from workbench.engines.sim.workloads import prefix_heavy
 from workbench.labs.kit.base import Progress
 from workbench.units import GiB
 
+# per scheduler: its options here, the prefix cache whose eviction is page-aware or LRU, and
+# the blocks (SGLang: pages) that cache holds
+OPTIONS = {"vllm": lambda: VLLMOptions(enable_prefix_caching=True, max_num_seqs=96),
+           "sglang": lambda: SGLangOptions(max_num_seqs=96)}
+CACHE = {"vllm": lambda eng: eng.pool, "sglang": lambda eng: eng.cache}
+CACHED = {"vllm": lambda eng: len(eng.pool.evictable),
+          "sglang": lambda eng: eng.cache.cached_tokens // eng.cache.page}
 
 def measure(engine: str = "vllm", *, page_aware: bool = True, num_requests: int = 2500,
             max_cached_tokens: int = 16000, seed: int = 0, model: str = "qwen3-4b") -> dict:
@@ -38,13 +46,8 @@ def measure(engine: str = "vllm", *, page_aware: bool = True, num_requests: int 
     cfg = PoolConfig(max_cached_tokens=max_cached_tokens)
     ikv = elastic_pool(spec, dev, name=engine, config=cfg)
     st = StepTimeModel.preset(spec, "h200")
-    if engine == "vllm":
-        eng = VLLMLikeEngine(env, engine, ikv, st, options=VLLMOptions(
-            enable_prefix_caching=True, max_num_seqs=96))
-        eng.pool.page_aware = page_aware
-    else:
-        eng = SGLangLikeEngine(env, engine, ikv, st, options=SGLangOptions(max_num_seqs=96))
-        eng.cache.page_aware = page_aware
+    eng = SIM_ENGINES[engine](env, engine, ikv, st, options=OPTIONS[engine]())
+    CACHE[engine](eng).page_aware = page_aware
     reqs = prefix_heavy(num_requests, seed=seed)
     eng.submit(reqs)
 
@@ -55,10 +58,7 @@ def measure(engine: str = "vllm", *, page_aware: bool = True, num_requests: int 
     env.run(until=env.process(watch()))
     kv, g = eng.kv, eng.kv.geometry
     bpp = g.page_size // g.block_bytes
-    if engine == "vllm":
-        cached_blocks = len(eng.pool.evictable)
-    else:
-        cached_blocks = eng.cache.cached_tokens // eng.cache.page
+    cached_blocks = CACHED[engine](eng)
     c = kv.pages.counts
     in_use, reserved = c[PageState.IN_USE], c[PageState.RESERVED]
     floor = math.ceil((cached_blocks + 1) / bpp)  # + the null block
@@ -75,7 +75,7 @@ def measure(engine: str = "vllm", *, page_aware: bool = True, num_requests: int 
 
 def sweep(quick: bool, seed: int, progress: Progress | None) -> list[dict]:
     n = 500 if quick else 2500
-    combos = [(e, pa) for e in ("vllm", "sglang") for pa in (True, False)]
+    combos = [(e, pa) for e in SIM_ENGINES for pa in (True, False)]
     rows = []
     for i, (e, pa) in enumerate(combos):
         rows.append(measure(e, page_aware=pa, num_requests=n, seed=seed))

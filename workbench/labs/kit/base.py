@@ -1,17 +1,18 @@
-"""The lab protocol: a :class:`Lab` has a name, a typed parameter dataclass, the backends it
-supports and ``run(params, backend) -> LabResult``. The CLI, the chapters and the tests drive
-every lab through it.
+"""The lab protocol: a :class:`Lab` has a name, a typed parameter dataclass and, as data, the
+runner that serves each engine family it runs (``runners``), the capabilities a runner needs
+(``needs``), and -- in its ``engine`` parameter's declared range -- the engine kinds it runs.
+The CLI, the chapters and the tests drive every lab through it.
 
-A lab refuses *before* running (and so writes no record) when the backend name is unknown, when
-the lab does not support it, or when it cannot be used here (``gpu`` without a CUDA GPU): the
-check asks :func:`workbench.backends.kind` and :func:`workbench.backends.require`, which build
-nothing.
+The kit does the rest: :meth:`Lab.check_backend` resolves the run once
+(:func:`workbench.labs.kit.resolve.resolve`: backend capabilities and engine kinds into one
+:class:`~workbench.labs.kit.resolve.LabRun`), refusing before anything runs (so no record is
+written); :meth:`Lab.run` hands that run to the family's runner, ``runner(params, run,
+progress) -> LabResult``. The backends a lab lists follow from the same data.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,8 +20,9 @@ from typing import Any, ClassVar
 
 from workbench.citations import link_seed_refs, rebase
 from workbench.errors import ConfigError
-from workbench.labs.kit.params import build, check_params
+from workbench.labs.kit.params import build, check_params, specs
 from workbench.labs.kit.record import LabRecord
+from workbench.labs.kit.resolve import EngineChoices, LabRun, backends_of, resolve
 
 Progress = Callable[[int, int, str], None]  # progress(done, total, what)
 
@@ -47,20 +49,37 @@ class LabResult:
         return self.record.write(path, rebase(self.markdown, Path(path).parent))
 
 
-class Lab(ABC):
-    """Subclasses set the class attributes and implement :meth:`run`."""
+Runner = Callable[[Any, LabRun, "Progress | None"], LabResult]
+
+
+class Lab:
+    """Subclasses set the class attributes; the kit resolves, refuses and dispatches."""
 
     name: ClassVar[str]
     description: ClassVar[str]
     params_type: ClassVar[type]  # a dataclass; every field has a default
-    backends: ClassVar[tuple[str, ...]]  # kept in the registry's order (sim, host, gpu)
+    runners: ClassVar[Mapping[str, Runner]]  # engine family -> the runner that serves it
+    needs: ClassVar[Mapping[str, Mapping[str, Any]]] = {}  # family -> Capabilities it needs
+    ranks: ClassVar[Callable[[Any], int] | None] = None  # ranks of one GPU each (TP/PP labs)
+    reads_back: ClassVar[str | None] = None  # a parameter that, set, reads saved runs back
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if "backends" in cls.__dict__:  # one order wherever a lab's backends are shown
-            from workbench.backends import BACKENDS
+    @property
+    def backends(self) -> tuple[str, ...]:
+        """The backends some run of this lab fits (the backend registry's order)."""
+        return backends_of(self.runners, self.engine_choices(), self.needs)
 
-            cls.backends = tuple(sorted(cls.backends, key=BACKENDS.index))
+    @property
+    def engines(self) -> tuple[str, ...]:
+        """The engine kinds this lab's engine parameter may name (its declared range)."""
+        choices = self.engine_choices()
+        return choices.expand() if choices is not None else ()
+
+    def engine_choices(self) -> EngineChoices | None:
+        """The engine parameter's declared range (``RANGES["engine"]``, optional or not);
+        None for a lab without one."""
+        spec = specs(self.params_type).get("engine")
+        spec = getattr(spec, "spec", spec)  # inside Opt: None picks the backend's default
+        return spec if isinstance(spec, EngineChoices) else None
 
     def params(self, **values: Any) -> Any:
         """The parameter dataclass from typed values, each checked against its declared range
@@ -76,7 +95,7 @@ class Lab(ABC):
 
     def check_params(self, params: Any) -> Any:
         """``params`` with every field checked against its declared range (``run_lab``)."""
-        return check_params(self.name, params)
+        return check_params(self.name, self.params_type, params)
 
     def _refuse_unknown(self, keys: Mapping[str, Any]) -> None:
         names = sorted(f.name for f in dataclasses.fields(self.params_type))
@@ -85,20 +104,17 @@ class Lab(ABC):
             raise ConfigError(f"parameter {unknown[0]!r} of lab {self.name!r}", "is not one of "
                               "its parameters", f"use one of {', '.join(names)}")
 
-    def check_backend(self, backend: str, params: Any = None) -> None:
-        """Refuse (one ConfigError line) an unknown backend name, one this lab does not support,
-        and one that cannot be used here (``gpu`` without a CUDA GPU); nothing has run yet.
-        A lab whose needs depend on its parameters (GPUs per rank) overrides this and reads
-        ``params`` (None: the defaults)."""
-        from workbench.backends import kind, require
+    def check_backend(self, backend: str, params: Any = None) -> LabRun:
+        """The run resolved (:func:`~workbench.labs.kit.resolve.resolve`), or one ConfigError
+        line; nothing has run yet. ``params`` None: the defaults."""
+        return resolve(self, params, backend)
 
-        if kind(backend) not in self.backends:
-            raise ConfigError(f"lab {self.name!r} on backend {backend!r}",
-                              "is not supported by this lab",
-                              f"use --backend {' or '.join(self.backends)}")
-        require(backend)
+    def check_run(self, params: Any, run: LabRun) -> None:
+        """A lab's own rule between its parameters and the resolved run (one ConfigError
+        line); none by default."""
 
-    @abstractmethod
     def run(self, params: Any, backend: str = "sim",
             progress: Progress | None = None) -> LabResult:
-        """Run the lab; call :meth:`check_backend` first (the registry's ``run_lab`` does)."""
+        """Resolve the run, then hand it to the runner of its engine family."""
+        run = self.check_backend(backend, params)
+        return self.runners[run.family](params, run, progress)

@@ -18,7 +18,7 @@ from workbench.core import budget_segment as bs
 from workbench.core import control
 from workbench.engines.metrics import summarize
 from workbench.engines.sched.request import Request
-from workbench.labs.kit import vllm_rig as rig
+from workbench.labs.kit import server_rig as rig
 
 
 class Sampler(threading.Thread):

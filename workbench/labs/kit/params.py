@@ -14,11 +14,12 @@ from typing import Any
 from workbench.engines.models import MODELS
 from workbench.engines.sim.steptime import GPUS
 from workbench.errors import ConfigError
+from workbench.labs.kit.resolve import EngineChoices
 from workbench.labs.kit.steptime import CALIBRATIONS
 from workbench.ranges import Choice, Flag, Floats, Num, Opt, Pairs, Spec
 
 __all__ = ["specs", "check_value", "build", "check_params", "SEED", "QUICK", "REPEATS", "MODEL",
-           "GPU", "ENGINE", "VLLM_ONLY", "ENGINE_SGLANG", "VLLM_SGLANG", "TOKENS", "RATE",
+           "GPU", "ENGINE", "TOKENS", "RATE",
            "RATES", "REQUESTS", "SECONDS", "GBPS", "GIB", "STEPTIME"]
 
 
@@ -41,15 +42,27 @@ def build(lab: str, params_type: type, values: Mapping[str, Any]) -> Any:
     return params_type(**{k: check_value(lab, params_type, k, v) for k, v in values.items()})
 
 
-def check_params(lab: str, params: Any) -> Any:
-    """Every field of ``params`` checked (a dataclass built by hand skips ``Lab.params``); the
-    same dataclass with typed values (a list becomes a tuple)."""
-    kind = type(params)
-    if not dataclasses.is_dataclass(params) or not specs(kind):
-        return params
-    typed = {f.name: check_value(lab, kind, f.name, getattr(params, f.name))
+def check_params(lab: str, params_type: type, params: Any) -> Any:
+    """``params`` as lab ``lab``'s dataclass with every field checked, as the command line
+    checks them: the lab's own dataclass (built by hand, so ``Lab.params`` was skipped), or a
+    mapping of its parameter names; anything else -- another lab's parameters, a namespace,
+    a number -- is refused in one line before anything runs."""
+    if isinstance(params, Mapping):
+        names = {f.name for f in dataclasses.fields(params_type)}
+        bad = [k for k in params if not isinstance(k, str) or k not in names]
+        if bad:
+            raise ConfigError(f"parameter {str(bad[0])[:40]!r} of lab {lab!r}",
+                              "is not one of its parameters",
+                              f"use one of {', '.join(sorted(names))}")
+        return build(lab, params_type, params)
+    if type(params) is not params_type:
+        shown = type(params).__name__
+        raise ConfigError(f"lab {lab!r} params of type {shown}",
+                          f"are not this lab's parameters ({params_type.__name__})",
+                          f"build them with get_lab({lab!r}).params(key=value, ...)")
+    typed = {f.name: check_value(lab, params_type, f.name, getattr(params, f.name))
              for f in dataclasses.fields(params)}
-    return kind(**typed)
+    return params_type(**typed)
 
 
 # Ranges several labs share. Upper bounds keep one run inside a small machine (a 2-core, 24 GiB
@@ -59,12 +72,10 @@ QUICK = Flag()
 REPEATS = Opt(Num(int, 1, 20))  # None: the lab's own count
 MODEL = Choice(tuple(MODELS))
 GPU = Choice(tuple(GPUS))
-# a lab with a real-vLLM run: vllm, and the mini engine where the lab has a mini run
-ENGINE = Choice(("vllm", "mini"))
-VLLM_ONLY = Choice(("vllm",))  # on sim the simulated vLLM-like engine, elsewhere a real vLLM
-# labs with a real-SGLang run too (engine=sglang: gpu only, SGLang's CUDA server)
-ENGINE_SGLANG = Choice(("vllm", "sglang", "mini"))
-VLLM_SGLANG = Choice(("vllm", "sglang"))
+
+
+# every lab's engine parameter: ENGINE(kinds or families it runs, preferred first)
+ENGINE = EngineChoices
 TOKENS = Num(int, 1, 32768, "tokens")  # one prompt or output, within the models' context
 RATE = Num(float, 0.01, 1000.0, "req/s")
 RATES = Floats(0.01, 1000.0, 16, "req/s")
@@ -76,3 +87,50 @@ STEPTIME = Pairs(tuple(CALIBRATIONS), {
     "flops_eff": Num(float, 0.01, 1.0), "bw_eff": Num(float, 0.01, 1.0),
     "step_overhead_s": Num(float, 0.0, 1.0), "seq_overhead_s": Num(float, 0.0, 0.1),
     "prefill_overhead_s": Num(float, 0.0, 1.0), "prefill_gpu_frac": Num(float, 0.0, 1.0)})
+
+
+def _text(value: Any) -> str:
+    """A default as the command line writes it."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple | list):
+        return ",".join(_text(v) for v in value) or "(empty)"
+    return str(value)
+
+
+def _comments(params_type: type) -> dict[str, str]:
+    """Each field's help: the comment after it in the dataclass's source (and the comment
+    lines that carry it on)."""
+    import inspect
+    import re
+
+    try:
+        lines = inspect.getsource(params_type).splitlines()
+    except (OSError, TypeError):
+        return {}
+    out: dict[str, str] = {}
+    last = None
+    for line in lines:
+        field = re.match(r"\s+(\w+):[^#]*?(?:#\s*(.*))?$", line)
+        if field and not line.lstrip().startswith("#"):
+            last = field.group(1) if field.group(2) else None
+            if last:
+                out[last] = field.group(2).strip()
+        elif line.strip().startswith("#") and last:
+            out[last] += " " + line.strip().lstrip("#").strip()
+        else:
+            last = None
+    return out
+
+
+def described(lab: Any) -> list[dict[str, str]]:
+    """Every parameter of ``lab``: its name, default, declared range and help (what
+    ``workbench labs params NAME`` prints)."""
+    kind = lab.params_type
+    helps, ranges, defaults = _comments(kind), specs(kind), kind()
+    return [{"name": f.name, "default": _text(getattr(defaults, f.name)),
+             "range": ranges[f.name].accepted() if f.name in ranges else "(undeclared)",
+             "help": helps.get(f.name, "")}
+            for f in dataclasses.fields(kind)]

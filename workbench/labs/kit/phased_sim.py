@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -79,11 +80,19 @@ class UnmapWatch:
                                      "live_blocks": len(live)})
 
 
+# per scheduler: the blocks (or SGLang pages) its prefix cache holds that no request
+# references, and (the counter of its cache's evictions, tokens per unit it counts)
+CACHED: dict[str, Callable[[Any], int]] = {
+    "vllm": lambda eng: len(eng.pool.evictable),
+    "sglang": lambda eng: eng.cache.evictable_size // eng.cache.page}
+EVICTIONS: dict[str, Callable[[Any], tuple[Any, int]]] = {
+    "vllm": lambda eng: (eng.pool, eng.kv.geometry.block_size),  # vLLM counts blocks
+    "sglang": lambda eng: (eng.cache, 1)}
+
+
 def cached_blocks(eng: SimEngine) -> int:
     """Blocks (or SGLang pages) the prefix cache holds that no request references."""
-    if eng.kind == "vllm":
-        return len(eng.pool.evictable)  # type: ignore[attr-defined]
-    return eng.cache.evictable_size // eng.cache.page  # type: ignore[attr-defined]
+    return CACHED[eng.kind](eng)
 
 
 def _sample(env: simpy.Environment, engines: list[SimEngine], out: dict[str, dict[str, list]],
@@ -191,10 +200,7 @@ def _instance(eng: SimEngine, ispec: InstanceSpec, slo: SLO) -> dict[str, Any]:
 
     by_group = split()
     phase_names = {ph.name for ph in ispec.phases}
-    if eng.kind == "vllm":  # the cache's evictions, in tokens (vLLM counts blocks)
-        c, unit = eng.pool, eng.kv.geometry.block_size  # type: ignore[attr-defined]
-    else:
-        c, unit = eng.cache, 1  # type: ignore[attr-defined]
+    c, unit = EVICTIONS[eng.kind](eng)  # the cache's evictions, in tokens
     return {"name": eng.name, "kind": eng.kind, "summary": eng.metrics(slo).as_dict(),
             "by_phase": {g: v for g, v in by_group.items() if g in phase_names},
             "by_group": by_group, "stats": eng.scheduler.stats.as_dict(),

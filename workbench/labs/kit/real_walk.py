@@ -48,7 +48,7 @@ def real_request_walk(backend: str = "sim", prompt_len: int = 160, new_tokens: i
         text = f"would start {would}: {missing}"
         print(text)
         return text
-    from workbench.labs.kit import vllm_rig as rig
+    from workbench.labs.kit import server_rig as rig
 
     root = rig.workroot()
     lines = []

@@ -23,10 +23,11 @@ from workbench.config import PoolConfig
 from workbench.engines.metrics import SLO, Dist, summarize
 from workbench.engines.models import get_model
 from workbench.engines.sched.request import ReqState, Request
+from workbench.engines.sim.cluster import SIM_ENGINES
 from workbench.engines.sim.kvsetup import elastic_pool, static_pool
-from workbench.engines.sim.sglang_like import SGLangLikeEngine, SGLangOptions
+from workbench.engines.sim.sglang_like import SGLangOptions
 from workbench.engines.sim.steptime import GPUS, StepTimeModel
-from workbench.engines.sim.vllm_like import VLLMLikeEngine, VLLMOptions
+from workbench.engines.sim.vllm_like import VLLMOptions
 from workbench.engines.sim.workloads import MIX_CLASSES, long_short_mix
 from workbench.errors import ConfigError
 from workbench.units import GiB
@@ -74,11 +75,10 @@ def build(setup: InstanceSetup, env: simpy.Environment):
     else:
         raise ConfigError(f"kv={setup.kv!r}", "is not a KV mode", "use static or elastic")
     st = StepTimeModel.preset(spec, setup.gpu)
-    if setup.engine == "vllm":
-        return VLLMLikeEngine(env, "vllm", ikv, st, options=setup.vllm, sample_every_s=0.5)
-    if setup.engine == "sglang":
-        return SGLangLikeEngine(env, "sglang", ikv, st, options=setup.sglang,
-                                sample_every_s=0.5)
+    if setup.engine in SIM_ENGINES:  # the scheduler's engine and its options (setup.vllm, ...)
+        return SIM_ENGINES[setup.engine](env, setup.engine, ikv, st,
+                                         options=getattr(setup, setup.engine),
+                                         sample_every_s=0.5)
     raise ConfigError(f"engine={setup.engine!r}", "is not a simulated engine",
                       "use vllm or sglang")
 

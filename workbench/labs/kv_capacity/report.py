@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from workbench.labs.kit.record import LabRecord, Manifest
-from workbench.labs.kit.vllm_report import real_markdown, real_record
+from workbench.labs.kit.server_report import real_markdown, real_record
 from workbench.units import MiB
 
 SEED_EXPECTED = (
@@ -194,7 +194,7 @@ def figures(tables: dict[str, list[dict]]) -> dict[str, Any]:
 
 
 def vllm_report(out: dict[str, Any]) -> tuple[LabRecord, str]:
-    """The record and Markdown of a run on a real vLLM (:mod:`.vllm`'s rows)."""
+    """The record and Markdown of a run on a real vLLM (:mod:`.server`'s rows)."""
     rows = out["rows"]
     stock, elastic = rows[0], rows[1]
 

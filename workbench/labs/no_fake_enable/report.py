@@ -10,7 +10,7 @@ from workbench.labs.no_fake_enable.sim import ARMS, CHECKS, DEVICE_GIB, IDLE_S, 
 from workbench.units import GiB, MiB
 
 if TYPE_CHECKING:
-    from workbench.labs.no_fake_enable.lab import NoFakeEnableParams
+    from workbench.labs.no_fake_enable.params import NoFakeEnableParams
 
 # what the seed predicts for each arm: the checks that must fail (the rest pass)
 EXPECTED_FAIL = {
@@ -158,7 +158,7 @@ def figures(out: dict[str, Any]) -> dict[str, Any]:
 
 
 def _real_checks(arm: str, r: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Each check of one real start (:mod:`.vllm`'s row): its verdict and the evidence read."""
+    """Each check of one real start (:mod:`.server`'s row): its verdict and the evidence read."""
     cfg = (r["doctor"].get("config") or {})
     on = bool(cfg.get("autopatch_enabled")) and not cfg.get("config_error")
     pth = "installed" if cfg.get("pth_installed") else "missing"
@@ -194,11 +194,11 @@ PATCH_LOG_MARK = "workbench autopatch: "
 
 
 def vllm_report(out: dict[str, Any]) -> tuple[LabRecord, str]:
-    """The record and Markdown of the three real starts (:mod:`.vllm`'s rows)."""
-    from workbench.labs.kit.vllm_report import real_markdown, real_record
-    from workbench.labs.no_fake_enable.vllm import ARMS as REAL_ARMS
-    from workbench.labs.no_fake_enable.vllm import CHECKS as REAL_CHECKS
-    from workbench.labs.no_fake_enable.vllm import EXPECTED_FAIL as REAL_FAIL
+    """The record and Markdown of the three real starts (:mod:`.server`'s rows)."""
+    from workbench.labs.kit.server_report import real_markdown, real_record
+    from workbench.labs.no_fake_enable.server import ARMS as REAL_ARMS
+    from workbench.labs.no_fake_enable.server import CHECKS as REAL_CHECKS
+    from workbench.labs.no_fake_enable.server import EXPECTED_FAIL as REAL_FAIL
 
     rows = []
     for arm in REAL_ARMS:

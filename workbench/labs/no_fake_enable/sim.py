@@ -44,7 +44,7 @@ from workbench.labs.kit.base import Progress
 from workbench.units import GiB
 
 if TYPE_CHECKING:
-    from workbench.labs.no_fake_enable.lab import NoFakeEnableParams
+    from workbench.labs.no_fake_enable.params import NoFakeEnableParams
 
 AUTOPATCH, IPC = "WORKBENCH_KV_AUTOPATCH", "WORKBENCH_KV_IPC_NAME"
 ARMS = ("enabled", "autopatch-off", "patch-not-applied", "no-ipc-name")

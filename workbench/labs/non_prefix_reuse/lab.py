@@ -3,42 +3,31 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
-
-from workbench.backends import capabilities
 from workbench.labs.kit.base import Lab, LabResult, Progress
-from workbench.labs.kit.params import GBPS, GPU, MODEL, QUICK, REPEATS, SEED, TOKENS
+from workbench.labs.kit.resolve import LabRun
+from workbench.labs.non_prefix_reuse.params import NonPrefixReuseParams
 from workbench.labs.non_prefix_reuse.sim import (
     CASES,
     sweep,
 )
-from workbench.ranges import Floats, Num, Spec
 
 
-@dataclass(slots=True)
-class NonPrefixReuseParams:
-    quick: bool = False  # 2 seeds instead of 3
-    seed: int = 0
-    repeats: int | None = None
-    model: str = "llama-3.1-8b"
-    gpu: str = "a100"
-    preamble_len: int = 256
-    doc_len: int = 1024  # a multiple of chunk_tokens: documents sit on the chunk grid
-    docs_per_prompt: int = 4
-    pool_docs: int = 6
-    question_len: int = 64
-    chunk_tokens: int = 256
-    recompute_ratio: float = 0.15
-    sweep_ratios: tuple[float, ...] = (0.0, 0.05, 0.15, 0.3, 0.6, 1.0)
-    pcie_gbps: float = 25.0
-    RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
-        "quick": QUICK, "seed": SEED, "repeats": REPEATS, "model": MODEL, "gpu": GPU,
-        "preamble_len": TOKENS, "doc_len": TOKENS, "docs_per_prompt": Num(int, 1, 64),
-        "pool_docs": Num(int, 1, 1024), "question_len": TOKENS,
-        "chunk_tokens": Num(int, 1, 32768, "tokens"), "recompute_ratio": Num(float, 0.0, 1.0),
-        "sweep_ratios": Floats(0.0, 1.0), "pcie_gbps": GBPS,
-    }
+def run_sim(params: NonPrefixReuseParams, run: LabRun,
+            progress: Progress | None = None) -> LabResult:
+    from workbench.labs.non_prefix_reuse.report import build
+
+    return build(params, sweep(params, progress), run.backend)
+
+
+def run_mini(params: NonPrefixReuseParams, run: LabRun,
+             progress: Progress | None = None) -> LabResult:
+    """The simulated costs, and the quality proxy on the mini model (real tokens, CPU)."""
+    from workbench.labs.non_prefix_reuse.mini import quality
+    from workbench.labs.non_prefix_reuse.report import build
+
+    data = sweep(params, progress)
+    data["quality"] = quality(CASES[:4], data["seeds"])
+    return build(params, data, run.backend)
 
 
 class NonPrefixReuseLab(Lab):
@@ -47,16 +36,5 @@ class NonPrefixReuseLab(Lab):
                    "(modelled): TTFT, recomputed tokens, retrieved bytes; on host a quality "
                    "proxy on the mini model (seed 003 E9)")
     params_type = NonPrefixReuseParams
-    backends = ("sim", "host")  # host: the costs of sim plus the quality proxy on the CPU
-
-    def run(self, params: NonPrefixReuseParams, backend: str = "sim",
-            progress: Progress | None = None) -> LabResult:
-        from workbench.labs.non_prefix_reuse.report import build
-
-        self.check_backend(backend)
-        data = sweep(params, progress)
-        if not capabilities(backend).simulated:  # real tokens: the quality proxy too
-            from workbench.labs.non_prefix_reuse.mini import quality
-
-            data["quality"] = quality(CASES[:4], data["seeds"])
-        return build(params, data, backend)
+    runners = {"simulated": run_sim, "mini": run_mini}
+    needs = {"mini": {"cuda": False}}  # the quality proxy runs on the CPU (host)

@@ -35,7 +35,7 @@ from workbench.labs.kit.steptime import prefill_s
 from workbench.tiers import TierCosts, content_keys, make_stack
 
 if TYPE_CHECKING:
-    from workbench.labs.non_prefix_reuse.lab import NonPrefixReuseParams
+    from workbench.labs.non_prefix_reuse.params import NonPrefixReuseParams
 
 CASES = ("same-order", "reordered", "new-preamble", "swapped-doc", "off-grid")
 SCHEMES = ("full", "prefix", "blend")

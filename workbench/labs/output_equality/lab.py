@@ -19,25 +19,31 @@ decoder with seeded random weights) on ``host`` (the CPU; elastic KV on the host
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, ClassVar
-
 from workbench.labs.kit.base import Lab, LabResult, Progress
-from workbench.labs.kit.params import ENGINE_SGLANG, MODEL, QUICK, SEED
-from workbench.labs.kit.vllm_report import real_result
-from workbench.ranges import Spec
+from workbench.labs.kit.resolve import LabRun
+from workbench.labs.kit.server_report import real_result
+from workbench.labs.output_equality.params import OutputEqualityParams
 
 
-@dataclass(slots=True)
-class OutputEqualityParams:
-    quick: bool = False  # 4 prompts x 24 tokens, one seed; else 8 x 48, three seeds
-    seed: int = 0  # prompt seed (the model's weights are seeded by the model config)
-    model: str = "tiny"  # a mini-engine model (workbench.mini.model.get_config)
-    engine: str = "mini"  # mini: the mini engine; vllm / sglang (gpu): a real one, elastic vs stock
-    RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
-        "quick": QUICK, "seed": SEED, "model": MODEL,
-        "engine": ENGINE_SGLANG,
-    }
+def run_mini(params: OutputEqualityParams, run: LabRun,
+             progress: Progress | None = None) -> LabResult:
+    from workbench.labs.output_equality.mini import run_all
+    from workbench.labs.output_equality.report import figures, markdown, record, tables
+
+    out = run_all(params, run.backend, progress)
+    tabs = tables(out)
+    return LabResult(record(out, tabs, params, run.backend), markdown(out, tabs, params),
+                     tables=tabs, figures=figures(tabs))
+
+
+def run_server(params: OutputEqualityParams, run: LabRun,
+               progress: Progress | None = None) -> LabResult:
+    """The server family: this lab's runner over real engine servers."""
+    from workbench.labs.output_equality.report import vllm_report
+    from workbench.labs.output_equality.server import run as run_vllm
+
+    return real_result(vllm_report, lambda: run_vllm(run.backend, quick=params.quick,
+                                                     kind=run.kind))
 
 
 class OutputEqualityLab(Lab):
@@ -46,29 +52,4 @@ class OutputEqualityLab(Lab):
                    "layout canary that flags deliberately wrong KV views (seed 000 §13); "
                    "engine=vllm / engine=sglang: a real vLLM / SGLang, elastic vs stock")
     params_type = OutputEqualityParams
-    backends = ("host", "gpu")
-
-    def check_backend(self, backend: str, params: Any = None) -> None:
-        from workbench.labs.kit.vllm_rig import check_engine
-
-        Lab.check_backend(self, backend, params)
-        check_engine(self.name, backend, getattr(params, "engine", "mini"), "mini",
-                     kinds=("vllm", "sglang"))
-
-    def run(self, params: OutputEqualityParams, backend: str = "host",
-            progress: Progress | None = None) -> LabResult:
-        from workbench.labs.kit.vllm_rig import kind_kw, on_real
-
-        if on_real(backend, params.engine):  # a real vLLM / SGLang: this lab's .vllm runner
-            from workbench.labs.output_equality.report import vllm_report
-            from workbench.labs.output_equality.vllm import run as run_vllm
-
-            kw = kind_kw(params.engine)
-            return real_result(vllm_report, lambda: run_vllm(backend, quick=params.quick, **kw))
-        from workbench.labs.output_equality.mini import run_all
-        from workbench.labs.output_equality.report import figures, markdown, record, tables
-
-        out = run_all(params, backend, progress)
-        tabs = tables(out)
-        return LabResult(record(out, tabs, params, backend), markdown(out, tabs, params),
-                         tables=tabs, figures=figures(tabs))
+    runners = {"mini": run_mini, "server": run_server}

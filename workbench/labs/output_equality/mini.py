@@ -10,7 +10,7 @@ from workbench.backends import capabilities
 from workbench.labs.kit.base import Progress
 
 if TYPE_CHECKING:
-    from workbench.labs.output_equality.lab import OutputEqualityParams
+    from workbench.labs.output_equality.params import OutputEqualityParams
 
 # The registry model's decoder with wider KV heads (4 KiB of K or V per token and layer: 512
 # tokens a 2 MiB page), and for the recycling case prompts long enough that one wave spans

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from workbench.labs.kit.record import LabRecord, Manifest
-from workbench.labs.kit.vllm_report import kind_of, real_markdown, real_record
+from workbench.labs.kit.server_report import kind_of, real_markdown, real_record
 
 if TYPE_CHECKING:
-    from workbench.labs.output_equality.lab import OutputEqualityParams
+    from workbench.labs.output_equality.params import OutputEqualityParams
 
 NEAR_TIE = 1 / 64  # a few bf16 steps (2^-8 each): a gap this small may flip with rounding
 # what the seed predicts for each deliberately wrong layout: (tokens equal?, canary flags?)
@@ -16,6 +16,14 @@ EXPECTED_CANARY = {"none": (True, False), "v-aliases-k": (False, True),
                    "layers-alias": (False, True), "block-stride-half": (False, True),
                    "layers-permuted": (True, True)}
 
+
+# what this report says of a kind (a kind not listed: vLLM's words); counted: preemptions in
+# the engine's own metrics (SGLang's retractions are in its log only)
+WORDS = {"vllm": {"name": "vLLM", "counted": True, "invariance":
+                  "vLLM's batch-invariant mode on every engine (VLLM_BATCH_INVARIANT=1)"},
+         "sglang": {"name": "SGLang", "counted": False, "invariance":
+                    "SGLang's deterministic mode on every engine "
+                    "(--enable-deterministic-inference)"}}
 
 def _expected(layout: str) -> str:
     same, flags = EXPECTED_CANARY[layout]
@@ -166,13 +174,11 @@ def figures(tabs: dict[str, list]) -> dict[str, Any]:
 def _invariance(out: dict[str, Any]) -> str:
     if not out.get("batch_invariant"):
         return "not forced (the CPU's sums do not depend on it)"
-    if kind_of(out) == "sglang":
-        return "SGLang's deterministic mode on every engine (--enable-deterministic-inference)"
-    return "vLLM's batch-invariant mode on every engine (VLLM_BATCH_INVARIANT=1)"
+    return WORDS.get(kind_of(out), WORDS["vllm"])["invariance"]
 
 
 def _small(out: dict[str, Any], pre: tuple) -> str:
-    if kind_of(out) == "sglang":  # no metrics endpoint: SGLang's retractions are in its log
+    if not WORDS.get(kind_of(out), WORDS["vllm"])["counted"]:  # no metrics endpoint
         return (f"small pool ({out['small_blocks']} token slots, elastic limit {out['limit']}): "
                 "SGLang retracts and recomputes (counted in its log, not here)")
     return (f"small pool ({out['small_blocks']} blocks, limit {out['limit']}): preemptions "
@@ -180,7 +186,7 @@ def _small(out: dict[str, Any], pre: tuple) -> str:
 
 
 def vllm_report(out: dict[str, Any]) -> tuple[LabRecord, str]:
-    """The record and Markdown of a run on a real vLLM or SGLang (:mod:`.vllm`'s rows)."""
+    """The record and Markdown of a run on a real vLLM or SGLang (:mod:`.server`'s rows)."""
     rows = out["rows"]
     equal = sum(r["equal"] for r in rows)
     total = sum(r["prompts"] for r in rows)
@@ -210,7 +216,7 @@ def vllm_report(out: dict[str, Any]) -> tuple[LabRecord, str]:
         ("which requests share a step changes no sum", _invariance(out)),
         ("a preempted and recomputed request gives the same tokens", _small(out, pre)),
     ], rows, verdict, kind_of(out))
-    name = "SGLang" if kind_of(out) == "sglang" else "vLLM"
+    name = WORDS.get(kind_of(out), WORDS["vllm"])["name"]
     rec = real_record("output-equality", out, "elastic KV changes where the bytes live, not what "
                   f"{name} computes", verdict, headline, f"both engines run {name}'s own kernels "
                   "on views of the same shape; only the memory under them differs",

@@ -29,7 +29,7 @@ from workbench.pd.link import LinkSpec
 from workbench.pd.phases import phase_table
 
 if TYPE_CHECKING:
-    from workbench.labs.pd_split.lab import PDSplitParams
+    from workbench.labs.pd_split.params import PDSplitParams
 
 MODES = ("colocated", "pd")
 SLOS = {"interactive": SLO(1.0, 0.100), "streaming": SLO(2.0, 0.016)}

@@ -19,12 +19,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from workbench.engines.sched.request import Request
+from workbench.engines.sim.cluster import SIM_ENGINES
 from workbench.engines.sim.workloads import VOCAB, Phase, prefix_groups
 from workbench.labs.kit.base import Progress
 from workbench.labs.kit.phased_sim import InstanceSpec, RunSpec, run_phased, with_cache
 
 if TYPE_CHECKING:
-    from workbench.labs.prefix_bound.lab import PrefixBoundParams
+    from workbench.labs.prefix_bound.params import PrefixBoundParams
 
 CLASSES = ("shared", "unique", "repeat")
 
@@ -71,8 +72,8 @@ def _run(p: PrefixBoundParams, bound: int, seed: int, reqs: list[Request],
          phases: list[Phase]) -> dict[str, Any]:
     spec = RunSpec([InstanceSpec(p.engine, phases, requests=reqs)], model=p.model, gpu=p.gpu,
                    kv_budget_gib=None, seed=seed)
-    return run_phased(with_cache(spec, vllm=p.engine == "vllm", sglang=p.engine == "sglang",
-                                 vllm_bound=bound, sglang_bound=bound))
+    on = {kind: kind == p.engine for kind in SIM_ENGINES}  # only this scheduler's cache
+    return run_phased(with_cache(spec, **on, vllm_bound=bound, sglang_bound=bound))
 
 
 def bounds(p: PrefixBoundParams) -> tuple[int, ...]:

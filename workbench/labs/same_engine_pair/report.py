@@ -258,7 +258,7 @@ def _waits(out: dict[str, Any]) -> str:
 
 def vllm_report(out: dict[str, Any]) -> tuple[LabRecord, str]:
     """The record and Markdown of two real elastic vLLMs sharing one budget."""
-    from workbench.labs.kit.vllm_report import real_markdown, real_record
+    from workbench.labs.kit.server_report import real_markdown, real_record
 
     rows = _phase_rows(out)
     checks = real_checks(out, rows)

@@ -28,7 +28,7 @@ from workbench.labs.kit.phased_sim import (
 )
 
 if TYPE_CHECKING:
-    from workbench.labs.same_engine_pair.lab import PairParams
+    from workbench.labs.same_engine_pair.params import PairParams
 
 PHASES = ("A", "B", "C", "D", "E", "tail")
 PEAK_KEY = 7  # every peak phase: the same arrivals and prompts

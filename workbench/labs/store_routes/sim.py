@@ -36,7 +36,7 @@ from workbench.tiers.sim import TierConnector
 from workbench.units import GiB
 
 if TYPE_CHECKING:
-    from workbench.labs.store_routes.lab import StoreRoutesParams
+    from workbench.labs.store_routes.params import StoreRoutesParams
 
 ROUTES = ("direct", "via-cache")
 SCENARIOS = ("miss", "warm", "hotspot", "pressure")

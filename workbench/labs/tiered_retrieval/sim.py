@@ -38,7 +38,7 @@ from workbench.tiers.sim import TierConnector
 from workbench.units import GiB
 
 if TYPE_CHECKING:
-    from workbench.labs.tiered_retrieval.lab import TieredRetrievalParams
+    from workbench.labs.tiered_retrieval.params import TieredRetrievalParams
 
 PARTS = ("wait", "lookup", "retrieve", "h2d", "prefill")  # where a probe's TTFT goes
 GROUPS = ("baseline", "hbm", "cpu", "l2", "all-miss")

@@ -16,14 +16,15 @@ Backends: ``sim`` (SimPy workers), ``host`` (one OS process per rank, host memor
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any, ClassVar
+from dataclasses import asdict
+from typing import Any
 
 from workbench.errors import ConfigError
 from workbench.labs.kit.base import Lab, LabResult, Progress
-from workbench.labs.kit.params import QUICK, REPEATS
 from workbench.labs.kit.protocol_report import messages_json, protocol_record, sequence_figures
-from workbench.labs.kit.tp_pp_workers import GEO, need_gpus
+from workbench.labs.kit.resolve import LabRun
+from workbench.labs.kit.tp_pp_workers import GEO
+from workbench.labs.tp_pp.params import TpPpParams
 from workbench.labs.tp_pp.real import (
     async_release,
     local_pools_contrast,
@@ -32,26 +33,45 @@ from workbench.labs.tp_pp.real import (
     tp_all_or_nothing,
 )
 from workbench.labs.tp_pp.report import checks, markdown
-from workbench.ranges import Num, Opt, Spec
 
 
-@dataclass(slots=True)
-class TpPpParams:
-    quick: bool = False  # 2 repeats of 8 pages instead of 6 of 14
-    tp: int = 2  # TP ranks (the TP, async and round-trip worker sets)
-    pp: int = 2  # PP stages (the PP worker set: one TP rank per stage)
-    pages: int | None = None  # page ids mapped and unmapped per repeat; None: 8 / 14
-    repeats: int | None = None  # None: 2 (quick) or 6
-    gpus: int | None = None  # gpu: GPUs the ranks spread over; None: one per rank
-    RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
-        "quick": QUICK, "tp": Num(int, 2, 8, "ranks"), "pp": Num(int, 2, 8, "stages"),
-        "pages": Opt(Num(int, 1, GEO.num_pages - 1)), "repeats": REPEATS,
-        "gpus": Opt(Num(int, 1, 8)),
-    }
-
-    def ranks(self) -> int:
-        """Worker processes alive at once (one worker set at a time)."""
-        return max(self.tp, self.pp)
+def run_tp_pp(params: TpPpParams, run: LabRun,
+              progress: Progress | None = None) -> LabResult:
+    if params.tp < 2 or params.pp < 2:
+        raise ConfigError(f"tp={params.tp}, pp={params.pp}", "the lab needs two ranks or "
+                          "more to show anything", "use tp >= 2 and pp >= 2")
+    pages = params.pages or (8 if params.quick else 14)
+    repeats = params.repeats or (2 if params.quick else 6)
+    if not 1 <= pages < GEO.num_pages:  # each pass maps page ids 1..pages
+        raise ConfigError(f"pages={pages}", f"the lab's pool has page ids 0.."
+                          f"{GEO.num_pages - 1}, and the round trips use ids from 1",
+                          f"use 1 to {GEO.num_pages - 1} pages")
+    g = params.gpus
+    steps = [("tp", lambda: tp_all_or_nothing(run.backend, params.tp, g)),
+             ("local", lambda: local_pools_contrast(params.tp)),
+             ("pp", lambda: pp_namespaces(run.backend, params.pp, g)),
+             ("async", lambda: async_release(run.backend, params.tp, g)),
+             ("round_trips", lambda: round_trips(run.backend, (1, params.tp), pages, repeats,
+                                                 g))]
+    data: dict[str, Any] = {}
+    for i, (key, step) in enumerate(steps):
+        data[key] = step()
+        if progress:
+            progress(i + 1, len(steps), key)
+    ok = checks(data)
+    figs = sequence_figures({
+        "seq_tp_map_failure": (f"TP={params.tp}: a map fails on {data['tp']['victim']}",
+                               data["tp"]["messages"]),
+        "seq_async_barrier": ("async release: an incomplete barrier, then a complete one",
+                              data["async"]["messages_incomplete"]
+                              + data["async"]["messages_complete"]),
+        "seq_unmap_tp": (f"TP={params.tp}: map, then unmap as prepare + commit",
+                         data["round_trips"]["messages"][params.tp])})
+    rows = data["round_trips"]["rows"]
+    md = markdown(params, run.backend, data, ok)
+    tables = {"checks": [{"check": k, "holds": v} for k, v in ok.items()],
+              "round_trips": rows}
+    return LabResult(TpPpLab._record(params, run.backend, data, ok), md, tables, figs)
 
 
 class TpPpLab(Lab):
@@ -59,51 +79,8 @@ class TpPpLab(Lab):
     description = ("TP maps all-or-nothing, PP stage namespaces, the async release barrier, "
                    "round trips per op; simulated workers or real processes (seed 000 §11)")
     params_type = TpPpParams
-    backends = ("sim", "host", "gpu")
-
-    def check_backend(self, backend: str, params: TpPpParams | None = None) -> None:
-        super().check_backend(backend, params)
-        p = params or TpPpParams()
-        need_gpus(self.name, backend, p.ranks(), p.gpus)
-
-    def run(self, params: TpPpParams, backend: str = "sim",
-            progress: Progress | None = None) -> LabResult:
-        self.check_backend(backend, params)
-        if params.tp < 2 or params.pp < 2:
-            raise ConfigError(f"tp={params.tp}, pp={params.pp}", "the lab needs two ranks or "
-                              "more to show anything", "use tp >= 2 and pp >= 2")
-        pages = params.pages or (8 if params.quick else 14)
-        repeats = params.repeats or (2 if params.quick else 6)
-        if not 1 <= pages < GEO.num_pages:  # each pass maps page ids 1..pages
-            raise ConfigError(f"pages={pages}", f"the lab's pool has page ids 0.."
-                              f"{GEO.num_pages - 1}, and the round trips use ids from 1",
-                              f"use 1 to {GEO.num_pages - 1} pages")
-        g = params.gpus
-        steps = [("tp", lambda: tp_all_or_nothing(backend, params.tp, g)),
-                 ("local", lambda: local_pools_contrast(params.tp)),
-                 ("pp", lambda: pp_namespaces(backend, params.pp, g)),
-                 ("async", lambda: async_release(backend, params.tp, g)),
-                 ("round_trips", lambda: round_trips(backend, (1, params.tp), pages, repeats,
-                                                     g))]
-        data: dict[str, Any] = {}
-        for i, (key, step) in enumerate(steps):
-            data[key] = step()
-            if progress:
-                progress(i + 1, len(steps), key)
-        ok = checks(data)
-        figs = sequence_figures({
-            "seq_tp_map_failure": (f"TP={params.tp}: a map fails on {data['tp']['victim']}",
-                                   data["tp"]["messages"]),
-            "seq_async_barrier": ("async release: an incomplete barrier, then a complete one",
-                                  data["async"]["messages_incomplete"]
-                                  + data["async"]["messages_complete"]),
-            "seq_unmap_tp": (f"TP={params.tp}: map, then unmap as prepare + commit",
-                             data["round_trips"]["messages"][params.tp])})
-        rows = data["round_trips"]["rows"]
-        md = markdown(params, backend, data, ok)
-        tables = {"checks": [{"check": k, "holds": v} for k, v in ok.items()],
-                  "round_trips": rows}
-        return LabResult(self._record(params, backend, data, ok), md, tables, figs)
+    runners = {"simulated": run_tp_pp, "mini": run_tp_pp}  # real processes on host/gpu
+    ranks = staticmethod(lambda p: p.ranks())
 
     @staticmethod
     def _record(p: TpPpParams, backend: str, d: dict, ok: dict[str, bool]):

@@ -8,7 +8,7 @@ from workbench.labs.kit.record import LabRecord, Manifest
 from workbench.pd.faults import FaultCase
 
 if TYPE_CHECKING:
-    from workbench.labs.transfer_faults.lab import TransferFaultsParams
+    from workbench.labs.transfer_faults.params import TransferFaultsParams
 
 
 SEED_EXPECTED = (

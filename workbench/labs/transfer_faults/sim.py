@@ -14,7 +14,7 @@ from workbench.pd.faults import FaultCase
 from workbench.pd.faults_store import ROWS
 
 if TYPE_CHECKING:
-    from workbench.labs.transfer_faults.lab import TransferFaultsParams
+    from workbench.labs.transfer_faults.params import TransferFaultsParams
 
 
 def run_rows(p: TransferFaultsParams) -> list[tuple[FaultCase, FaultCase | None]]:

@@ -30,7 +30,7 @@ from workbench.engines.real.client import Sampling
 from workbench.engines.real.procs import descendants
 from workbench.engines.real.vllm import REPO, VllmEngine
 from workbench.engines.sched.request import Request
-from workbench.labs.kit import vllm_rig as rig
+from workbench.labs.kit import server_rig as rig
 
 ARMS = ("elastic", "pth-skipped", "stock")
 CHECKS = ("served", "autopatch switch", "patch log", "control segment")

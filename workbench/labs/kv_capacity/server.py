@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from workbench.labs.kit import vllm_rig as rig
+from workbench.labs.kit import server_rig as rig
 from workbench.units import GiB
 
 STOCK_KV_GPU = 8 * GiB  # the KV bytes stock vLLM is given on CUDA

@@ -24,7 +24,7 @@ from typing import Any
 
 from workbench.engines.real.client import Sampling
 from workbench.engines.real.procs import descendants
-from workbench.labs.kit import vllm_rig as rig
+from workbench.labs.kit import server_rig as rig
 from workbench.labs.kit.budget_pair import Phases, Sampler, close_all, outcomes
 from workbench.units import MiB
 
@@ -37,7 +37,7 @@ PAGE_IDS = {"vllm": PAGE_ID, "sglang": 16 * MiB}
 def run(backend: str, quick: bool = False, kind: str = "vllm",
         phase_s: float | None = None) -> dict[str, Any]:
     py = rig.python_for("same-engine-pair", kind)
-    page = PAGE_IDS[kind]
+    page = PAGE_IDS.get(kind, PAGE_ID)  # a kind not listed: vLLM's layout
     budget = 5 * page
     root = rig.workroot()
     dev = rig.device_of(backend)
@@ -47,9 +47,9 @@ def run(backend: str, quick: bool = False, kind: str = "vllm",
     knobs = {"gpu_budget": str(budget), "gpu_utilization": "1.0", "min_reserved_pages": "0",
              "max_reserved_pages": "0"}
     model = rig.model_dir(py, root, kind)
-    extra = {"max_total_tokens": 32768} if kind == "sglang" else {}
     a, b = (rig.engine(name, backend, model, py, root, elastic=True, kind=kind, max_num_seqs=n,
-                       prefix_caching=False, knobs=dict(knobs), **extra) for name in ("A", "B"))
+                       prefix_caching=False, knobs=dict(knobs), **rig.lab_pool(kind))
+            for name in ("A", "B"))
     sampler = Sampler([a, b], dev, budget)
     try:
         rig.start_all([a, b])

@@ -17,7 +17,7 @@ from typing import Any
 
 from workbench.engines.real.client import Sampling
 from workbench.engines.sched.request import Request
-from workbench.labs.kit import vllm_rig as rig
+from workbench.labs.kit import server_rig as rig
 
 
 def kvctl_limit(pool: str, size: int, wait: float = 20.0) -> dict[str, Any]:
@@ -123,9 +123,8 @@ def flush_step(eng, size: int, free_of) -> dict[str, Any]:
 
 def _engine(kind: str, backend: str, py: str, root, n: int):
     knobs = {"min_reserved_pages": "0", "max_reserved_pages": "0"}
-    kw = {"max_total_tokens": 32768} if kind == "sglang" else {}  # 512 MiB of slots
     return rig.engine("dl-elastic", backend, rig.model_dir(py, root, kind), py, root,
-                      elastic=True, kind=kind, max_num_seqs=n, knobs=knobs, **kw)
+                      elastic=True, kind=kind, max_num_seqs=n, knobs=knobs, **rig.lab_pool(kind))
 
 
 def run(backend: str, quick: bool = False, kind: str = "vllm") -> dict[str, Any]:
@@ -147,7 +146,7 @@ def run(backend: str, quick: bool = False, kind: str = "vllm") -> dict[str, Any]
         feed.stop.set()
         feed.join()
         eng.advance()
-        if kind == "sglang":
+        if eng.flushes_cache:  # the radix cache dropped: its slots go back too
             steps.append(flush_step(eng, steps[0]["requested"], lambda: rig.device_free(dev)))
         done = [eng.outcome(r.rid) for r in feed.reqs]
         return {"backend": backend, "device": dev, "engine": kind, "requests": len(done),

@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from workbench.engines.sched.request import Request
-from workbench.labs.kit import vllm_rig as rig
+from workbench.labs.kit import server_rig as rig
 
 RESERVE = (1, 2)  # min_reserved_pages, max_reserved_pages of the real run (prealloc on)
 # (phase, requests, prompt tokens, output tokens); idle phases send nothing
@@ -99,11 +99,10 @@ def run(backend: str, quick: bool = False, kind: str = "vllm") -> dict[str, Any]
     root = rig.workroot()
     dev = rig.device_of(backend)
     lo, hi = RESERVE
-    extra = {"max_total_tokens": 32768} if kind == "sglang" else {}  # SGLang: radix cache off
     eng = rig.engine("gr-elastic", backend, rig.model_dir(py, root, kind), py, root,
                      elastic=True, kind=kind, max_num_seqs=16, prefix_caching=False,
                      knobs={"min_reserved_pages": str(lo), "max_reserved_pages": str(hi)},
-                     **extra)
+                     **rig.lab_pool(kind))
     sampler = None
     try:
         rig.start_all([eng])

@@ -10,7 +10,7 @@ import shutil
 from typing import Any
 
 from workbench.engines.real.client import Sampling
-from workbench.labs.kit import vllm_rig as rig
+from workbench.labs.kit import server_rig as rig
 
 WAVES = (("greedy", Sampling()), ("greedy, prefix hits", Sampling()),
          ("seeded sampling", Sampling(temperature=0.8, seed=1234)))
@@ -56,16 +56,16 @@ def _waves(tag: str, stock, elastic, prompts, n: int, waves, control=None) -> di
     return {"rows": rows, "engines": extra}
 
 
-def _kind_kw(kind: str, cpu: bool, n_prompts: int) -> tuple[dict, dict, str, int]:
-    """(every engine's spec fields, the small pool's, the default limit, the small pool's size
-    in the kind's unit) for ``kind``."""
-    if kind == "sglang":
-        # SGLang: a pool of 8192 token slots (the tiny model's 16 KiB each: 128 MiB) for every
-        # engine; the small pair 2048 slots, elastic under 16 MiB (1024 slots, 8 page ids of
-        # 2 MiB) that its requests outgrow (192 new tokens each), so SGLang retracts and
-        # recomputes. Deterministic inference is SglangSpec's default (batch-invariant kernels).
-        return ({"max_total_tokens": 8192}, {"max_total_tokens": 2048,
-                                              "max_num_seqs": n_prompts}, "16MiB", 2048)
+def _sglang_kw(cpu: bool, n_prompts: int) -> tuple[dict, dict, str, int, bool]:
+    # SGLang: a pool of 8192 token slots (the tiny model's 16 KiB each: 128 MiB) for every
+    # engine; the small pair 2048 slots, elastic under 16 MiB (1024 slots, 8 page ids of
+    # 2 MiB) that its requests outgrow (192 new tokens each), so SGLang retracts and
+    # recomputes. Deterministic inference is SglangSpec's default (batch-invariant kernels).
+    return ({"max_total_tokens": 8192}, {"max_total_tokens": 2048,
+                                          "max_num_seqs": n_prompts}, "16MiB", 2048, True)
+
+
+def _vllm_kw(cpu: bool, n_prompts: int) -> tuple[dict, dict, str, int, bool]:
     # a small pool, the same for both; elastic also under a one-page-id limit (4 MiB for the
     # tiny model: 2 layers of 2 MiB pages on the CPU, one CONTIGUOUS page id on CUDA) that its
     # requests outgrow (192 new tokens each), so it preempts and recomputes
@@ -73,7 +73,13 @@ def _kind_kw(kind: str, cpu: bool, n_prompts: int) -> tuple[dict, dict, str, int
     # on CUDA, vLLM's batch-invariant mode (no split-K GEMMs, one attention reduction order):
     # which requests share a step then changes no sum, so a token that differs is the layout's
     inv = {} if cpu else {"env": {"VLLM_BATCH_INVARIANT": "1"}}
-    return inv, {"num_gpu_blocks": blocks, "max_num_seqs": n_prompts}, "4MiB", blocks
+    return (inv, {"num_gpu_blocks": blocks, "max_num_seqs": n_prompts}, "4MiB", blocks,
+            bool(inv))
+
+
+# kind -> (every engine's spec fields, the small pool's, the default limit, the small pool's
+# size in the kind's unit, whether batch invariance is forced); a kind not listed: vLLM's
+KIND_KW = {"vllm": _vllm_kw, "sglang": _sglang_kw}
 
 
 def run(backend: str, quick: bool = False, limit: str | None = None,
@@ -83,7 +89,7 @@ def run(backend: str, quick: bool = False, limit: str | None = None,
     cpu = rig.device_of(backend) == "cpu"
     n_prompts, n_tokens = (4, 24) if quick else (8, 48)
     prompts = rig.prompts(n_prompts, shared=64, tail=8, seed=0)
-    inv, small_kw, lim, blocks = _kind_kw(kind, cpu, n_prompts)
+    inv, small_kw, lim, blocks, invariant = KIND_KW.get(kind, _vllm_kw)(cpu, n_prompts)
     lim = limit or lim
     knobs = {"memory_limit": lim, "min_reserved_pages": "0", "max_reserved_pages": "1"}
     engines: list = []
@@ -106,7 +112,7 @@ def run(backend: str, quick: bool = False, limit: str | None = None,
         return {"backend": backend, "device": rig.device_of(backend), "model": "tiny-llama",
                 "engine": kind, "prompts": n_prompts, "max_tokens": n_tokens,
                 "small_blocks": blocks, "limit": lim,
-                "batch_invariant": bool(inv) or kind == "sglang",
+                "batch_invariant": invariant,
                 "rows": big["rows"] + small["rows"],
                 "engines": {"default": big["engines"], "small": small["engines"]}}
     finally:

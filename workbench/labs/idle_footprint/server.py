@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from workbench.engines.sched.request import Request
-from workbench.labs.kit import vllm_rig as rig
+from workbench.labs.kit import server_rig as rig
 
 BOUND_TOKENS = 1536  # the LRU engine's max_cached_tokens (48 blocks of 32 tokens on the CPU)
 
