@@ -1,7 +1,8 @@
 """The colocation lab on a real GPU: three Llama-3.1-8B-shaped mini engines on one device, a static
-KV split vs one elastic KV budget they share, under kvcached's staggered ramp (research/kvcached.md
-§6.1), scaled to fit a few minutes of GPU time. ``backend="host"`` runs the same code on the CPU
-with the host VMM device (a smoke run; use the ``tiny`` model there).
+KV split vs one elastic KV budget they share, under kvcached's staggered ramp
+(docs/sources.md#upstream-kvcached-colocation), scaled to fit a few minutes of GPU time.
+``backend="host"`` runs the same code on the CPU with the host VMM device (a smoke run; use the
+``tiny`` model there).
 
 Setup (one process, ``instances`` engines, each with its own weights):
 
