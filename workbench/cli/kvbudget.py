@@ -76,6 +76,7 @@ def reclaim_all(report: list | None = None) -> dict[str, int]:
     """Reclaim every dead holder's bytes, per GPU budget (what ``kvctl gc`` reports); the
     entries that are not budgets are left alone and added to ``report``."""
     out: dict[str, int] = {}
+    bs.gc_partials()  # half-written budgets of creators that are gone
     found, skipped = bs.scan_budgets()
     if report is not None:
         report.extend(skipped)

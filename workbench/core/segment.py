@@ -171,9 +171,12 @@ def entry_name(entry: str) -> str:
                              f"the name {err.why.split(';')[0]}") from None
 
 
-def partial_owner(entry: str) -> tuple[int, int, str] | None:
-    """(pid, start, name) of a ``wbkvnew_<pid>_<start>_<token>_<name>`` entry, or None."""
-    parts = entry[len(PARTIAL_PREFIX):].split("_", 3)
+def partial_owner(entry: str, prefix: str = PARTIAL_PREFIX) -> tuple[int, int, str] | None:
+    """(pid, start, name) of a ``<prefix><pid>_<start>_<token>_<name>`` entry (a segment's or a
+    budget's file still being written), or None."""
+    if not entry.startswith(prefix):
+        return None
+    parts = entry[len(prefix):].split("_", 3)
     if len(parts) != 4 or not all(p.isdigit() and p.isascii() for p in parts[:2]):
         return None
     pid, start = int(parts[0]), int(parts[1])
