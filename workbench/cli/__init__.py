@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import sys
 
 import typer
@@ -73,7 +74,27 @@ except WorkbenchError as err:
 
 
 def main() -> None:
-    """Run the CLI; a WorkbenchError that no command caught is one ``error:`` line, exit 2."""
+    """Run the CLI; a WorkbenchError that no command caught is one ``error:`` line, exit 2;
+    stdout that takes nothing more (closed, a full device) ends it quietly, exit 1."""
+    from workbench.outfiles import StdoutLost, drop_stdout, guard_stdout
+
+    guard_stdout()
+    try:
+        try:
+            _run()
+        finally:
+            sys.stdout.flush()
+    except StdoutLost as err:
+        drop_stdout()
+        if err.errno != errno.EPIPE:  # a closed pipe is the reader's choice; the rest is said
+            try:
+                print(f"error: stdout: {err.strerror}", file=sys.stderr)
+            except OSError:
+                pass
+        raise SystemExit(1) from None
+
+
+def _run() -> None:
     try:
         if _startup_error is not None:
             raise _startup_error

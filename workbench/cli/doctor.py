@@ -26,7 +26,7 @@ from pathlib import Path
 import typer
 
 from workbench.cli import app
-from workbench.cli.common import write_json
+from workbench.cli.common import out_option, write_json
 from workbench.manifest import host_hardware, torch_info, workbench_info
 
 
@@ -227,8 +227,7 @@ def _print(m: dict) -> None:
 
 @app.command(short_help="Version manifest and each engine's patch status.")
 def doctor(as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
-           out: Path | None = typer.Option(None, "--out",
-                                           help="Write the manifest as JSON to this file."),
+           out: Path | None = out_option("Write the manifest as JSON to this file."),
            check: bool = typer.Option(False, "--check",
                                       help="Import each engine's patch targets and apply the "
                                            "plan here (slow: imports the engines).")) -> None:

@@ -24,6 +24,8 @@ from workbench.cli import app
 from workbench.cli.common import backend_option, err_console, fail, missing
 from workbench.errors import ConfigError
 from workbench.labs import LABS, get_lab
+from workbench.labs.kit.record import destinations
+from workbench.outfiles import Outputs, write_all
 
 labs = typer.Typer(help="Run the workbench's labs (experiments with result records).",
                    no_args_is_help=True, rich_markup_mode=None)
@@ -81,17 +83,27 @@ def _render(markdown: str) -> None:
         typer.echo(markdown)
 
 
-def _write_html(result, name: str, folder: Path) -> list[Path]:
-    """Each figure as a standalone HTML page (plotly from a CDN), and the report beside them."""
-    folder.mkdir(parents=True, exist_ok=True)
-    written = []
-    for key, fig in result.figures.items():
-        p = folder / f"{name}_{key}.html"
-        fig.write_html(str(p), include_plotlyjs="cdn")
-        written.append(p)
-    md = folder / f"{name}.md"
-    md.write_text(result.markdown)
-    return [*written, md]
+def _outputs(name: str, out: Path | None, html: Path | None) -> list[Path]:
+    """Every file the run will write, checked before it runs (:mod:`workbench.outfiles`): the
+    record and its report (``--out``), the report in ``--html``'s folder; no two the same."""
+    outputs = Outputs()
+    record = destinations(out, True, outputs) if out is not None else []
+    if html is not None:
+        outputs.folder(html, [f"{name}.md"], "--html")
+    return record
+
+
+def _files(result, name: str, out: Path | None, html: Path | None) -> list[tuple[Path, str]]:
+    """(path, text) of every output: the record and its report; each figure as a standalone
+    HTML page (plotly from a CDN) and the report beside them."""
+    files: list[tuple[Path, str]] = []
+    if out is not None:
+        files += result.record.files(out, result.markdown)
+    if html is not None:
+        files += [(html / f"{name}_{key}.html", fig.to_html(include_plotlyjs="cdn"))
+                  for key, fig in result.figures.items()]
+        files.append((html / f"{name}.md", result.markdown))
+    return files
 
 
 @labs.command("run", short_help='Run a lab and print its report.')
@@ -124,6 +136,7 @@ def run_lab(
         lab = get_lab(name)
         shared = {"quick": str(quick), "seed": str(seed), "peaks": peaks, "steptime": steptime}
         params = lab.parse_params(_param_text(lab, param or [], shared))
+        _outputs(name, out, html)
     except ConfigError as err:
         raise fail(err) from None
     t0 = time.perf_counter()
@@ -146,7 +159,9 @@ def run_lab(
     else:
         _render(result.markdown)
     err_console.print(f"{name}: {time.perf_counter() - t0:.1f} s wall")
-    written = [*(result.write(out) if out is not None else []),
-               *(_write_html(result, name, html) if html is not None else [])]
+    try:
+        written = write_all(_files(result, name, out, html))
+    except ConfigError as err:
+        raise fail(err) from None
     for p in written:
-        err_console.print(f"wrote {p}", markup=False)
+        err_console.print(f"wrote {ascii(str(p))[1:-1]}", markup=False, highlight=False)

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from workbench.backends import BACKENDS, capabilities, make_device
 from workbench.cli import app
-from workbench.cli.common import backend_option, console, fail, write_json
+from workbench.cli.common import backend_option, console, fail, out_option, write_json
 from workbench.config import format_size
 from workbench.core.replay import load_trace, replay
 from workbench.errors import WorkbenchError
@@ -21,8 +21,7 @@ def replay_cmd(trace: Path = typer.Argument(..., exists=True, dir_okay=False,
                                             help="JSON-lines op trace (see docs/replay.md)."),
                backend: str = backend_option("sim", tuple(BACKENDS), "Where the trace runs."),
                as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
-               out: Path | None = typer.Option(None, "--out",
-                                               help="Write the result as JSON to this file."),
+               out: Path | None = out_option("Write the result as JSON to this file."),
                no_events: bool = typer.Option(False, "--no-events",
                                               help="Leave out the table of events.")) -> None:
     """Replay an op trace and print the state events and each pool's final state."""
