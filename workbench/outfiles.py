@@ -70,7 +70,7 @@ def _existing_folder(path: Path, flag: str) -> Path:
     while True:
         try:
             st = os.stat(here)  # a folder reached through a symlink is the user's choice
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             if here == here.parent:
                 raise _refuse(flag, path, "no folder on the way to it exists") from None
             here = here.parent
@@ -112,7 +112,7 @@ def check(path: str | os.PathLike, flag: str = "--out") -> Path:
         raise _refuse(flag, p, "is not a file name", "give a file name, e.g. record.json")
     try:
         st = os.lstat(p)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # the folder's absence is told below
         st = None
     except OSError as err:
         raise _refuse(flag, p, f"cannot be examined ({err.strerror})") from None
@@ -130,18 +130,24 @@ class Outputs:
     """The files one run will write, each checked before it runs and no two of the same name."""
 
     def __init__(self) -> None:
-        self._seen: dict[str, str] = {}
+        self._seen: dict[str, tuple[str, str | None]] = {}
 
-    def add(self, path: str | os.PathLike, flag: str = "--out") -> Path:
+    def add(self, path: str | os.PathLike, flag: str = "--out", same: str | None = None) -> Path:
+        """``path`` checked; refused if another output already goes there, unless both are the
+        same text (``same`` names it: the report, asked for by --out and --html)."""
         p = check(path, flag)
         key = os.path.normpath(os.path.abspath(p))
         if key in self._seen:
-            raise _refuse(flag, p, f"is also where {self._seen[key]} goes",
+            other, text = self._seen[key]
+            if same is not None and text == same:
+                return p
+            raise _refuse(flag, p, f"is also where {other} goes",
                           "give the outputs different names (a record ends in .json)")
-        self._seen[key] = f"{flag} {_shown(p)}"
+        self._seen[key] = (f"{flag} {_shown(p)}", same)
         return p
 
-    def folder(self, path: str | os.PathLike, names: Iterable[str], flag: str) -> Path:
+    def folder(self, path: str | os.PathLike, names: Iterable[str], flag: str,
+               same: str | None = None) -> Path:
         """A folder of outputs (``--html``): the folder itself and each file in it."""
         d = Path(path)
         try:
@@ -154,7 +160,7 @@ class Outputs:
             raise _refuse(flag, d, f"is {_kind(st.st_mode) or 'a file'}, not a folder",
                           "give a folder (it is created if missing)")
         for name in names:
-            self.add(d / name, flag)
+            self.add(d / name, flag, same)
         return d
 
 
@@ -179,8 +185,9 @@ def write_all(files: Iterable[tuple[str | os.PathLike, str | bytes]],
     left and no target is touched."""
     staged: list[tuple[Path, Path]] = []
     where = Path(".")
+    unique = {os.path.abspath(p): (p, d) for p, d in files}  # the same text asked for twice
     try:
-        for path, data in files:
+        for path, data in unique.values():
             where = Path(path)
             blob = data.encode() if isinstance(data, str) else bytes(data)
             tmp, fd = _temp(where)

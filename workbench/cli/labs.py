@@ -89,7 +89,7 @@ def _outputs(name: str, out: Path | None, html: Path | None) -> list[Path]:
     outputs = Outputs()
     record = destinations(out, True, outputs) if out is not None else []
     if html is not None:
-        outputs.folder(html, [f"{name}.md"], "--html")
+        outputs.folder(html, [f"{name}.md"], "--html", "report")
     return record
 
 

@@ -89,7 +89,8 @@ def destinations(path: str | os.PathLike, report: bool = True,
     record, and is refused."""
     outputs = outputs or outfiles.Outputs()
     p = outputs.add(path, "--out")
-    return [p, *([outputs.add(p.with_suffix(".md"), "--out's report")] if report else [])]
+    return [p, *([outputs.add(p.with_suffix(".md"), "--out's report", "report")] if report
+                  else [])]
 
 
 def _jsonable(x: Any) -> Any:
