@@ -30,7 +30,7 @@ from workbench.errors import ConfigError
 __all__ = ["AmbiguousJSON", "RefusedJSON", "dumps", "loads", "read_file"]
 
 MAX_DEPTH = 64  # the deepest record the workbench writes is under 10
-MAX_BYTES = 64 << 20  # a file read back, inflated: a sweep's repeats are about 1 MB
+MAX_INFLATED = 32 << 20  # a .gz read back, inflated: a sweep's saved repeats are about 1 MB
 
 
 class RefusedJSON(ValueError):
@@ -84,9 +84,10 @@ def _check_depth(value: Any, limit: int) -> None:
         stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
 
 
-def read_file(path: str | os.PathLike, what: str, fix: str, max_bytes: int = MAX_BYTES) -> Any:
+def read_file(path: str | os.PathLike, what: str, fix: str, max_bytes: int = MAX_INFLATED,
+              max_inflated: int = MAX_INFLATED) -> Any:
     """The JSON in ``path`` (gzip-compressed when it ends in ``.gz``), strictly: a regular file
-    (not a link) of at most ``max_bytes``, inflating to at most ``max_bytes``; else one
+    (not a link) of at most ``max_bytes``, inflating to at most ``max_inflated``; else one
     ConfigError line naming ``what`` and ``path``, with ``fix``."""
     p = Path(path)
     where = f"{what} {ascii(str(p))[1:-1]}"
@@ -94,9 +95,9 @@ def read_file(path: str | os.PathLike, what: str, fix: str, max_bytes: int = MAX
         data = _read_regular(p, max_bytes)
         if p.name.endswith(".gz"):
             with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
-                data = f.read(max_bytes + 1)
-            if len(data) > max_bytes:
-                raise RefusedJSON(f"inflates past {max_bytes >> 20} MiB")
+                data = f.read(max_inflated + 1)
+            if len(data) > max_inflated:
+                raise RefusedJSON(f"inflates past {max_inflated >> 20} MiB")
         return loads(data)
     except RefusedJSON as err:
         raise ConfigError(where, f"is not strict JSON: {err}", fix) from None
