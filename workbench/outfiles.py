@@ -27,6 +27,7 @@ from pathlib import Path
 
 from workbench.errors import ConfigError
 from workbench.strictjson import dumps
+from workbench.terminal import plain
 
 __all__ = ["Outputs", "StdoutLost", "check", "drop_stdout", "guard_stdout", "write_all",
            "write_repeat", "write_text"]
@@ -57,7 +58,7 @@ def _kind(mode: int) -> str | None:
 
 
 def _shown(path: Path) -> str:
-    return ascii(str(path))[1:-1]  # a name with a newline or an escape still prints one line
+    return plain(path)  # a name with a newline or an escape still prints one line
 
 
 def _refuse(flag: str, path: Path, why: str, fix: str = FIX) -> ConfigError:

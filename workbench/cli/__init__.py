@@ -9,6 +9,7 @@ import typer
 from typer.core import TyperGroup
 
 from workbench.errors import WorkbenchError
+from workbench.terminal import plain
 
 # commands that read the settings themselves: doctor reports a bad or unknown name, not refuses
 SETTINGS_OWN = ("doctor",)
@@ -27,7 +28,7 @@ class _SettingsFirst(TyperGroup):
             try:
                 settings()
             except WorkbenchError as err:
-                typer.echo(f"error: {' '.join(str(err).split())}", err=True)
+                typer.echo(f"error: {plain(' '.join(str(err).split()))}", err=True)
                 raise typer.Exit(2) from None
         return name, cmd, rest
 
@@ -39,7 +40,7 @@ class _SettingsFirst(TyperGroup):
             return super().invoke(ctx)
         except usage_error as err:
             where = err.ctx.command_path if err.ctx is not None else ctx.command_path
-            typer.echo(f"error: {' '.join(err.format_message().split())} "
+            typer.echo(f"error: {plain(' '.join(err.format_message().split()))} "
                        f"Fix: see {where} --help", err=True)
             raise typer.Exit(2) from None
 
@@ -102,7 +103,7 @@ def _run() -> None:
     except WorkbenchError as err:
         from workbench.cli.common import cli_syntax
 
-        print(f"error: {cli_syntax(' '.join(str(err).split()))}", file=sys.stderr)
+        print(f"error: {plain(cli_syntax(' '.join(str(err).split())))}", file=sys.stderr)
         raise SystemExit(2) from None
     except ImportError as err:  # an optional module (torch, cuda-python) a command needs
         from workbench.cli.common import missing

@@ -32,8 +32,10 @@ def cli_syntax(text: str) -> str:
 
 def fail(err: Exception | str, code: int = 2) -> typer.Exit:
     """Print ``error: ...`` as one line on stderr; return the Exit to raise."""
+    from workbench.terminal import plain
+
     text = " ".join(str(err).split())
-    typer.echo(f"error: {cli_syntax(text)}", err=True)
+    typer.echo(f"error: {plain(cli_syntax(text))}", err=True)
     return typer.Exit(code)
 
 
@@ -62,9 +64,10 @@ def write_json(obj: Any, out: Path | None) -> None:
         return
     from workbench.outfiles import write_text
     from workbench.strictjson import dumps
+    from workbench.terminal import plain
 
     write_text(out, dumps(obj, indent=2, default=str))
-    typer.echo(f"wrote {ascii(str(out))[1:-1]}", err=True)
+    typer.echo(f"wrote {plain(out)}", err=True)
 
 
 def emit(res: Any, out: Path | None, as_json: bool, lines: Callable[[Any], Iterable[str]]) -> bool:

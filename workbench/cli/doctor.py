@@ -28,6 +28,7 @@ import typer
 from workbench.cli import app
 from workbench.cli.common import out_option, write_json
 from workbench.manifest import host_hardware, torch_info, workbench_info
+from workbench.terminal import plain
 
 
 def _dist_commit(dist: str) -> str | None:
@@ -175,7 +176,10 @@ def _print(m: dict) -> None:
     from workbench.config import format_size
 
     hw, t = m["hardware"], m["torch"]
-    echo = typer.echo
+
+    def echo(text: str) -> None:  # values from the environment, shown inert line by line
+        typer.echo("\n".join(plain(line) for line in text.split("\n")))
+
     echo(f"hardware   {hw['cpu']} x{hw['cores']} ({hw['machine']}), "
          f"{format_size(hw['memory']) if hw['memory'] else '?'} RAM")
     echo(f"os         {m['os']}")

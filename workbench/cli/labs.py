@@ -26,6 +26,7 @@ from workbench.errors import ConfigError
 from workbench.labs import LABS, get_lab
 from workbench.labs.kit.record import destinations
 from workbench.outfiles import Outputs, write_all
+from workbench.terminal import plain
 
 labs = typer.Typer(help="Run the workbench's labs (experiments with result records).",
                    no_args_is_help=True, rich_markup_mode=None)
@@ -164,4 +165,4 @@ def run_lab(
     except ConfigError as err:
         raise fail(err) from None
     for p in written:
-        err_console.print(f"wrote {ascii(str(p))[1:-1]}", markup=False, highlight=False)
+        err_console.print(f"wrote {plain(p)}", markup=False, highlight=False)

@@ -42,6 +42,7 @@ from workbench.core.segment import SegmentRefused, open_checked, partial_owner, 
 from workbench.errors import ConfigError
 from workbench.names import check_name
 from workbench.procs import my_identity, pid_alive, valid_pid
+from workbench.terminal import plain
 
 PREFIX = "wbkvbudget_"
 PARTIAL_PREFIX = "wbkvbudnew_"
@@ -127,7 +128,7 @@ def _slots_struct(slots: int) -> struct.Struct:
 
 def refusal(path: Path | str, err: SegmentRefused) -> ConfigError:
     """A budget file this workbench will not touch, as the one line a user sees."""
-    return ConfigError(f"GPU budget {path}", err.detail,
+    return ConfigError(f"GPU budget {plain(path)}", plain(err.detail),
                        "remove it if it is yours, or set WORKBENCH_KV_SHM_DIR to a directory of "
                        "your own")
 

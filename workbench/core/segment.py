@@ -27,6 +27,7 @@ from workbench.errors import ConfigError, ControlError
 from workbench.names import check_name
 from workbench.procs import pid_alive, valid_pid
 from workbench.settings import settings
+from workbench.terminal import plain
 
 SHM_DIR = Path(settings(only="shm_dir").shm_dir)
 PREFIX = "wbkv_"
@@ -55,7 +56,7 @@ class SegmentRefused(ControlError):
 
     def __init__(self, path: Path | str, kind: str, detail: str):
         self.path, self.kind, self.detail = str(path), kind, detail
-        super().__init__(f"skipped {path}: {detail}")
+        super().__init__(f"skipped {plain(path)}: {plain(detail)}")
 
 
 def segment_path(name: str) -> Path:
