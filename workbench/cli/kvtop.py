@@ -24,8 +24,8 @@ GLYPHS = {"free": ("·", "grey42"), "reserved": ("○", "yellow"), "in_use": ("�
 def _bar(parts: list[tuple[int, str]], total: int, width: int) -> Text:
     t = Text()
     used = 0
-    for n, style in parts:
-        k = int(width * n / total) if total else 0
+    for n, style in parts:  # clamped: a bar never grows past its width, whatever the counters
+        k = min(max(0, int(width * n / total)) if total else 0, width - used)
         t.append("█" * k, style=style)
         used += k
     t.append("░" * max(0, width - used), style="grey30")

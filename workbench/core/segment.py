@@ -43,6 +43,8 @@ BODY = struct.Struct(f"<{len(FIELDS)}q")
 OFF = {name: HEAD.size + 8 * i for i, name in enumerate(FIELDS)}
 HEADER_SIZE = HEAD.size + BODY.size
 MAX_PAGES = 1 << 24  # 16 Mi page ids: far beyond any device, small enough to read at once
+MAX_FIELD = 1 << 62  # any counter: a next revision (+1) and any sum of two still fit an i64
+BYTES_OF_PAGES = ("used", "reserved", "mapped")  # parts of the capacity
 OUTCOMES = ("applied", "deferred", "stale", "conflict", "rejected")
 
 # why an entry was skipped: the categories `kvctl list` counts
@@ -149,6 +151,14 @@ def parse(data: bytes, where: str = "segment") -> tuple[dict[str, int], bytes]:
     bad = [f for f in FIELDS if v[f] < 0]
     if bad:
         raise SegmentRefused(where, MALFORMED, f"negative {bad[0]} ({v[bad[0]]})")
+    bad = [f for f in FIELDS if v[f] > MAX_FIELD]
+    if bad:
+        raise SegmentRefused(where, MALFORMED, f"{bad[0]} {v[bad[0]]} is past any counter "
+                                               f"(at most 2**62)")
+    bad = [f for f in BYTES_OF_PAGES if v[f] > v["capacity"]]
+    if bad:
+        raise SegmentRefused(where, MALFORMED, f"{bad[0]} {v[bad[0]]} is more than the capacity "
+                                               f"({v['capacity']})")
     for f in ("ack_outcome", "outcome"):
         if v[f] >= len(OUTCOMES):
             raise SegmentRefused(where, MALFORMED, f"{f} code {v[f]} is unknown")
