@@ -10,7 +10,6 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections import Counter
 from typing import Any
 
 from workbench.errors import ConfigError
@@ -46,11 +45,15 @@ def make_server(app: Any, verbose: bool = False, max_connections: int | None = N
 
 def guarded_h11(header_timeout_s: float, per_client: int | None) -> type:
     """uvicorn's h11 protocol with a header deadline and a per-address connection cap (one
-    count per server: the class is made per call)."""
+    table per server: the class is made per call). A new connection from an address at its cap
+    takes the place of that address's oldest connection still waiting for request headers; it is
+    refused only when all of them are mid-request. So a client holding its address's share
+    (every local client shares 127.0.0.1 with a loopback scraper) delays nobody: a scrape, which
+    sends its headers at once, evicts an idle holder instead of being turned away for good."""
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
-    held: Counter[str] = Counter()
+    held: dict[str, list[Any]] = {}
 
     class Guarded(H11Protocol):
         _timer: Any = None
@@ -60,11 +63,35 @@ def guarded_h11(header_timeout_s: float, per_client: int | None) -> type:
             super().connection_made(transport)
             peer = transport.get_extra_info("peername")
             self._peer = str(peer[0]) if isinstance(peer, tuple) and peer else "?"
-            held[self._peer] += 1
-            if per_client is not None and held[self._peer] > per_client:
-                transport.close()  # this address holds its share already
-                return
+            mine = held.setdefault(self._peer, [])
+            if per_client is not None and len(mine) >= per_client:
+                idle = next((c for c in mine if c.waiting()), None)
+                if idle is None:
+                    self._peer = None
+                    transport.close()  # every connection of this address is mid-request
+                    return
+                idle.evict()
+            mine.append(self)
             self._arm()
+
+        def waiting(self) -> bool:
+            """Still without complete request headers (new, or kept alive between requests)."""
+            return self.conn.their_state is h11.IDLE and not self.transport.is_closing()
+
+        def evict(self) -> None:
+            self._forget()
+            self.transport.close()
+
+        def _forget(self) -> None:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            mine = held.get(self._peer or "", [])
+            if self in mine:
+                mine.remove(self)
+                if not mine:
+                    del held[self._peer]
+            self._peer = None
 
         def _arm(self) -> None:
             if self._timer is not None:
@@ -73,7 +100,7 @@ def guarded_h11(header_timeout_s: float, per_client: int | None) -> type:
 
         def _headers_late(self) -> None:
             self._timer = None
-            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            if self.waiting():
                 self.transport.close()  # still no complete request headers
 
         def data_received(self, data: bytes) -> None:
@@ -84,17 +111,11 @@ def guarded_h11(header_timeout_s: float, per_client: int | None) -> type:
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
-            if not self.transport.is_closing():
+            if not self.transport.is_closing() and self._peer is not None:
                 self._arm()  # the next request's headers have the same deadline
 
         def connection_lost(self, exc: Exception | None) -> None:
-            if self._timer is not None:
-                self._timer.cancel()
-            if self._peer is not None:
-                held[self._peer] -= 1
-                if held[self._peer] <= 0:
-                    del held[self._peer]
-                self._peer = None
+            self._forget()
             super().connection_lost(exc)
 
     return Guarded
