@@ -54,10 +54,33 @@ def guarded_h11(header_timeout_s: float, per_client: int | None) -> type:
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     held: dict[str, list[Any]] = {}
+    framed = strict_framing()
 
     class Guarded(H11Protocol):
         _timer: Any = None
         _peer: str | None = None
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.conn.__class__ = framed  # the same connection, its requests' framing checked
+
+        def send_400_response(self, msg: str) -> None:
+            """A framing error as an OpenAI-style JSON body naming it (uvicorn's is plain
+            text), then the connection closed: nothing behind it is read."""
+            import json
+
+            from workbench.mini.protocol import ApiError
+
+            why = getattr(self.conn, "why", None) or msg
+            body = json.dumps(ApiError(400, f"malformed HTTP request: {why}",
+                                       kind="invalid_request_error").body()).encode()
+            for event in (h11.Response(status_code=400, reason=b"Bad Request",
+                                       headers=[(b"content-type", b"application/json"),
+                                                (b"content-length", str(len(body)).encode()),
+                                                (b"connection", b"close")]),
+                          h11.Data(data=body), h11.EndOfMessage()):
+                self.transport.write(self.conn.send(event))
+            self.transport.close()
 
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -119,6 +142,31 @@ def guarded_h11(header_timeout_s: float, per_client: int | None) -> type:
             super().connection_lost(exc)
 
     return Guarded
+
+
+def strict_framing() -> type:
+    """h11's connection, refusing a request that gives both Content-Length and
+    Transfer-Encoding (RFC 9112 6.1: a front end that reads the other length would see a second
+    request smuggled in the body), and keeping each refusal's reason (``why``) for its 400."""
+    import h11
+
+    class Framed(h11.Connection):
+        why: str | None = None
+
+        def next_event(self) -> Any:
+            try:
+                event = super().next_event()
+            except h11.RemoteProtocolError as err:
+                self.why = str(err)
+                raise
+            if isinstance(event, h11.Request):
+                names = {name.lower() for name, _ in event.headers}
+                if b"content-length" in names and b"transfer-encoding" in names:
+                    self.why = "Content-Length together with Transfer-Encoding"
+                    raise h11.RemoteProtocolError(self.why, error_status_hint=400)
+            return event
+
+    return Framed
 
 
 def serve_in_thread(app: Any, host: str, port: int, backlog: int = 2048,
