@@ -37,6 +37,12 @@ def core() -> None:
         time.sleep(0.05)
 
 
+class Server(ThreadingHTTPServer):
+    # the lab opens 32 streams at once: socketserver's backlog of 5 overflows on a busy machine
+    # and a connect is then reset, a request lost that the engine never saw
+    request_queue_size = 128
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
@@ -78,7 +84,7 @@ def main() -> None:
     child = None
     if os.environ.get("WORKBENCH_KV_IPC_NAME"):
         child = subprocess.Popen([sys.executable, __file__, "core"])
-    srv = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    srv = Server(("127.0.0.1", args.port), Handler)
     srv.daemon_threads = True
     srv.ready = False
     time.sleep(0.3)

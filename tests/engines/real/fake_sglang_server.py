@@ -29,6 +29,12 @@ def _pool_up() -> bool:
     return control.read_segment(name) is not None
 
 
+class Server(ThreadingHTTPServer):
+    # the lab opens 32 streams at once: socketserver's backlog of 5 overflows on a busy machine
+    # and a connect is then reset, a request lost that the engine never saw
+    request_queue_size = 128
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
@@ -95,7 +101,7 @@ def main() -> None:
     assert args.skip_tokenizer_init  # the kind sends token ids, never text
     if os.environ.get("WORKBENCH_KV_IPC_NAME"):
         subprocess.Popen([sys.executable, str(CORE), "core"])
-    srv = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    srv = Server(("127.0.0.1", args.port), Handler)
     srv.daemon_threads = True
     srv.live = 0  # requests streaming now
     srv.serve_forever()
