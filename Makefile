@@ -10,6 +10,7 @@ LAB_ARGS ?=
 
 # --system-site-packages: on a GPU host the venv sees the host's CUDA torch and cuda-python.
 $(STAMP): pyproject.toml
+	@echo "setup: creating $(VENV) and installing the workbench with [dev] (a few minutes the first time)"
 	$(PYTHON) -m venv --system-site-packages $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
@@ -36,7 +37,8 @@ workbench/gpu/_%.so: workbench/gpu/%.c
 TORCH_SPEC ?= torch==2.13.0
 TORCH_STAMP := $(VENV)/.torch
 $(TORCH_STAMP): $(STAMP)
-	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -c "import torch" 2>/dev/null || { echo "torch: installing $(TORCH_SPEC) into $(VENV) (a large download, minutes)"; \
+	  $(PY) -m pip install -q "$(TORCH_SPEC)"; }
 	touch $(TORCH_STAMP)
 
 torch: $(TORCH_STAMP)
@@ -44,7 +46,7 @@ torch: $(TORCH_STAMP)
 # Debian's chromium for the real-browser test (Playwright drives it; it downloads no browser).
 browser-deps:
 	@command -v chromium >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  if [ "$$(id -u)" = 0 ]; then echo "browser-deps: installing Debian's chromium with apt (a minute or two)"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "chromium missing: the browser test will be skipped (sudo apt-get install chromium)"; fi; }
 
 # JupyterLab rooted here, opening chapters/00_start_here.ipynb (the URL it prints goes there).

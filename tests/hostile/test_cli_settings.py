@@ -101,15 +101,15 @@ def test_a_limit_off_the_page_ids_is_refused_saying_what_it_would_be(owned):
     before = control.read_segment(name)
     with pytest.raises(ControlError) as err:
         limit_requests.request_limit(name, 12 * MiB, wait_s=0)
-    assert str(err.value) == ("limit 12582912 bytes is not a whole number of page ids (8MiB "
+    assert str(err.value) == ("limit 12MiB is not a whole number of page ids (8MiB "
                               "each): the pool would keep 8MiB. Fix: ask for 8MiB or 16MiB")
     r = _run(["kvctl", "limit", name, "3MiB"], {})
     assert r.returncode == 2 and r.stderr.splitlines() == [
-        "error: limit 3145728 bytes is below one page id (8388608 bytes); the null block lives "
-        "on page 0"]
+        "error: limit 3MiB is below one page id (8MiB); the null block lives on page 0. "
+        "Fix: ask for at least 8MiB"]
     r = _run(["kvctl", "limit", name, "20MiB"], {})
     assert r.returncode == 2 and r.stderr.splitlines() == [
-        "error: limit 20971520 bytes is not a whole number of page ids (8MiB each): the pool "
+        "error: limit 20MiB is not a whole number of page ids (8MiB each): the pool "
         "would keep 16MiB. Fix: ask for 16MiB or 24MiB"]
     after = control.read_segment(name)
     assert (after.req_revision, after.req_limit) == (before.req_revision, before.req_limit)

@@ -105,12 +105,17 @@ def test_a_planted_symlink_beside_the_record_is_replaced_not_followed(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["rec.json", "rec.md", "unrelated.txt"]
 
 
-def test_out_and_html_share_the_report_and_missing_folders_are_made(tmp_path):
-    out = tmp_path / "a" / "b" / "prefix-bound.json"
-    r = cli(*LAB, "--out", str(out), "--html", str(tmp_path / "a" / "b"))
+def test_out_and_html_in_one_folder_and_missing_folders_are_made(tmp_path):
+    d = tmp_path / "a" / "b"
+    r = cli(*LAB, "--out", str(d / "prefix-bound.json"), "--html", str(d))
     assert r.returncode == 0, r.stderr
-    assert (tmp_path / "a" / "b" / "prefix-bound.md").read_text().strip()
-    assert not [n for n in os.listdir(out.parent) if n.endswith(".part")]
+    assert sorted(os.listdir(d)) == ["index.html", "prefix-bound.json", "prefix-bound.md"]
+
+
+def test_out_onto_the_html_page_is_refused_before_the_run(tmp_path):
+    refused_before_the_run(cli(*LAB, "--out", str(tmp_path / "index.html"), "--html",
+                               str(tmp_path)), "--html", "is also where --out")
+    assert os.listdir(tmp_path) == []
 
 
 def test_html_onto_a_file_is_refused_before_the_run(tmp_path):

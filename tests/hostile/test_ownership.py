@@ -101,7 +101,7 @@ def test_gc_collects_exactly_our_own_half_written_files(planted, content, collec
 def test_delete_force_removes_our_own_unreadable_segment(planted):
     data = seg_bytes(1, version=1)  # ours (magic and header) but another version
     name, path = planted(bytes(data))
-    with pytest.raises(ControlError, match="--force removes it"):
+    with pytest.raises(ControlError, match="pass --force to remove it"):
         control.delete_segment(name)
     assert path.exists()
     control.delete_segment(name, force=True)

@@ -211,7 +211,7 @@ def test_metrics_scrape_while_a_stream_runs_and_after_it_is_dropped(server):
         {"prompt": "abcd", "max_tokens": 1500, "stream": True}).encode())
     resp = conn.getresponse()
     assert resp.status == 200 and resp.readline().startswith(b"data: ")
-    assert wait_for(lambda: scrape(server)["workbench_server_running_requests"] == 1)
+    assert wait_for(lambda: scrape(server)["vllm:num_requests_running{model_name=tiny}"] == 1)
     live = scrape(server)
     assert live["workbench_server_admitted_requests"] == 1
     assert live["workbench_kv_mapped_bytes{pool=mini}"] > 0
@@ -219,18 +219,18 @@ def test_metrics_scrape_while_a_stream_runs_and_after_it_is_dropped(server):
     assert live["workbench_kv_limit_bytes{pool=mini}"] == 8 << 20
     assert live["workbench_kv_capacity_bytes{pool=mini}"] == 8 << 20
     assert "workbench_kv_reserved_bytes{pool=mini}" in live
-    assert "workbench_server_queue_depth" in live
+    assert "vllm:num_requests_waiting{model_name=tiny}" in live
     assert live["workbench_server_queue_capacity"] == CAPACITY
-    assert (live["workbench_server_prompt_tokens_total"]
-            == before["workbench_server_prompt_tokens_total"] + 4)
-    assert (live["workbench_server_generation_tokens_total"]
-            > before["workbench_server_generation_tokens_total"])
+    assert (live["vllm:prompt_tokens_total{model_name=tiny}"]
+            == before["vllm:prompt_tokens_total{model_name=tiny}"] + 4)
+    assert (live["vllm:generation_tokens_total{model_name=tiny}"]
+            > before["vllm:generation_tokens_total{model_name=tiny}"])
     conn.close()  # the client goes away mid-stream: the engine must drop the request
-    assert wait_for(lambda: scrape(server)["workbench_server_running_requests"] == 0)
+    assert wait_for(lambda: scrape(server)["vllm:num_requests_running{model_name=tiny}"] == 0)
     after = scrape(server)
     assert after["workbench_server_admitted_requests"] == 0
-    assert (after["workbench_server_generation_tokens_total"]
-            - before["workbench_server_generation_tokens_total"]) < 1500
+    assert (after["vllm:generation_tokens_total{model_name=tiny}"]
+            - before["vllm:generation_tokens_total{model_name=tiny}"]) < 1500
 
 
 FIELDS = ["prompt", "max_tokens", "temperature", "seed", "n", "stream", "stream_options",

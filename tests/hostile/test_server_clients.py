@@ -171,7 +171,7 @@ def test_half_sent_headers_from_the_scrapers_own_address_time_out(exporter):
     (["--device", "banana"], "--device banana: not a device"),
     (["--device", "cuda"], "--device cuda: "),
     (["--device", "cuda:3"], "--device cuda:3: "),
-    (["--max-batched-tokens", "0"], "--max-batched-tokens 0: outside 1..1048576"),
+    (["--max-batched-tokens", "0"], "--max-num-batched-tokens 0: outside 1..1048576"),
     (["--max-num-seqs", "-1"], "--max-num-seqs -1: outside"),
     (["--queue-capacity", "1e9"], "--queue-capacity 1e9: outside"),
     (["--body-timeout", "nan"], "--body-timeout nan: not a finite number"),

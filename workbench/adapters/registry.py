@@ -35,12 +35,17 @@ class AutopatchError(WorkbenchError, RuntimeError):
 
     def __init__(self, engine: str, version: str | None, problems: list[tuple[str, str, str]]):
         self.engine, self.version, self.problems = engine, version, problems
-        lines = [f"workbench autopatch refused to patch {engine} {version or '(version unknown)'}"
-                 f" ({len(problems)} problem{'s' if len(problems) > 1 else ''}); nothing was "
-                 "patched:"]
+        head = f"workbench autopatch refused to patch {engine} {version or '(version unknown)'}"
+        tail = "(or run the engine unpatched: unset WORKBENCH_KV_AUTOPATCH)"
+        if len(problems) == 1:  # one problem (a version without a plan, a moved seam): one line
+            name, why, fix = problems[0]
+            super().__init__(f"{head}: patch {name!r}: {why}; nothing was patched. Fix: {fix} "
+                             + tail)
+            return
+        lines = [f"{head} ({len(problems)} problems); nothing was patched:"]
         for name, why, fix in problems:
             lines.append(f"  - patch {name!r}: {why}. Fix: {fix}")
-        lines.append("  (or run the engine unpatched: unset WORKBENCH_KV_AUTOPATCH)")
+        lines.append("  " + tail)
         super().__init__("\n".join(lines))
 
 
@@ -90,9 +95,14 @@ class EnginePlan:
     version: str | None = None
     armed: bool = False  # a target has loaded: apply at the next quiet moment
     undos: list[tuple[Patch, Undo]] = field(default_factory=list)
+    # (why, fix) when no plan exists for the installed version (see plan_table.py): the plan
+    # arms on the package's first module and refuses with this one problem
+    refusal: tuple[str, str] | None = None
 
     @property
     def targets(self) -> list[str]:
+        if self.refusal is not None:
+            return [self.package]
         return list(dict.fromkeys(p.module for p in self.patches))
 
     def detect_version(self) -> str | None:
@@ -110,6 +120,8 @@ class EnginePlan:
         chosen: list[Patch] = []
         problems: list[tuple[str, str, str]] = []
         records: list[PatchRecord] = []
+        if self.refusal is not None:
+            return chosen, [("version-plan", *self.refusal)], records
         names = list(dict.fromkeys(p.name for p in self.patches))
         for name in names:
             variants = [p for p in self.patches if p.name == name]

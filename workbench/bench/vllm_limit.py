@@ -8,7 +8,10 @@ the device), so its free queue is as long as the device allows.
     python -m workbench.bench.vllm_limit --model DIR [--blocks 512] [--repeats 3] [--out DIR]
     python -m workbench.bench.vllm_limit --steps        (the step-cost sweep, no model)
 
-``--graphs``: CUDA graphs on (``enforce_eager=False``, full graphs for decode steps), on a GPU.
+``--graphs``: CUDA graphs on (``enforce_eager=False``), on a GPU. ``--kernels vllm`` (the
+default where vLLM's compiled op library is loaded): vLLM's own attention backend, custom ops
+and torch.compile with its default CUDA graphs; ``stand-in``: what runs without that library
+(Triton attention, native ops, no compilation, full graphs for decode steps only).
 """
 
 from __future__ import annotations
@@ -38,7 +41,9 @@ def _llm(args, blocks: int | None):
               max_model_len=args.max_len, max_num_seqs=args.prompts, block_size=args.block_size,
               enable_prefix_caching=True, enforce_eager=not args.graphs,
               num_gpu_blocks_override=blocks)
-    if args.device == "cuda":
+    if args.device == "cuda" and _kernels(args) == "vllm":
+        kw.update(gpu_memory_utilization=args.util)
+    elif args.device == "cuda":
         cc: dict = {"mode": 0, "custom_ops": ["none"]}
         if args.graphs:
             cc.update(cudagraph_mode="FULL_DECODE_ONLY",
@@ -48,6 +53,20 @@ def _llm(args, blocks: int | None):
                   kernel_config={"ir_op_priority": {"rms_norm": ["native"],
                                                     "fused_add_rms_norm": ["native"]}})
     return LLM(**kw)
+
+
+def _kernels(args) -> str:
+    from workbench.engines.real.vllm_build import compiled
+
+    if args.kernels != "auto":
+        return args.kernels
+    return "vllm" if compiled() else "stand-in"
+
+
+def _build() -> str:
+    from workbench.engines.real.vllm_build import build
+
+    return build()
 
 
 def _probe(llm, unbacked: int) -> dict:
@@ -97,7 +116,9 @@ def child(args) -> dict:
     elastic = args.child == "elastic"
     t0 = time.time()
     llm = _llm(args, None if elastic else args.blocks)
-    out: dict = {"mode": args.child, "init_s": round(time.time() - t0, 1)}
+    out: dict = {"mode": args.child, "init_s": round(time.time() - t0, 1),
+                 "kernels": _kernels(args) if args.device == "cuda" else "cpu",
+                 "build": _build()}
     kv = _ledger()
     if elastic:
         if kv is None:
@@ -160,7 +181,7 @@ def _passthrough(args) -> list[str]:
     for k in ("blocks", "prompts", "prompt_len", "tokens", "block_size", "max_len", "util",
               "cpu_kv_gib"):
         out += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
-    return out + (["--graphs"] if args.graphs else [])
+    return out + ["--kernels", args.kernels] + (["--graphs"] if args.graphs else [])
 
 
 def wave(args) -> dict:
@@ -183,7 +204,8 @@ def wave(args) -> dict:
              if "gen_s" in s and "gen_s" in e]
     ratios = [e / s for s, e in pairs]
     summary = {"blocks": args.blocks, "repeats": args.repeats, "warmup": args.warmup,
-               "graphs": args.graphs,
+               "graphs": args.graphs, "kernels": sorted({r.get("kernels", "") for r in ok}),
+               "build": sorted({r.get("build", "") for r in ok}),
                "device": args.device, "runs": len(runs), "failed": len(runs) - len(ok),
                "tokens_equal": len({r["tokens_sha"] for r in ok}) == 1 and len(ok) == len(runs),
                "stock_s": sorted(s for s, _ in pairs), "elastic_s": sorted(e for _, e in pairs),
@@ -221,6 +243,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--util", type=float, default=0.3, help="gpu_memory_utilization (cuda)")
     ap.add_argument("--cpu-kv-gib", type=int, default=8, help="VLLM_CPU_KVCACHE_SPACE (cpu)")
     ap.add_argument("--graphs", action="store_true", help="CUDA graphs (enforce_eager=False)")
+    ap.add_argument("--kernels", choices=("auto", "vllm", "stand-in"), default="auto",
+                    help="cuda: vLLM's defaults, or the stand-in's kernels (auto: by the build)")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per run")
     ap.add_argument("--steps", action="store_true", help="the step-cost sweep instead")
     ap.add_argument("--capacities", default="0.0625,2,41", help="GiB, for --steps")

@@ -20,6 +20,12 @@ class _SettingsFirst(TyperGroup):
     unknown name is one ``error:`` line and exit 2, for ``serve`` and ``replay`` as for
     ``kvctl``. ``--help`` still shows help."""
 
+    def __init__(self, *args, **kwargs):  # noqa: ANN002, ANN003 - click's signature
+        super().__init__(*args, **kwargs)
+        from workbench.cli.metavars import readable
+
+        readable(self)  # the whole tree is built by now: every subcommand is in self.commands
+
     def resolve_command(self, ctx, args):  # noqa: ANN001 - click's signature
         name, cmd, rest = super().resolve_command(ctx, args)
         if name not in SETTINGS_OWN and not {"--help", "-h"} & set(rest):
@@ -55,6 +61,23 @@ app = typer.Typer(
     rich_markup_mode=None,  # plain help: full option names and values when piped, as click
     context_settings={"max_content_width": 100},
 )
+
+
+
+def _print_version(flag: bool) -> None:
+    if flag:
+        from workbench import __version__
+
+        typer.echo(f"workbench {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", is_eager=True,
+                                       callback=_print_version,
+                                       help="Print the version and exit.")) -> None:
+    """KV Cache Workbench: elastic KV-cache memory for LLM serving, simulated and on GPUs."""
+
 
 # Each import adds its command(s) to ``app``; keep one line per command module. A bad
 # WORKBENCH_KV_* value read while importing (the shm directory) is kept for main() to report in

@@ -26,7 +26,7 @@ from pathlib import Path
 import typer
 
 from workbench.cli import app
-from workbench.cli.common import out_option, write_json
+from workbench.cli.common import cli_syntax, out_option, write_json
 from workbench.manifest import host_hardware, torch_info, workbench_info
 from workbench.terminal import plain
 
@@ -211,7 +211,7 @@ def _print(m: dict) -> None:
                      f"granularity {format_size(b['granularity'])}" if "device" in b else "")
             echo(f"backend    {b['backend']:<8} usable{extra}")
         else:
-            echo(f"backend    {b['backend']:<8} NOT usable: {b['why']}")
+            echo(f"backend    {b['backend']:<8} NOT usable: {cli_syntax(b['why'])}")
     for engine, acc in m["accepts"].items():
         if acc:
             echo(f"accepts    {engine:<8} executors={','.join(acc['executors'])} "
@@ -242,6 +242,9 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Print the manifes
         typer.echo(json.dumps(m, indent=2, default=str))
     else:
         _print(m)
+        if check and not any(e["installed"] for e in m["engines"].values()):
+            typer.echo("check      no engine is installed here: nothing to import or patch "
+                       "(the engines' environments: docs/adapters.md)")
     failed = any(e.get("check", {}).get("state") == "failed" for e in m["engines"].values())
     # --check refuses what a plain run only reports: a bad or an unknown WORKBENCH_KV_* name
     failed = failed or (check and bool(m["config"]["config_error"] or m["config"]["unknown_env"]))

@@ -47,7 +47,8 @@ def _info(name: str) -> control.SegmentInfo:
     except (ControlError, ConfigError) as err:
         _fail(err)
     if info is None:
-        _fail(ControlError(f"no pool named {name!r} (see `workbench kvctl list`)"))
+        _fail(ControlError(f"no pool named {name} on this machine. Fix: use a name from "
+                           "`workbench kvctl list`"))
     return info
 
 

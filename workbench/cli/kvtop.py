@@ -4,7 +4,11 @@ map of every page id coloured by its state."""
 from __future__ import annotations
 
 import json
+import os
+import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import typer
 from rich.console import Console, Group
@@ -13,23 +17,46 @@ from rich.panel import Panel
 from rich.text import Text
 
 from workbench.cli import app, kvbudget
-from workbench.cli.common import console as out_console
 from workbench.config import format_size
 from workbench.core import control
 
 GLYPHS = {"free": ("·", "grey42"), "reserved": ("○", "yellow"), "in_use": ("█", "green"),
           "retired": ("▒", "magenta"), "reclaimed": ("×", "grey23"), "quarantined": ("!", "red")}
+# The bar's glyphs: used and reserved told apart by shape as well as colour.
+BAR = {"used": ("█", "green"), "reserved": ("▓", "yellow"), "unmapped": ("░", "grey30")}
+PANEL_EDGE = 4  # a panel's border and padding, both sides
 
 
-def _bar(parts: list[tuple[int, str]], total: int, width: int) -> Text:
+def fit(width: int, columns: int) -> int:
+    """The bar and page-map width: ``width`` pages, at most what a panel fits in ``columns``."""
+    return max(1, min(width, columns - PANEL_EDGE))
+
+
+def column(n: int, total: int, width: int) -> int:
+    """How many of ``width`` bar columns ``n`` of ``total`` fills (rounded, never past the end)."""
+    return min(width, round(width * n / total)) if total else 0
+
+
+def _bar(used: int, reserved: int, total: int, width: int) -> Text:
     t = Text()
-    used = 0
-    for n, style in parts:  # clamped: a bar never grows past its width, whatever the counters
-        k = min(max(0, int(width * n / total)) if total else 0, width - used)
-        t.append("█" * k, style=style)
-        used += k
-    t.append("░" * max(0, width - used), style="grey30")
+    a = column(used, total, width)
+    b = column(used + reserved, total, width)
+    for glyph_style, k in ((BAR["used"], a), (BAR["reserved"], b - a),
+                           (BAR["unmapped"], width - b)):
+        glyph, style = glyph_style
+        t.append(glyph * k, style=style)
     return t
+
+
+def limit_mark(limit: int, total: int, width: int) -> Text:
+    """``▲`` under the bar column where the limit falls, its label on the side that fits."""
+    at = min(width - 1, column(limit, total, width))
+    label = "limit"
+    if at + 2 + len(label) <= width:
+        return Text(" " * at + "▲ " + label, style="cyan")
+    if at >= len(label) + 1:
+        return Text(" " * (at - len(label) - 1) + label + " ▲", style="cyan")
+    return Text(" " * at + "▲", style="cyan")  # too narrow for the word
 
 
 def render_pool(i: control.SegmentInfo, width: int = 64) -> Panel:
@@ -37,16 +64,15 @@ def render_pool(i: control.SegmentInfo, width: int = 64) -> Panel:
                 f"used {format_size(i.used)}  reserved {format_size(i.reserved)}  "
                 f"limit {format_size(i.limit)} of {format_size(i.capacity)}  "
                 f"rev {i.revision} {i.outcome}")
-    bar = _bar([(i.used, "green"), (i.reserved, "yellow")], i.capacity, width)
-    limit_mark = Text(" " * min(width - 1, int(width * i.limit / max(i.capacity, 1))) + "▲ limit",
-                      style="cyan")
+    bar = _bar(i.used, i.reserved, i.capacity, width)
     pages = Text()
     for k, st in enumerate(i.page_states):
         glyph, style = GLYPHS.get(st, ("?", "red"))
         pages.append(glyph, style=style)
-        if (k + 1) % width == 0:
+        if (k + 1) % width == 0 and k + 1 < len(i.page_states):
             pages.append("\n")
-    return Panel(Group(head, bar, limit_mark, pages), title=i.name, title_align="left")
+    return Panel(Group(head, bar, limit_mark(i.limit, i.capacity, width), pages),
+                 title=i.name, title_align="left")
 
 
 def legend() -> Text:
@@ -54,9 +80,9 @@ def legend() -> Text:
     for st, (glyph, style) in GLYPHS.items():
         t.append(f"{glyph} {st}  ", style=style)
     t.append("\nbar:   ")
-    t.append("█ used  ", style="green")
-    t.append("█ reserved  ", style="yellow")
-    t.append("░ not mapped", style="grey30")
+    for what, (glyph, style) in BAR.items():
+        t.append(f"{glyph} {what.replace('unmapped', 'not mapped')}  ", style=style)
+    t.append("(q quits)", style="grey50")
     return t
 
 
@@ -68,13 +94,38 @@ def frame(width: int, found: control.Scan | None = None) -> Group:
     return Group(legend(), *kvbudget.panels(width), *panels, *skipped)
 
 
+@contextmanager
+def keys() -> Iterator[Callable[[float], str]]:
+    """``wait(seconds) -> key`` ('' when none came): stdin in cbreak mode while kvtop runs, so a
+    single ``q`` quits; without a terminal on stdin it only sleeps."""
+    if not sys.stdin.isatty():
+        yield lambda t: time.sleep(t) or ""
+        return
+    import select
+    import termios
+    import tty
+
+    fd = sys.stdin.fileno()
+    saved = termios.tcgetattr(fd)
+    tty.setcbreak(fd)
+    try:
+        yield lambda t: os.read(fd, 1).decode(errors="replace") \
+            if select.select([fd], [], [], t)[0] else ""
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
 @app.command(short_help='Live view of every pool and its pages.')
 def kvtop(interval: float = typer.Option(0.5, min=0.01, help="Seconds between refreshes."),
           once: bool = typer.Option(False, "--once", help="Draw one frame and exit."),
-          width: int = typer.Option(64, min=1, help="Page map width in pages."),
+          width: int = typer.Option(64, min=1, help="Page map width in pages (at most what "
+                                                    "the terminal, or COLUMNS, fits)."),
           as_json: bool = typer.Option(False, "--json", help="Print one JSON snapshot.")) -> None:
-    """Live view of every pool on this machine: bars and a per-page state map. Entries in the
-    shared-memory directory that are not trustworthy segments are skipped, one line each."""
+    """Live view of every pool on this machine: bars and a per-page state map; q quits.
+    Entries in the shared-memory directory that are not trustworthy segments are skipped, one
+    line each."""
+    console = Console()  # a terminal's width; piped, COLUMNS (else 80)
+    asked, width = width, fit(width, console.width)
     if as_json or once:
         found = control.scan()
         for err in found.skipped:  # on stderr: stdout stays one JSON document / one frame
@@ -82,14 +133,12 @@ def kvtop(interval: float = typer.Option(0.5, min=0.01, help="Seconds between re
         if as_json:
             typer.echo(json.dumps([i.to_dict() for i in found.infos]))
         else:
-            out_console().print(frame(width, control.Scan(found.infos)))
+            console.print(frame(width, control.Scan(found.infos)))
         return
-    console = Console()
     try:
-        with Live(frame(width), console=console, refresh_per_second=max(1, int(1 / interval))) \
-                as live:
-            while True:
-                time.sleep(interval)
-                live.update(frame(width))
+        with keys() as wait, Live(frame(width), console=console,
+                                  refresh_per_second=max(1, int(1 / interval))) as live:
+            while wait(interval).lower() != "q":
+                live.update(frame(fit(asked, console.width)))  # a resize is followed
     except KeyboardInterrupt:
         pass

@@ -11,8 +11,11 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import typer
@@ -86,7 +89,61 @@ def lab(root: Path | None = typer.Option(
                    "chapters of a checkout. Fix: run it in the repository, or pass --root.",
                    err=True)
         raise typer.Exit(2)
+    if not port_free(port):
+        typer.echo(f"error: port {port} on 127.0.0.1 is taken (another server answers there). "
+                   f"Fix: pass --port {free_port()}, or stop what listens on {port}.", err=True)
+        raise typer.Exit(2)
     _ensure_kernel(exe)
     token = secrets.token_hex(16)
-    typer.echo(f"chapter 00: {lab_url(port, token)}", err=True)
-    raise typer.Exit(subprocess.call(lab_args(exe, top, port, token, not no_browser), cwd=top))
+    typer.echo("starting JupyterLab ...", err=True)
+    raise typer.Exit(run_jupyter(lab_args(exe, top, port, token, not no_browser), top, port,
+                                 token))
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _answers(port: int, token: str) -> bool:
+    """Our Jupyter is up: the port answers its status with our token (another server would
+    refuse the token)."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token={token}",
+                                    timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def run_jupyter(args: list[str], cwd: Path, port: int, token: str) -> int:
+    """Run Jupyter; print chapter 00's URL once this Jupyter answers on ``port`` with ``token``
+    (never before: a port taken meanwhile would name another server). SIGTERM and SIGHUP go on
+    to Jupyter, which shuts its kernels down; Ctrl-C reaches it from the terminal. Returns its
+    exit code."""
+    proc = subprocess.Popen(args, cwd=cwd)
+
+    def forward(signum, _frame):  # noqa: ANN001 - signal's signature
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGHUP, forward)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Jupyter asks, then shuts down itself
+    while proc.poll() is None and not _answers(port, token):
+        time.sleep(0.3)
+    if proc.poll() is None:
+        typer.echo(f"chapter 00: {lab_url(port, token)}", err=True)
+    return proc.wait()

@@ -27,6 +27,7 @@ from workbench.labs import LABS, get_lab
 from workbench.labs.kit.record import destinations
 from workbench.outfiles import Outputs, write_all
 from workbench.terminal import plain
+from workbench.viz.labpage import PAGE
 
 labs = typer.Typer(help="Run the workbench's labs (experiments with result records).",
                    no_args_is_help=True, rich_markup_mode=None)
@@ -86,24 +87,24 @@ def _render(markdown: str) -> None:
 
 def _outputs(name: str, out: Path | None, html: Path | None) -> list[Path]:
     """Every file the run will write, checked before it runs (:mod:`workbench.outfiles`): the
-    record and its report (``--out``), the report in ``--html``'s folder; no two the same."""
+    record and its report (``--out``), the page in ``--html``'s folder; no two the same."""
     outputs = Outputs()
     record = destinations(out, True, outputs) if out is not None else []
     if html is not None:
-        outputs.folder(html, [f"{name}.md"], "--html", "report")
+        outputs.folder(html, [PAGE], "--html")
     return record
 
 
 def _files(result, name: str, out: Path | None, html: Path | None) -> list[tuple[Path, str]]:
-    """(path, text) of every output: the record and its report; each figure as a standalone
-    HTML page (plotly from a CDN) and the report beside them."""
+    """(path, text) of every output: the record and its report; the offline page."""
     files: list[tuple[Path, str]] = []
     if out is not None:
         files += result.record.files(out, result.markdown)
     if html is not None:
-        files += [(html / f"{name}_{key}.html", fig.to_html(include_plotlyjs="cdn"))
-                  for key, fig in result.figures.items()]
-        files.append((html / f"{name}.md", result.markdown))
+        from workbench.viz.labpage import page_html  # plotly.js is read only for --html
+
+        files.append((html / PAGE, page_html(f"workbench lab {name}", result.markdown,
+                                             result.figures)))
     return files
 
 
@@ -118,8 +119,8 @@ def run_lab(
     out: Annotated[Path | None, typer.Option(
         "--out", help="Write the JSON record here (the Markdown report beside it, .md).")] = None,
     html: Annotated[Path | None, typer.Option(
-        "--html", help="Write the figures (one HTML page each) and the report to this "
-                       "folder.")] = None,
+        "--html", help="Write the report with its figures as one offline page, "
+                       "DIR/index.html.", metavar="DIR")] = None,
     param: Annotated[list[str] | None, typer.Option(
         "--param", help="A lab parameter, key=value (repeatable).")] = None,
     peaks: Annotated[str | None, typer.Option(

@@ -22,14 +22,26 @@ def serve(
                             "KV memory: vmm (workbench pool pages) or static."),
     style: str = choice_option("block", ("block", "token"), "--style",
                                "KV indexing: block (vLLM) or token (SGLang)."),
-    kv_memory: str = typer.Option("1GiB", help="KV pool capacity, e.g. 512MiB, 20G."),
+    kv_memory: str = typer.Option("1GiB", "--kv-cache-memory-bytes", "--kv-memory",
+                                  help="KV pool capacity, e.g. 512MiB, 20G (vLLM's name; "
+                                       "--kv-memory too)."),
     block_size: int = typer.Option(0, parser=Num(int, 0, 4096).parser("--block-size"),
                                    help="Tokens per block (per SGLang page for token style); "
                                    "0 means 16 for block, 1 for token."),
     max_num_seqs: int = typer.Option(64, parser=Num(int, 1, 4096).parser("--max-num-seqs"),
                                      help="Most sequences in one batch."),
-    max_batched_tokens: int = typer.Option(2048, parser=Num(int, 1, 1 << 20).parser(
-        "--max-batched-tokens"), help="Token budget per step."),
+    max_batched_tokens: int = typer.Option(
+        2048, "--max-num-batched-tokens", "--max-batched-tokens",
+        parser=Num(int, 1, 1 << 20).parser("--max-num-batched-tokens"),
+        help="Token budget per step (vLLM's name; --max-batched-tokens too)."),
+    served_model_name: str | None = typer.Option(
+        None, "--served-model-name", help="The model's name in the API (default: the preset)."),
+    ipc_name: str | None = typer.Option(
+        None, "--ipc-name", help="Publish the KV pool's control segment under this name, for "
+        "kvctl and kvtop (default: WORKBENCH_KV_IPC_NAME, else none)."),
+    prefix_caching: bool = typer.Option(
+        False, "--enable-prefix-caching", help="vLLM's prefix cache: full prompt blocks kept "
+        "for reuse (POST /reset_prefix_cache drops them)."),
     host: str = typer.Option("127.0.0.1", help="Address to listen on."),
     port: int = typer.Option(8000, parser=Num(int, 0, 65535).parser("--port"),
                              help="Port (0 picks a free one)."),
@@ -40,8 +52,9 @@ def serve(
         "--body-timeout"), help="Seconds a request body may take to arrive (then 408)."),
     verbose: bool = typer.Option(False, "--verbose", help="Log every HTTP request."),
 ) -> None:
-    """Serve the mini engine over HTTP: OpenAI's /v1/completions (SSE streaming), /v1/models,
-    /health, /version and /metrics.
+    """Serve the mini engine over HTTP, as vLLM's server: OpenAI's /v1/completions and
+    /v1/chat/completions (SSE streaming), /v1/models, /health, /version, /metrics (vLLM's
+    names) and /reset_prefix_cache.
 
     Prompts are strings (one token per UTF-8 byte) or lists of token ids; see docs/server.md.
     Needs torch.
@@ -52,20 +65,24 @@ def serve(
     with ended_by_signals():  # SIGTERM/SIGINT: shut down in order, then end by the signal
         engine = None
         try:
-            engine, device = _engine(model, device, kv, style, kv_memory,
-                                     block_size, max_num_seqs, max_batched_tokens)
-            srv = start_server(engine, host, port, config=ServerConfig(
-                queue_capacity=queue_capacity, body_timeout_s=body_timeout, verbose=verbose))
+            engine, device = _engine(model, device, kv, style, kv_memory, block_size,
+                                     max_num_seqs, max_batched_tokens, prefix_caching,
+                                     _ipc_name(ipc_name))
+            srv = start_server(engine, host, port, model_name=served_model_name,
+                               config=ServerConfig(queue_capacity=queue_capacity,
+                                                   body_timeout_s=body_timeout,
+                                                   verbose=verbose))
         except BaseException as err:
             if engine is not None:
                 engine.close()
             if not isinstance(err, ConfigError):
                 raise
             raise fail(err) from None
-        g = engine.kv.geometry
-        typer.echo(f"serving {engine.model_cfg.name} on {device} ({kv} KV, {style} "
-                   f"style, {g.num_blocks} blocks of {g.block_size} tokens) at "
-                   f"{srv.url}/v1/completions (metrics at {srv.url}/metrics)")
+        g, ipc = engine.kv.geometry, engine.kv.spec.ipc_name
+        typer.echo(f"serving {served_model_name or engine.model_cfg.name} on {device} ({kv} KV, "
+                   f"{style} style, {g.num_blocks} blocks of {g.block_size} tokens) at "
+                   f"{srv.url}/v1 (metrics at {srv.url}/metrics"
+                   + (f"; pool {ipc}: workbench kvctl limit {ipc} SIZE)" if ipc else ")"))
         try:
             while srv.loop.is_alive() and srv.thread.is_alive():
                 time.sleep(0.5)
@@ -74,8 +91,23 @@ def serve(
             engine.close()
 
 
+def _ipc_name(given: str | None) -> str | None:
+    """``--ipc-name``, else WORKBENCH_KV_IPC_NAME (read once, with every other setting)."""
+    from workbench.config import check_ipc_name
+    from workbench.settings import settings
+
+    name = given if given is not None else settings().ipc_name
+    if name is None:
+        return None
+    try:
+        return check_ipc_name(name)
+    except ConfigError as err:
+        raise fail(err) from None
+
+
 def _engine(model: str, device: str, kv: str, style: str, kv_memory: str, block_size: int,
-            max_num_seqs: int, max_batched_tokens: int):
+            max_num_seqs: int, max_batched_tokens: int, prefix_caching: bool = False,
+            ipc_name: str | None = None):
     """The engine ``serve`` runs, and the device it chose; ConfigError on a bad option."""
     import torch
 
@@ -86,9 +118,10 @@ def _engine(model: str, device: str, kv: str, style: str, kv_memory: str, block_
 
     device = _device(device, torch)
     spec = KVSpec(style=style, backend=kv, kv_bytes=parse_size(kv_memory),
-                  block_size=block_size or (16 if style == "block" else 1))
+                  block_size=block_size or (16 if style == "block" else 1), ipc_name=ipc_name)
     engine = Engine(get_config(model), spec, device,
-                    EngineConfig(max_num_seqs, max_batched_tokens))
+                    EngineConfig(max_num_seqs, max_batched_tokens,
+                                 prefix_caching=prefix_caching))
     return engine, device
 
 

@@ -338,20 +338,24 @@ def delete_segment(name: str, force: bool = False) -> None:
         why, st = foreign_header(path)
         if why is not None:
             raise ControlError(f"{path} is not a segment this workbench can read: {err.detail}; "
-                               f"left alone, even with --force: {why}") from None
+                               f"left alone, even with --force: {why}. Fix: remove it by hand "
+                               f"if you know what it is") from None
         if not force:
             raise ControlError(f"{path} is not a segment this workbench can read: {err.detail}"
-                               f"; --force removes it") from None
+                               f". Fix: pass --force to remove it") from None
         if not unlink_if_same(path, st):
-            raise ControlError(f"{path} changed while it was being removed; left alone") \
+            raise ControlError(f"{path} changed while it was being removed; left alone. "
+                               f"Fix: look again with `workbench kvctl list`") \
                 from None
         return
     if got is None:
-        raise ControlError(f"no pool named {name!r}")
+        raise ControlError(f"no pool named {name} on this machine. Fix: use a name from "
+                           f"`workbench kvctl list`")
     v, _, st = got
     if owner_alive(v) and not force:
-        raise ControlError(f"pool {name!r} is owned by live process {v['owner_pid']}; "
-                           f"pass --force to remove its segment anyway")
+        raise ControlError(f"pool {name} is owned by live process {v['owner_pid']}. "
+                           f"Fix: stop that process, or pass --force to remove its segment "
+                           f"anyway")
     unlink_if_same(path, st)
 
 

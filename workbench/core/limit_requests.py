@@ -65,43 +65,49 @@ class LimitAnswer:
 
 
 def _check(name: str, limit: int, info: SegmentInfo | None) -> SegmentInfo:
+    # names are checked (letters, digits, _-.), so they print bare: no "'x''s" doubled quote
     if info is None:
-        raise ControlError(f"no pool named {name!r} (see `workbench kvctl list`)")
+        raise ControlError(f"no pool named {name} on this machine. Fix: use a name from "
+                           f"`workbench kvctl list`")
+    page = _exact(info.page_id_bytes)
     if limit < 0:
-        raise ControlError(f"limit {limit} is negative")
+        raise ControlError(f"limit {limit} bytes is negative. Fix: ask for at least {page}")
     if limit > info.capacity:
-        raise ControlError(f"limit {limit} bytes exceeds pool {name!r}'s capacity "
-                           f"({info.capacity} bytes)")
+        raise ControlError(f"limit {_exact(limit)} exceeds pool {name}'s capacity "
+                           f"({_exact(info.capacity)}). Fix: ask for at most "
+                           f"{_exact(info.capacity)}")
     if limit < info.page_id_bytes:
-        raise ControlError(f"limit {limit} bytes is below one page id ({info.page_id_bytes} "
-                           f"bytes); the null block lives on page 0")
+        raise ControlError(f"limit {_exact(limit)} is below one page id ({page}); the null "
+                           f"block lives on page 0. Fix: ask for at least {page}")
     if limit % info.page_id_bytes:  # never rounded in silence: the caller picks the page id
         down = align_down(limit, info.page_id_bytes)
         up = min(down + info.page_id_bytes, info.capacity)
-        raise ControlError(f"limit {limit} bytes is not a whole number of page ids "
-                           f"({_exact(info.page_id_bytes)} each): the pool would keep "
+        raise ControlError(f"limit {_exact(limit)} is not a whole number of page ids "
+                           f"({page} each): the pool would keep "
                            f"{_exact(down)}. Fix: ask for {_exact(down)} or {_exact(up)}")
     if not info.alive:
-        raise ControlError(f"pool {name!r}'s owner (pid {info.owner_pid}) is gone; "
-                           f"`workbench kvctl gc` removes its segment")
+        raise ControlError(f"pool {name}'s owner (pid {info.owner_pid}) is gone. Fix: run "
+                           f"`workbench kvctl gc` to remove its segment")
     return info
 
 
 def _exact(n: int) -> str:
-    """A size as ``kvctl limit`` takes it back, exactly: ``24MiB``, else bytes."""
-    return f"{n // MiB}MiB" if n % MiB == 0 else f"{n} bytes"
+    """A size as ``kvctl limit`` takes it back, exactly: ``2GiB``, ``24MiB``, else bytes."""
+    if n and n % (1024 * MiB) == 0:
+        return f"{n // (1024 * MiB)}GiB"
+    return f"{n // MiB}MiB" if n and n % MiB == 0 else f"{n} bytes"
 
 
 def _locked(name: str, write: bool):
     """Open the segment checked, take its lock (bounded wait), parse it: (fd, fields)."""
     opened = open_checked(segment_path(name), write=write)
     if opened is None:
-        raise ControlError(f"pool {name!r} disappeared")
+        raise ControlError(f"pool {name} disappeared. Fix: see `workbench kvctl list`")
     fd, st = opened
     if not try_flock(fd, fcntl.LOCK_EX if write else fcntl.LOCK_SH, LOCK_WAIT_S):
         os.close(fd)
-        raise ControlError(f"pool {name!r}'s segment stayed locked for {LOCK_WAIT_S} s by "
-                           f"another process; retry")
+        raise ControlError(f"pool {name}'s segment stayed locked for {LOCK_WAIT_S} s by "
+                           f"another process. Fix: retry")
     try:
         v, _ = read_fd(fd, st, str(segment_path(name)))
     except BaseException:
@@ -162,10 +168,10 @@ def request_limit(name: str, limit: int, *, wait_s: float = 2.0) -> LimitAnswer:
         if v["ack_revision"] >= rev or time.monotonic() >= deadline:
             break
         if not owner_alive(v):
-            raise ControlError(f"pool {name!r}'s owner (pid {v['owner_pid']}) died before it "
+            raise ControlError(f"pool {name}'s owner (pid {v['owner_pid']}) died before it "
                                f"answered request revision {rev}")
         time.sleep(0.01)
     info = read_segment(name)
     if info is None:
-        raise ControlError(f"pool {name!r} disappeared")
+        raise ControlError(f"pool {name} disappeared. Fix: see `workbench kvctl list`")
     return answer(name, limit, rev, rid, v, info)

@@ -53,6 +53,7 @@ class KVSpec:
     gpu_utilization: float = 0.95  # elastic pools: share of the device's memory they may map
     # refill the reserve from a background thread (workbench.mini.mapper), not inside alloc
     background_mapper: bool = False
+    ipc_name: str | None = None  # publish the pool's control segment (kvctl, kvtop) under it
 
     def __post_init__(self) -> None:
         if self.style not in STYLES:
@@ -93,7 +94,7 @@ class KVStore:
                         prealloc=spec.min_reserved_pages > 0,
                         min_reserved_pages=spec.min_reserved_pages,
                         max_reserved_pages=max(spec.max_reserved_pages, spec.min_reserved_pages),
-                        gpu_utilization=spec.gpu_utilization)
+                        gpu_utilization=spec.gpu_utilization, ipc_name=spec.ipc_name)
         if spec.backend == "vmm":
             pool_device = pool_device or _vmm_device(self.device)
         else:  # the ledger still runs; a simulated device only keeps its page bookkeeping

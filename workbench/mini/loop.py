@@ -1,7 +1,8 @@
 """The one thread that owns the mini engine: it takes requests from an inbox, steps the engine
 whenever there is work, and hands each token to the request's sink.
 
-Servers talk to it only through :meth:`EngineLoop.submit` and :meth:`EngineLoop.cancel`. A sink
+Servers talk to it only through :meth:`EngineLoop.submit`, :meth:`EngineLoop.cancel` and
+:meth:`EngineLoop.call` (a function run on the engine thread, e.g. a prefix-cache reset). A sink
 receives token ids, then ``None`` (finished) or an exception (refused, or the engine stopped);
 exactly one of those two ends every request, so a caller that counts requests in flight can
 release its slot there. After each iteration the loop publishes :class:`LoopGauges`, which other
@@ -16,6 +17,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +40,10 @@ class LoopGauges:
     waiting: int = 0  # requests queued for the engine (inbox and scheduler's waiting list)
     running: int = 0
     pool: PoolReading | None = None
+    kv_usage: float = 0.0  # blocks held by requests / blocks in the pool (vLLM's usage)
+    preemptions: int = 0
+    prefix_queries: int = 0  # prompt tokens looked up in the prefix cache
+    prefix_hits: int = 0  # of those, found
 
 
 class EngineLoop(threading.Thread):
@@ -65,6 +71,13 @@ class EngineLoop(threading.Thread):
         self._halt.set()
         self.inbox.put(("noop",))
 
+    def call(self, fn: Callable[[Engine], Any]) -> Future:
+        """Run ``fn(engine)`` on the engine thread between two steps (the engine is never
+        touched from another thread); its result or error comes back in the Future."""
+        fut: Future = Future()
+        self.inbox.put(("call", fn, fut))
+        return fut
+
     def _drain(self, block: bool) -> None:
         try:
             msg = self.inbox.get(timeout=self.idle_wait_s) if block else self.inbox.get_nowait()
@@ -89,21 +102,34 @@ class EngineLoop(threading.Thread):
                                                           on_token=on_token, **kw)
             except WorkbenchError as err:  # the engine refused it (too long for the pool ...)
                 sink(err)
+        elif msg[0] == "call":
+            _, fn, fut = msg
+            try:
+                fut.set_result(fn(self.engine))
+            except Exception as err:  # the caller's answer, not the loop's end
+                fut.set_exception(err)
         elif msg[0] == "cancel":
             seq = self._live.pop(msg[1], None)
             if seq is not None:
                 self.engine.abort(seq, "abort")
 
     def _publish(self) -> None:
-        sched = self.engine.scheduler
+        eng = self.engine
+        sched, pool, bs = eng.scheduler, eng.pool, eng.kv.geometry.block_size
+        blocks = max(1, eng.kv.geometry.num_blocks - 1)  # block 0 is the null block
         self.gauges = LoopGauges(waiting=len(sched.waiting) + self.inbox.qsize(),
                                  running=len(sched.running),
-                                 pool=reading_of_manager(self.engine.kv.manager))
+                                 pool=reading_of_manager(eng.kv.manager),
+                                 kv_usage=max(0.0, 1 - pool.num_free_blocks() / blocks),
+                                 preemptions=eng.num_preemptions,
+                                 prefix_queries=pool.queries * bs, prefix_hits=pool.hits * bs)
 
     def run(self) -> None:
         try:
             while not self._halt.is_set():
                 self._drain(block=not self.engine.has_work())
+                if not self.engine.has_work():  # busy, alloc and free poll it already
+                    self.engine.kv.manager.poll_control()  # `kvctl limit` answered when idle
                 if self.engine.has_work():
                     for seq in self.engine.step():
                         self._live.pop(seq.name, None)

@@ -2,14 +2,18 @@
 pool, in a private :class:`CollectorRegistry` (one per server; the global registry is never
 touched).
 
-Names (docs/server.md lists them): ``workbench_server_queue_depth``,
-``workbench_server_running_requests``, ``workbench_server_admitted_requests``,
-``workbench_server_queue_capacity``, ``workbench_server_prompt_tokens_total``,
-``workbench_server_generation_tokens_total``, ``workbench_server_rejected_total``,
-``workbench_server_responses_total{code}`` and the pool's ``workbench_kv_*_bytes{pool}``; and,
-under vLLM's names so a vLLM dashboard reads this server too, the latency histograms
-``vllm:time_to_first_token_seconds``, ``vllm:time_per_output_token_seconds`` and
-``vllm:e2e_request_latency_seconds`` labelled ``model_name``. No ``_created`` series.
+Every series vLLM also exports has vLLM's name and its ``model_name`` label, so a vLLM dashboard
+reads this server as it is: ``vllm:num_requests_running``, ``vllm:num_requests_waiting``,
+``vllm:prompt_tokens_total``, ``vllm:generation_tokens_total``, ``vllm:kv_cache_usage_perc``
+(a fraction, 1 = full, as vLLM's), ``vllm:num_preemptions_total``,
+``vllm:request_success_total{finished_reason}``, ``vllm:prefix_cache_queries_total`` /
+``vllm:prefix_cache_hits_total`` (tokens) and the latency histograms
+``vllm:time_to_first_token_seconds``, ``vllm:time_per_output_token_seconds``,
+``vllm:inter_token_latency_seconds`` and ``vllm:e2e_request_latency_seconds``. What vLLM has
+no name for stays ``workbench_*``: ``workbench_server_admitted_requests``,
+``workbench_server_queue_capacity``, ``workbench_server_rejected_total``,
+``workbench_server_responses_total{code}`` and the pool's ``workbench_kv_*_bytes{pool}``
+(docs/server.md lists them). No ``_created`` series.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
 
 from workbench.observe.metrics import CallbackCollector, kv_families
@@ -46,13 +50,18 @@ class ServerMetrics:
     def __init__(self, gauges: Callable, admitted: Callable[[], int], capacity: int,
                  model: str = "model"):
         """``gauges()``: the engine loop's latest LoopGauges; ``admitted()``: requests in
-        flight; ``model``: the ``model_name`` label of the latency histograms."""
+        flight; ``model``: the ``model_name`` label of vLLM's series."""
         self.registry = reg = CollectorRegistry(auto_describe=False)
         self.gauges, self.admitted, self.capacity, self.model = gauges, admitted, capacity, model
-        self.prompted = Counter("workbench_server_prompt_tokens", "Prompt tokens admitted.",
-                                registry=reg)
-        self.generated = Counter("workbench_server_generation_tokens", "Tokens generated.",
+        by_model = ["model_name"]
+        self._prompted = Counter("vllm:prompt_tokens", "Prompt tokens admitted.", by_model,
                                  registry=reg)
+        self._generated = Counter("vllm:generation_tokens", "Tokens generated.", by_model,
+                                  registry=reg)
+        self.prompted, self.generated = (self._prompted.labels(model),
+                                         self._generated.labels(model))
+        self.success = Counter("vllm:request_success", "Requests finished, by why they ended.",
+                               ["model_name", "finished_reason"], registry=reg)
         self.rejected = Counter("workbench_server_rejected",
                                 "Requests refused with 503 because the queue was full.",
                                 registry=reg)
@@ -60,21 +69,44 @@ class ServerMetrics:
                                  ["code"], registry=reg)
         self.ttft = Histogram("vllm:time_to_first_token_seconds",
                               "Time from a request's arrival to its first output token.",
-                              ["model_name"], buckets=TTFT_BUCKETS, registry=reg)
+                              by_model, buckets=TTFT_BUCKETS, registry=reg)
         self.tpot = Histogram("vllm:time_per_output_token_seconds",
                               "Mean time between output tokens after the first, per request.",
-                              ["model_name"], buckets=TPOT_BUCKETS, registry=reg)
+                              by_model, buckets=TPOT_BUCKETS, registry=reg)
+        self.itl = Histogram("vllm:inter_token_latency_seconds",
+                             "The same per-request mean, under vLLM's newer name.",
+                             by_model, buckets=TPOT_BUCKETS, registry=reg)
         self.e2e = Histogram("vllm:e2e_request_latency_seconds",
                              "Time from a request's arrival to its last output token.",
-                             ["model_name"], buckets=E2E_BUCKETS, registry=reg)
+                             by_model, buckets=E2E_BUCKETS, registry=reg)
         reg.register(CallbackCollector(self._live))
         self.content_type = CONTENT_TYPE_LATEST
 
+    def _gauge(self, name: str, doc: str, value: float) -> GaugeMetricFamily:
+        fam = GaugeMetricFamily(name, doc, labels=["model_name"])
+        fam.add_metric([self.model], float(value))
+        return fam
+
+    def _counter(self, name: str, doc: str, value: float) -> CounterMetricFamily:
+        fam = CounterMetricFamily(name, doc, labels=["model_name"])
+        fam.add_metric([self.model], float(value))
+        return fam
+
     def _live(self) -> Iterator[Metric]:
         g = self.gauges()
+        yield self._gauge("vllm:num_requests_running", "Requests in the running batch.",
+                          g.running)
+        yield self._gauge("vllm:num_requests_waiting", "Requests waiting for the engine.",
+                          g.waiting)
+        yield self._gauge("vllm:kv_cache_usage_perc", "KV-cache usage: blocks held over "
+                          "blocks in the pool (1 = full).", g.kv_usage)
+        yield self._counter("vllm:num_preemptions", "Requests preempted (recomputed later).",
+                            g.preemptions)
+        yield self._counter("vllm:prefix_cache_queries", "Prompt tokens looked up in the "
+                            "prefix cache.", g.prefix_queries)
+        yield self._counter("vllm:prefix_cache_hits", "Prompt tokens found in the prefix "
+                            "cache.", g.prefix_hits)
         for name, doc, value in (
-            ("workbench_server_queue_depth", "Requests waiting for the engine.", g.waiting),
-            ("workbench_server_running_requests", "Requests in the running batch.", g.running),
             ("workbench_server_admitted_requests", "Requests admitted and not yet finished.",
              self.admitted()),
             ("workbench_server_queue_capacity", "Most requests admitted at once.",
@@ -86,12 +118,16 @@ class ServerMetrics:
     def answered(self, code: int) -> None:
         self.responses.labels(code=str(code)).inc()
 
-    def finished(self, ttft_s: float, e2e_s: float, tokens: int) -> None:
-        """A completed request's latencies (TPOT only with a second token to time)."""
+    def finished(self, ttft_s: float, e2e_s: float, tokens: int, reason: str) -> None:
+        """A completed request's latencies (TPOT only with a second token to time) and why it
+        ended (``stop``, ``length``)."""
+        self.success.labels(self.model, reason).inc()
         self.ttft.labels(self.model).observe(ttft_s)
         self.e2e.labels(self.model).observe(e2e_s)
         if tokens > 1:
-            self.tpot.labels(self.model).observe((e2e_s - ttft_s) / (tokens - 1))
+            mean = (e2e_s - ttft_s) / (tokens - 1)
+            self.tpot.labels(self.model).observe(mean)
+            self.itl.labels(self.model).observe(mean)
 
     def render(self) -> bytes:
         return generate_latest(_NoCreated(self.registry))

@@ -1,5 +1,5 @@
-"""The request body of ``POST /v1/completions`` as a pydantic model with bounds, and OpenAI-style
-error bodies.
+"""The request bodies of ``POST /v1/completions`` and ``POST /v1/chat/completions`` as pydantic
+models with bounds, the chat template, and OpenAI-style error bodies.
 
 Every field is checked before the engine sees the request; a bad one is answered with a 4xx JSON
 error whose ``param`` names it. Types are strict (``"5"`` is not a seed, ``true`` is not a token
@@ -10,7 +10,7 @@ random generator. Model-specific limits (vocabulary, positions, KV pool size) ar
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -45,14 +45,13 @@ UNSUPPORTED: dict[str, tuple[Any, ...]] = {
 }
 
 
-class CompletionRequest(BaseModel):
-    """The fields the mini server reads. A field of :data:`UNSUPPORTED` asking for something is
+class SamplingRequest(BaseModel):
+    """The fields both endpoints read. A field of :data:`UNSUPPORTED` asking for something is
     refused; other unknown fields are ignored, as OpenAI's server does."""
 
     model_config = ConfigDict(strict=True, extra="allow")
 
     model: str | None = Field(None, max_length=256)
-    prompt: str | list[TokenId]
     max_tokens: int = Field(16, ge=1, le=MAX_TOKENS)
     temperature: float = Field(1.0, ge=0.0, le=MAX_TEMPERATURE, allow_inf_nan=False)
     seed: int | None = Field(None, ge=0, le=MAX_SEED)
@@ -62,6 +61,30 @@ class CompletionRequest(BaseModel):
     stop: str | list[Annotated[str, Field(min_length=1, max_length=MAX_STOP_CHARS)]] | None = None
     stop_token_ids: list[TokenId] | None = Field(None, max_length=MAX_STOP_IDS)
     ignore_eos: bool = False  # accepted; the model has no EOS token
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _stop_strings(cls, v: Any) -> Any:
+        stops = [v] if isinstance(v, str) else v
+        if v is None:
+            return v
+        if not (isinstance(stops, list) and all(isinstance(s, str) for s in stops)):
+            raise ValueError("must be a string or a list of strings")
+        if len(stops) > MAX_STOP or any(not 1 <= len(s) <= MAX_STOP_CHARS for s in stops):
+            raise ValueError(f"at most {MAX_STOP} strings of 1..{MAX_STOP_CHARS} characters")
+        return stops
+
+    def stop_strings(self) -> list[str]:
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+
+    def sampling_temperature(self) -> float:
+        return 0.0 if self.temperature < GREEDY_BELOW else self.temperature
+
+
+class CompletionRequest(SamplingRequest):
+    """``POST /v1/completions``: a prompt string or token ids."""
+
+    prompt: str | list[TokenId]
 
     @field_validator("prompt", mode="before")
     @classmethod
@@ -83,27 +106,41 @@ class CompletionRequest(BaseModel):
             raise ValueError(f"must hold 1..{MAX_PROMPT_TOKENS} characters or token ids")
         return v
 
-    @field_validator("stop", mode="before")
-    @classmethod
-    def _stop_strings(cls, v: Any) -> Any:
-        stops = [v] if isinstance(v, str) else v
-        if v is None:
-            return v
-        if not (isinstance(stops, list) and all(isinstance(s, str) for s in stops)):
-            raise ValueError("must be a string or a list of strings")
-        if len(stops) > MAX_STOP or any(not 1 <= len(s) <= MAX_STOP_CHARS for s in stops):
-            raise ValueError(f"at most {MAX_STOP} strings of 1..{MAX_STOP_CHARS} characters")
-        return stops
-
-    def stop_strings(self) -> list[str]:
-        return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
-
     def prompt_ids(self) -> list[int]:
         """Prompt string -> token ids: its UTF-8 bytes."""
         return encode(self.prompt) if isinstance(self.prompt, str) else list(self.prompt)
 
-    def sampling_temperature(self) -> float:
-        return 0.0 if self.temperature < GREEDY_BELOW else self.temperature
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+    role: Literal["system", "user", "assistant"]
+    content: str = Field(max_length=MAX_PROMPT_TOKENS)
+
+
+class ChatRequest(SamplingRequest):
+    """``POST /v1/chat/completions``: messages, laid out by :func:`chat_prompt`."""
+
+    messages: list[ChatMessage] = Field(min_length=1, max_length=256)
+    max_completion_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)  # OpenAI's newer name
+
+    def model_post_init(self, _context: Any) -> None:
+        if self.max_completion_tokens is not None:
+            self.max_tokens = self.max_completion_tokens
+
+    def prompt_ids(self) -> list[int]:
+        ids = encode(chat_prompt(self.messages))
+        if len(ids) > MAX_PROMPT_TOKENS:
+            raise ApiError(400, f"messages: the chat prompt holds {len(ids)} bytes, more than "
+                           f"{MAX_PROMPT_TOKENS}", "messages")
+        return ids
+
+
+def chat_prompt(messages: list[ChatMessage]) -> str:
+    """The chat template over the byte tokenizer: each message as ``<|role|>`` and its text on
+    the next line, then ``<|assistant|>`` for the reply (the model has no template of its
+    own; random weights read any layout equally)."""
+    return "".join(f"<|{m.role}|>\n{m.content}\n" for m in messages) + "<|assistant|>\n"
 
 
 def encode(text: str) -> list[int]:
@@ -130,10 +167,11 @@ class ApiError(WorkbenchError):
                           "code": self.status}}
 
 
-def parse_request(raw: bytes) -> CompletionRequest:
-    """Validate a body; every problem becomes one ApiError(400) naming the first bad field."""
+def parse_request(raw: bytes, kind: type[SamplingRequest] = CompletionRequest) -> Any:
+    """Validate a body as ``kind``; every problem becomes one ApiError(400) naming the first
+    bad field."""
     try:
-        req = CompletionRequest.model_validate_json(raw or b"{}")
+        req = kind.model_validate_json(raw or b"{}")
     except ValidationError as err:
         problems = err.errors(include_url=False, include_input=False)
         where = [".".join(str(p) for p in e["loc"]) or "body" for e in problems]
@@ -163,7 +201,7 @@ def _same(value: Any, neutral: Any) -> bool:
     return type(value) in (int, float, type(None), str, dict) and value == neutral
 
 
-def check_against_model(req: CompletionRequest, ids: list[int], vocab_size: int,
+def check_against_model(req: SamplingRequest, ids: list[int], vocab_size: int,
                         max_position: int, pool_tokens: int) -> None:
     """Limits of this model and pool, named by the field to change."""
     if any(t >= vocab_size for t in ids):

@@ -3,8 +3,10 @@ vLLM's and SGLang's servers are built.
 
 One :class:`~workbench.mini.loop.EngineLoop` thread owns the engine; uvicorn's event loop (its own
 thread) parses, validates and admits requests and streams tokens back. Endpoints: ``GET /health``,
-``GET /version``, ``GET /v1/models``, ``GET /metrics`` (Prometheus) and ``POST /v1/completions``
-(``stream`` as server-sent events, ``data: {...}`` then ``data: [DONE]``). The body is the
+``GET /version``, ``GET /v1/models`` and ``/v1/models/{id}``, ``GET /metrics`` (Prometheus, under
+vLLM's names), ``POST /v1/completions`` and ``POST /v1/chat/completions`` (a small chat template
+over the byte tokenizer; ``stream`` as server-sent events, ``data: {...}`` then ``data: [DONE]``),
+and ``POST /reset_prefix_cache`` (vLLM; ``/flush_cache`` as SGLang names it). The body is the
 pydantic model in :mod:`workbench.mini.protocol`: a bad field gets a 400 whose ``error.param``
 names it, a field this server does not implement (``logprobs``, ``echo``, ...) a 400 too, and a
 ``model`` it does not serve a 404, in OpenAI's error shape as vLLM answers.
@@ -38,7 +40,9 @@ from workbench.mini.loop import EngineLoop, EngineStopped
 from workbench.mini.metrics import ServerMetrics
 from workbench.mini.protocol import (
     ApiError,
+    ChatRequest,
     CompletionRequest,
+    SamplingRequest,
     StopMatcher,
     check_against_model,
     decode,
@@ -156,12 +160,41 @@ def _as_api_error(err: BaseException) -> ApiError:
     return ApiError(400, str(err))
 
 
-def _chunk(rid: str, created: int, model: str, text: str, finish: str | None) -> dict:
-    return {"id": rid, "object": "text_completion", "created": created, "model": model,
-            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]}
+class _Shape:
+    """How an endpoint writes its answer: ``/v1/completions``' ``text_completion`` objects."""
+
+    prefix, obj, chunk_obj = "", "text_completion", "text_completion"  # ids: cmpl-...
+
+    def choice(self, text: str, finish: str | None, first: bool) -> dict:
+        return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+
+    def whole(self, text: str, finish: str | None) -> dict:
+        return self.choice(text, finish, True)
+
+    def body(self, rid: str, created: int, model: str, obj: str, choices: list) -> dict:
+        return {"id": self.prefix + rid, "object": obj, "created": created,
+                "model": model, "choices": choices}
 
 
-async def _pieces(stream: _TokenStream, first: Any, req: CompletionRequest, rid: str,
+class _ChatShape(_Shape):
+    """``/v1/chat/completions``: a message, or deltas whose first names the role."""
+
+    prefix, obj, chunk_obj = "chat", "chat.completion", "chat.completion.chunk"  # chatcmpl-...
+
+    def choice(self, text: str, finish: str | None, first: bool) -> dict:
+        delta = {"role": "assistant", "content": text} if first else \
+            ({"content": text} if text else {})
+        return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+
+    def whole(self, text: str, finish: str | None) -> dict:
+        return {"index": 0, "message": {"role": "assistant", "content": text},
+                "logprobs": None, "finish_reason": finish}
+
+
+COMPLETION, CHAT = _Shape(), _ChatShape()
+
+
+async def _pieces(stream: _TokenStream, first: Any, req: SamplingRequest, rid: str,
                   n_tokens: list[int]) -> AsyncIterator[tuple[str, str | None]]:
     """(text, None) per piece of output, then ("", finish_reason) once; stop strings applied."""
     stops = StopMatcher(req.stop_strings())
@@ -183,13 +216,17 @@ async def _pieces(stream: _TokenStream, first: Any, req: CompletionRequest, rid:
     yield "", "length" if n_tokens[0] >= req.max_tokens else "stop"
 
 
-async def _complete(request: Request) -> Response:
+def _unknown_model(name: str, served: str, param: str | None = "model") -> ApiError:
+    return ApiError(404, f"model {name!r}: not served here; this server serves {served!r} "
+                    "(GET /v1/models)", param, kind="NotFoundError")
+
+
+async def _answer(request: Request, kind: type, shape: _Shape) -> Response:
     st: _State = request.app.state.mini
     arrived = time.perf_counter()
-    req = parse_request(await _read_body(request, st.cfg))
+    req = parse_request(await _read_body(request, st.cfg), kind)
     if req.model is not None and req.model != st.model_name:
-        raise ApiError(404, f"model {req.model!r}: not served here; this server serves "
-                       f"{st.model_name!r} (GET /v1/models)", "model", kind="NotFoundError")
+        raise _unknown_model(req.model, st.model_name)
     ids = req.prompt_ids()
     eng = st.loop.engine
     g = eng.kv.geometry
@@ -214,8 +251,8 @@ async def _complete(request: Request) -> Response:
         ttft = time.perf_counter() - arrived
         st.metrics.prompted.inc(len(ids))
         created, n_tokens = int(time.time()), [0]
-        done_timing = lambda: st.metrics.finished(  # noqa: E731
-            ttft, time.perf_counter() - arrived, n_tokens[0])
+        done_timing = lambda finish: st.metrics.finished(  # noqa: E731
+            ttft, time.perf_counter() - arrived, n_tokens[0], finish or "stop")
         usage = lambda: {"prompt_tokens": len(ids),  # noqa: E731
                          "completion_tokens": n_tokens[0], "total_tokens": len(ids) + n_tokens[0]}
         if not req.stream:
@@ -226,8 +263,9 @@ async def _complete(request: Request) -> Response:
                 return text, finish
 
             text, finish = await _unless_gone(collect(), gone, st.loop, rid)
-            done_timing()
-            body = _chunk(rid, created, st.model_name, "".join(text), finish)
+            done_timing(finish)
+            body = shape.body(rid, created, st.model_name, shape.obj,
+                              [shape.whole("".join(text), finish)])
             body["usage"] = usage()
             return JSONResponse(body)
     except _HungUp:
@@ -236,15 +274,18 @@ async def _complete(request: Request) -> Response:
         gone.cancel()  # a streamed response watches for the hang-up itself
 
     async def events() -> AsyncIterator[bytes]:
-        done = False
+        done, opening = False, True
         try:
             async for piece, finish in _pieces(stream, first, req, rid, n_tokens):
                 if piece or finish:
-                    yield _sse(_chunk(rid, created, st.model_name, piece, finish))
-            done_timing()
+                    yield _sse(shape.body(rid, created, st.model_name, shape.chunk_obj,
+                                          [shape.choice(piece, finish, opening)]))
+                    opening = False
+                if finish:
+                    done_timing(finish)
             if req.stream_options and req.stream_options.include_usage:
-                yield _sse({"id": rid, "object": "text_completion", "created": created,
-                            "model": st.model_name, "choices": [], "usage": usage()})
+                yield _sse({**shape.body(rid, created, st.model_name, shape.chunk_obj, []),
+                            "usage": usage()})
             done = True
             yield b"data: [DONE]\n\n"
         except ApiError as err:  # the engine stopped mid-stream: say so in the stream
@@ -293,12 +334,20 @@ def build_app(loop: EngineLoop, model_name: str, cfg: ServerConfig) -> FastAPI:
 
         return {"version": __version__}
 
+    def card() -> dict:
+        return {"id": model_name, "object": "model", "created": started,
+                "owned_by": "workbench", "root": model_name, "parent": None,
+                "max_model_len": loop.engine.model_cfg.max_position}
+
     @app.get("/v1/models")
     async def models() -> dict:
-        return {"object": "list", "data": [{
-            "id": model_name, "object": "model", "created": started, "owned_by": "workbench",
-            "root": model_name, "parent": None,
-            "max_model_len": loop.engine.model_cfg.max_position}]}
+        return {"object": "list", "data": [card()]}
+
+    @app.get("/v1/models/{model_id:path}")
+    async def model(model_id: str) -> dict:
+        if model_id != model_name:
+            raise _unknown_model(model_id, model_name, None)
+        return card()
 
     @app.get("/metrics")
     async def metrics_page() -> Response:
@@ -306,9 +355,28 @@ def build_app(loop: EngineLoop, model_name: str, cfg: ServerConfig) -> FastAPI:
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
-        resp = await _complete(request)
+        resp = await _answer(request, CompletionRequest, COMPLETION)
         metrics.answered(resp.status_code)
         return resp
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> Response:
+        resp = await _answer(request, ChatRequest, CHAT)
+        metrics.answered(resp.status_code)
+        return resp
+
+    async def reset() -> JSONResponse:
+        """Drop every cached block no request holds (vLLM's /reset_prefix_cache, SGLang's
+        /flush_cache): their pages can go back to the pool."""
+        if not loop.is_alive():
+            raise ApiError(503, "the engine stopped; restart `workbench serve`",
+                           kind="server_error")
+        freed = await asyncio.wrap_future(loop.call(lambda e: e.pool.reset_prefix_cache()))
+        metrics.answered(200)
+        return JSONResponse({"status": "ok", "evicted_blocks": freed})
+
+    app.add_api_route("/reset_prefix_cache", reset, methods=["POST"])
+    app.add_api_route("/flush_cache", reset, methods=["POST"])
 
     return app
 

@@ -47,13 +47,19 @@ def show_figures(result: Any, titles: Mapping[str, str] | None = None,
     return shown
 
 
-def _cell(v: Any) -> str:
+def cell(v: Any) -> str:
+    """One value as a report cell reads it: ``-`` for nothing, yes/no, a mapping as
+    ``key: value, ...``, a list comma-separated, a float to three figures (thousands whole)."""
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
     if isinstance(v, float):
         return f"{v:,.3g}" if abs(v) < 1000 else f"{v:,.0f}"
     if isinstance(v, Mapping):
-        return ", ".join(f"{k}: {_cell(x)}" for k, x in v.items())
+        return ", ".join(f"{k}: {cell(x)}" for k, x in v.items())
     if isinstance(v, (list, tuple)):
-        return ", ".join(_cell(x) for x in v)
+        return ", ".join(cell(x) for x in v)
     return str(v)
 
 
@@ -63,7 +69,7 @@ def table_html(rows: list[Mapping[str, Any]], columns: Iterable[str] | None = No
     rows = list(rows)
     cols = list(columns) if columns is not None else list(rows[0]) if rows else []
     head = "".join(f"<th>{html.escape(c.replace('_', ' '))}</th>" for c in cols)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(r.get(c, '')))}</td>"
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(cell(r.get(c, '')))}</td>"
                                     for c in cols) + "</tr>" for r in rows[:limit])
     more = f"<p><i>{len(rows) - limit} more rows in the report above.</i></p>" \
         if len(rows) > limit else ""

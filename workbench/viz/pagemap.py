@@ -38,7 +38,8 @@ def _grid(rec: Recording, states: dict[str, list[str]], width: int, color_by: st
                 tr.append(f"{name} · page {p} · {s}")
             z.append(zr)
             text.append(tr)
-            ylabels.append(f"{name} [{r * width}…]" if r else f"{name} [0…]")
+            last = min(len(st), (r + 1) * width) - 1  # the row's page ids, said in full
+            ylabels.append(f"{name} {r * width}-{last}" if last > r * width else f"{name} {last}")
         if k < len(pools) - 1:  # a blank row between pools
             z.append([None] * width)
             text.append([""] * width)

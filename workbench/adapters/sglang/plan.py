@@ -1,13 +1,12 @@
-"""SGLang's patch plan. Written against SGLang 0.5.23 (the range says so); SGLang 0.5.16 has its
-own plan (``plan0516.py``), which ``build_plan`` picks when 0.5.16 is installed. Other versions
-are refused with the reason rather than patched on hope."""
+"""SGLang 0.5.23's patch plan (the range says so). SGLang 0.5.16 has its own (``plan0516.py``);
+``plans.py`` picks one by the installed version, and refuses other versions with the reason
+rather than patching on hope. The seams both share are in ``seams.py``."""
 
 from __future__ import annotations
 
 from types import ModuleType
 
 from workbench.adapters.patching import (
-    MARK,
     need_attrs,
     need_params,
     override_method,
@@ -15,72 +14,22 @@ from workbench.adapters.patching import (
     wrap_method,
 )
 from workbench.adapters.registry import EnginePlan, Patch
+from workbench.adapters.sglang.seams import (
+    ALLOC,
+    CHECKER,
+    CONFIGURATOR,
+    FIX,
+    MEM,
+    RADIX,
+    apply_leak,
+    apply_mla,
+    apply_pool,
+    check_leak,
+    check_mla,
+    check_pool,
+)
 
 RANGE = ">=0.5.23,<0.5.24"
-# What the adapter accepts (``workbench doctor`` prints it): the pool lives in the scheduler
-# process that owns the model runner, one per TP rank; ranks would each page their own pool under
-# one IPC name, so TP > 1 is not supported here.
-ACCEPTS = {"executors": ["scheduler"], "tensor_parallel": "1",
-           "note": "KV pool in the scheduler process; overlap scheduling fenced"}
-FIX = ("install sglang==0.5.23 or sglang==0.5.16 (the versions these patches were written and "
-       "tested for)")
-MEM = "sglang.srt.mem_cache.memory_pool"
-ALLOC = "sglang.srt.mem_cache.allocator"
-RADIX = "sglang.srt.mem_cache.radix_cache"
-CONFIGURATOR = "sglang.srt.mem_cache.kv_cache_configurator"
-CHECKER = "sglang.srt.managers.scheduler_components.invariant_checker"
-RUNNER = "sglang.srt.model_executor.model_runner"
-
-
-def _check_pool(m: ModuleType) -> str | None:
-    cls = getattr(m, "MHATokenToKVPool", None)
-    if cls is None:
-        return f"{MEM} has no MHATokenToKVPool"
-    return (need_attrs(cls, "_create_buffers_normal", "_kv_buffer_shapes", "_create_buffers")
-            or need_params(cls.__init__, "size", "page_size", "dtype", "head_num", "head_dim",
-                           "layer_num", "device"))
-
-
-def _apply_pool(m: ModuleType):
-    from workbench.adapters import hook
-    from workbench.adapters.sglang.pool import ElasticMHATokenToKVPool
-
-    undo = replace_class(m, "MHATokenToKVPool", ElasticMHATokenToKVPool, "sglang")
-    # the model runner (imported later, by the server only) owns the overlap scheduler's
-    # forward stream: fences must wait for it too
-    hook.finder().on_load(RUNNER, _watch_forward_stream)
-    return undo
-
-
-def _watch_forward_stream(_name: str, m: ModuleType) -> None:
-    from workbench.adapters import runtime
-
-    cls = getattr(m, "ModelRunner", None)
-    if cls is None or getattr(cls.__init__, MARK, False):
-        return
-
-    def make(orig):
-        def __init__(self, *args, **kwargs):
-            orig(self, *args, **kwargs)
-            runtime.watch_stream(getattr(self, "forward_stream", None))
-        return __init__
-
-    wrap_method(cls, "__init__", make)
-
-
-def _check_mla(m: ModuleType) -> str | None:
-    cls = getattr(m, "MLATokenToKVPool", None)
-    if cls is None:
-        return f"{MEM} has no MLATokenToKVPool"
-    return (need_attrs(cls, "_create_buffers")
-            or need_params(cls.__init__, "size", "page_size", "dtype", "kv_lora_rank",
-                           "qk_rope_head_dim", "layer_num", "device"))
-
-
-def _apply_mla(m: ModuleType):
-    from workbench.adapters.sglang.pool import ElasticMLATokenToKVPool
-
-    return replace_class(m, "MLATokenToKVPool", ElasticMLATokenToKVPool, "sglang")
 
 
 def _check_budget(m: ModuleType) -> str | None:
@@ -96,19 +45,6 @@ def _apply_budget(m: ModuleType):
 
     return wrap_method(m.KVCacheConfigurator, "_profile_available_bytes",
                        lambda orig: make_profile(orig, m))
-
-
-def _check_leak(m: ModuleType) -> str | None:
-    cls = getattr(m, "SchedulerInvariantChecker", None)
-    if cls is None:
-        return f"{CHECKER} has no SchedulerInvariantChecker"
-    return need_params(cls._check_full_pool, "ps", "uncached")
-
-
-def _apply_leak(m: ModuleType):
-    from workbench.adapters.sglang.budget import make_leak_check
-
-    return wrap_method(m.SchedulerInvariantChecker, "_check_full_pool", make_leak_check)
 
 
 def _check_token(m: ModuleType) -> str | None:
@@ -168,20 +104,13 @@ def _apply_radix(m: ModuleType):
 
 
 def build_plan() -> EnginePlan:
-    from workbench.adapters.sglang import plan0516
-    from workbench.adapters.versions import VersionRange, dist_version
-
-    found = dist_version("sglang")
-    if found is not None and found[1] in VersionRange(plan0516.RANGE):
-        return plan0516.build_plan()
-
     def p(name, module, apply, check, doc, required=True):
         return Patch(name, module, RANGE, apply, check, fix=FIX, doc=doc, required=required)
 
     return EnginePlan("sglang", "sglang", ("sglang",), [
-        p("elastic-mha-pool", MEM, _apply_pool, _check_pool,
+        p("elastic-mha-pool", MEM, apply_pool, check_pool,
           "MHATokenToKVPool -> ElasticMHATokenToKVPool (K/V views on a workbench pool)"),
-        p("elastic-mla-pool", MEM, _apply_mla, _check_mla,
+        p("elastic-mla-pool", MEM, apply_mla, check_mla,
           "MLATokenToKVPool -> ElasticMLATokenToKVPool (latent views on a workbench pool)"),
         p("elastic-token-allocator", ALLOC, _apply_token, _check_token,
           "TokenToKVPoolAllocator -> elastic (page_size 1; miss -> None)"),
@@ -193,7 +122,7 @@ def build_plan() -> EnginePlan:
         p("kv-budget", CONFIGURATOR, _apply_budget, _check_budget,
           "KV pool sized from a per-process virtual budget, not the GPU's free memory",
           required=False),
-        p("leak-check-unheld", CHECKER, _apply_leak, _check_leak,
+        p("leak-check-unheld", CHECKER, apply_leak, check_leak,
           "the idle leak check counts unheld slots, not what a limit lets allocate now",
           required=False),
     ])

@@ -13,25 +13,32 @@ Seams, read from the 0.5.16 wheel against 0.5.23's:
 
 from __future__ import annotations
 
-import inspect
 from types import ModuleType
 
-from workbench.adapters.patching import need_attrs, need_params, replace_class, wrap_method
+from workbench.adapters.patching import (
+    need_attrs,
+    need_params,
+    need_source,
+    replace_class,
+    wrap_method,
+)
 from workbench.adapters.registry import EnginePlan, Patch
-from workbench.adapters.sglang import plan as p23
+from workbench.adapters.sglang.seams import (
+    ALLOC,
+    CHECKER,
+    CONFIGURATOR,
+    FIX,
+    MEM,
+    RADIX,
+    apply_leak,
+    apply_mla,
+    apply_pool,
+    check_leak,
+    check_mla,
+    check_pool,
+)
 
 RANGE = ">=0.5.16,<0.5.17"
-
-
-def need_source(func, *words: str) -> str | None:
-    """A check that ``func``'s source still uses each of ``words`` (a protocol that is a
-    convention between methods, like 0.5.16's free-group flag, has no signature to check)."""
-    try:
-        src = inspect.getsource(func)
-    except (OSError, TypeError):
-        return f"cannot read the source of {func!r}"
-    missing = [w for w in words if w not in src]
-    return f"{func.__qualname__} no longer uses {', '.join(missing)}" if missing else None
 
 
 def _check_token(m: ModuleType) -> str | None:
@@ -39,7 +46,7 @@ def _check_token(m: ModuleType) -> str | None:
 
     cls = getattr(m, "TokenToKVPoolAllocator", None)
     if cls is None:
-        return f"{p23.ALLOC} has no TokenToKVPoolAllocator"
+        return f"{ALLOC} has no TokenToKVPoolAllocator"
     return (need_attrs(cls, "alloc", "free", "available_size", "clear", "free_group_begin",
                        "free_group_end", "merge_and_sort_free")
             or need_params(cls.__init__, "size", "dtype", "device", "kvcache", "need_sort")
@@ -58,7 +65,7 @@ def _check_paged(m: ModuleType) -> str | None:
 
     cls = getattr(m, "PagedTokenToKVPoolAllocator", None)
     if cls is None:
-        return f"{p23.ALLOC} has no PagedTokenToKVPoolAllocator"
+        return f"{ALLOC} has no PagedTokenToKVPoolAllocator"
     return (need_attrs(paged, "get_num_new_pages", "alloc_extend_naive", "alloc_extend_kernel",
                        "alloc_decode_kernel", "next_power_of_2")
             or need_attrs(cls, "alloc", "alloc_extend", "alloc_decode", "free", "clear")
@@ -81,7 +88,7 @@ def _apply_paged(m: ModuleType):
 def _check_radix(m: ModuleType) -> str | None:
     cls = getattr(m, "RadixCache", None)
     if cls is None:
-        return f"{p23.RADIX} has no RadixCache"
+        return f"{RADIX} has no RadixCache"
     return (need_attrs(cls, "evict", "evictable_size")
             or ("RadixCache defines no cache_finished_req of its own"
                 if "cache_finished_req" not in cls.__dict__ else None)
@@ -100,7 +107,7 @@ def _apply_radix(m: ModuleType):
 def _check_budget(m: ModuleType) -> str | None:
     cls = getattr(m, "KVCacheConfigurator", None)
     if cls is None:
-        return f"{p23.CONFIGURATOR} has no KVCacheConfigurator"
+        return f"{CONFIGURATOR} has no KVCacheConfigurator"
     return (need_params(cls._profile_available_bytes, "pre_model_load_memory")
             or need_source(cls._profile_available_bytes, "server_args.mem_fraction_static"))
 
@@ -114,23 +121,23 @@ def _apply_budget(m: ModuleType):
 
 def build_plan() -> EnginePlan:
     def p(name, module, apply, check, doc, required=True):
-        return Patch(name, module, RANGE, apply, check, fix=p23.FIX, doc=doc, required=required)
+        return Patch(name, module, RANGE, apply, check, fix=FIX, doc=doc, required=required)
 
     return EnginePlan("sglang", "sglang", ("sglang",), [
-        p("elastic-mha-pool", p23.MEM, p23._apply_pool, p23._check_pool,
+        p("elastic-mha-pool", MEM, apply_pool, check_pool,
           "MHATokenToKVPool -> ElasticMHATokenToKVPool (K/V views on a workbench pool)"),
-        p("elastic-mla-pool", p23.MEM, p23._apply_mla, p23._check_mla,
+        p("elastic-mla-pool", MEM, apply_mla, check_mla,
           "MLATokenToKVPool -> ElasticMLATokenToKVPool (latent views on a workbench pool)"),
-        p("elastic-token-allocator", p23.ALLOC, _apply_token, _check_token,
+        p("elastic-token-allocator", ALLOC, _apply_token, _check_token,
           "TokenToKVPoolAllocator -> elastic (page_size 1; miss -> None; 0.5.16 free groups)"),
-        p("elastic-paged-allocator", p23.ALLOC, _apply_paged, _check_paged,
+        p("elastic-paged-allocator", ALLOC, _apply_paged, _check_paged,
           "PagedTokenToKVPoolAllocator -> elastic (token-index frees; miss -> None)"),
-        p("radix-cache-bound", p23.RADIX, _apply_radix, _check_radix,
+        p("radix-cache-bound", RADIX, _apply_radix, _check_radix,
           "RadixCache.cache_finished_req evicts down to WORKBENCH_KV_MAX_CACHED_TOKENS"),
-        p("kv-budget", p23.CONFIGURATOR, _apply_budget, _check_budget,
+        p("kv-budget", CONFIGURATOR, _apply_budget, _check_budget,
           "KV pool sized from a per-process virtual budget, not the GPU's free memory",
           required=False),
-        p("leak-check-unheld", p23.CHECKER, p23._apply_leak, p23._check_leak,
+        p("leak-check-unheld", CHECKER, apply_leak, check_leak,
           "the idle leak check counts unheld slots, not what a limit lets allocate now",
           required=False),
     ])

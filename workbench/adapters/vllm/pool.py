@@ -17,6 +17,7 @@ touches, never the length of the free queue (vLLM's virtual capacity, 10^5-10^6 
 from __future__ import annotations
 
 import sys
+import weakref
 from collections import OrderedDict
 
 from vllm.v1.core.block_pool import BlockPool
@@ -64,7 +65,7 @@ class ElasticBlockPool(BlockPool):
         self._count = 0
         self._headroom: int | None = None  # the headroom a short count was computed with
         self._limited = False
-        registry.pools.append(self)
+        registry.pools.add(self)
 
     # -- what vLLM will hand out next --------------------------------------------------------
     def _peek(self, n: int) -> list[int]:
@@ -165,13 +166,15 @@ class ElasticBlockPool(BlockPool):
         for b in blocks:
             self._cached_free.pop(b.block_id, None)
 
-    def free_blocks(self, ordered_blocks) -> None:
+    def free_blocks(self, ordered_blocks, *args, **kwargs) -> None:
         blocks = list(ordered_blocks)
-        super().free_blocks(blocks)
+        super().free_blocks(blocks, *args, **kwargs)  # 0.34: evict_first (queue order only)
         self._version += 1
         drop = []
         for b in blocks:
             owner = getattr(b, "pool", None)  # 0.32+: a block may belong to another pool
+            if isinstance(owner, weakref.ref):  # 0.34: a weak reference to it
+                owner = owner()
             if (owner is not None and owner is not self) or not self._releasable(b):
                 continue
             if self.enable_caching and b.block_hash is not None:

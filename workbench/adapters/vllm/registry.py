@@ -11,6 +11,8 @@ gets a standalone ledger on a simulated device: the same page bookkeeping, no me
 
 from __future__ import annotations
 
+import weakref
+
 from workbench.adapters import runtime
 from workbench.adapters.vllm.ledger import BlockLedger
 from workbench.backends import make_device
@@ -19,7 +21,9 @@ from workbench.errors import ConfigError
 from workbench.settings import settings
 
 ledgers: list[tuple[int, BlockLedger]] = []
-pools: list = []  # ElasticBlockPools built in this process (reports, tests)
+# ElasticBlockPools alive in this process (reports, tests); weak, so a pool vLLM drops is
+# collected with its manager (vLLM 0.34's own tests check that teardown frees the pools)
+pools: weakref.WeakSet = weakref.WeakSet()
 _sim = None
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from workbench.engines.metrics import SLO, MemorySample, Summary, summarize
+from workbench.engines.real import vllm_build
 from workbench.engines.real.client import Outcome, Sampling, Sender
 from workbench.engines.real.procs import Reaper, install_handlers
 from workbench.engines.sched.request import Request
@@ -148,7 +149,8 @@ class VllmSpec:
                  "--no-enable-prefix-caching")
         if self.num_gpu_blocks:
             a += ["--num-gpu-blocks-override", str(self.num_gpu_blocks)]
-        if self.device != "cpu":  # the op library the H200 recipe leaves behind is not needed
+        if self.device != "cpu" and not vllm_build.compiled():
+            # the recipe's op stand-in computes nothing: Triton attention and native ops
             cc: dict = {"mode": 0, "custom_ops": ["none"]}
             if graphs:  # what bench/vllm_limit.py ran on the H200: decode-only full graphs
                 sizes = [n for n in GRAPH_SIZES if n <= self.max_num_seqs]

@@ -98,6 +98,8 @@ def run_mini(params: ColocationParams, backend: str,
             if progress is not None:
                 progress(done[0], total, msg.split(":")[0])
 
+        if progress is not None:  # the models build before the first run: say so first
+            progress(0, total, "building the models (about a minute on a CPU)")
         reps = run(cfg, log=log)
     return from_repeats(reps, backend)
 

@@ -33,6 +33,11 @@ class LabResult:
     tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     figures: dict[str, Any] = field(default_factory=dict)  # plotly figures; {} without plotly
 
+    def __post_init__(self) -> None:
+        from workbench.labs.kit.report import tidy_tables
+
+        self.markdown = tidy_tables(self.markdown)  # no Python reprs in any lab's cells
+
     def write(self, path: str | Path) -> list[Path]:
         """The JSON record at ``path`` and the Markdown report beside it (``.md``)."""
         return self.record.write(path, self.markdown)
@@ -44,7 +49,14 @@ class Lab(ABC):
     name: ClassVar[str]
     description: ClassVar[str]
     params_type: ClassVar[type]  # a dataclass; every field has a default
-    backends: ClassVar[tuple[str, ...]]
+    backends: ClassVar[tuple[str, ...]]  # kept in the registry's order (sim, host, gpu)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "backends" in cls.__dict__:  # one order wherever a lab's backends are shown
+            from workbench.backends import BACKENDS
+
+            cls.backends = tuple(sorted(cls.backends, key=BACKENDS.index))
 
     def params(self, **values: Any) -> Any:
         """The parameter dataclass from typed values, each checked against its declared range

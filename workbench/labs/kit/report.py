@@ -1,9 +1,12 @@
 """Helpers the lab reports share: a latency cell and the seeds-agree table for Markdown, a
 grouped bar figure, seconds as rounded milliseconds, the sweep rows without their per-repeat
-detail, a record's TTFT percentiles, and the verdict read from per-seed checks."""
+detail, a record's TTFT percentiles, the verdict read from per-seed checks, and the one pass
+that writes every table cell of a report as a reader reads it (:func:`tidy_tables`)."""
 
 from __future__ import annotations
 
+import ast
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -63,3 +66,40 @@ def grouped_bars(go: Any, rows: Sequence[Mapping[str, Any]], series: str,
         fig.add_bar(x=[fx(r) for r in sel], y=[fy(r) for r in sel], name=name)
     fig.update_layout(barmode="group", **layout)
     return fig
+
+
+# A Python value written into a cell as its repr: a dict, list or tuple, True/False/None.
+_LITERAL = re.compile(r"^(\{.*\}|\[.*\]|\(.*\)|True|False|None)$")
+# A spread of one value (one repeat): ``1.263 [1.263-1.263]``, ``2.1x [2.1-2.1]``.
+_ONE_VALUE_SPREAD = re.compile(r"(-?[\d,]+(?:\.\d+)?)(\s?[a-zA-Z%]*) \[\1-\1\]")
+
+
+def tidy_cell(text: str) -> str:
+    """One Markdown table cell: a Python repr becomes the value in words
+    (:func:`workbench.viz.labfigs.cell`), and a min-max spread of one value its value alone."""
+    from workbench.viz.labfigs import cell
+
+    text = _ONE_VALUE_SPREAD.sub(r"\1\2", text)
+    stripped = text.strip()
+    if _LITERAL.match(stripped):
+        try:
+            value = ast.literal_eval(stripped)
+        except (ValueError, SyntaxError):
+            return text
+        return f" {cell(value)} " if text.startswith(" ") else cell(value)
+    return text
+
+
+def tidy_tables(markdown: str) -> str:
+    """Every cell of every pipe table in ``markdown`` through :func:`tidy_cell`; prose and code
+    blocks stay as written. Each lab's report goes through this once (``LabResult``)."""
+    out, in_code = [], False
+    for line in markdown.split("\n"):
+        if line.lstrip().startswith("```"):
+            in_code = not in_code
+        if not in_code and line.startswith("|") and line.rstrip().endswith("|") \
+                and not set(line) <= set("|-: "):
+            cells = line.rstrip()[1:-1].split("|")
+            line = "|" + "|".join(tidy_cell(c) for c in cells) + "|"
+        out.append(line)
+    return "\n".join(out)

@@ -1,0 +1,82 @@
+"""The seams both SGLang plans share (``plan.py`` for 0.5.23, ``plan0516.py`` for 0.5.16): module
+names, the fix both refusals name, and the patches whose target did not move between the two
+releases (the elastic MHA/MLA pools, the forward-stream watch, the idle leak check)."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from workbench.adapters.patching import MARK, need_attrs, need_params, replace_class, wrap_method
+
+FIX = ("install sglang==0.5.23 or sglang==0.5.16 (the versions these patches were written and "
+       "tested for)")
+MEM = "sglang.srt.mem_cache.memory_pool"
+ALLOC = "sglang.srt.mem_cache.allocator"
+RADIX = "sglang.srt.mem_cache.radix_cache"
+CONFIGURATOR = "sglang.srt.mem_cache.kv_cache_configurator"
+CHECKER = "sglang.srt.managers.scheduler_components.invariant_checker"
+RUNNER = "sglang.srt.model_executor.model_runner"
+
+
+def check_pool(m: ModuleType) -> str | None:
+    cls = getattr(m, "MHATokenToKVPool", None)
+    if cls is None:
+        return f"{MEM} has no MHATokenToKVPool"
+    return (need_attrs(cls, "_create_buffers_normal", "_kv_buffer_shapes", "_create_buffers")
+            or need_params(cls.__init__, "size", "page_size", "dtype", "head_num", "head_dim",
+                           "layer_num", "device"))
+
+
+def apply_pool(m: ModuleType):
+    from workbench.adapters import hook
+    from workbench.adapters.sglang.pool import ElasticMHATokenToKVPool
+
+    undo = replace_class(m, "MHATokenToKVPool", ElasticMHATokenToKVPool, "sglang")
+    # the model runner (imported later, by the server only) owns the overlap scheduler's
+    # forward stream: fences must wait for it too
+    hook.finder().on_load(RUNNER, watch_forward_stream)
+    return undo
+
+
+def watch_forward_stream(_name: str, m: ModuleType) -> None:
+    from workbench.adapters import runtime
+
+    cls = getattr(m, "ModelRunner", None)
+    if cls is None or getattr(cls.__init__, MARK, False):
+        return
+
+    def make(orig):
+        def __init__(self, *args, **kwargs):
+            orig(self, *args, **kwargs)
+            runtime.watch_stream(getattr(self, "forward_stream", None))
+        return __init__
+
+    wrap_method(cls, "__init__", make)
+
+
+def check_mla(m: ModuleType) -> str | None:
+    cls = getattr(m, "MLATokenToKVPool", None)
+    if cls is None:
+        return f"{MEM} has no MLATokenToKVPool"
+    return (need_attrs(cls, "_create_buffers")
+            or need_params(cls.__init__, "size", "page_size", "dtype", "kv_lora_rank",
+                           "qk_rope_head_dim", "layer_num", "device"))
+
+
+def apply_mla(m: ModuleType):
+    from workbench.adapters.sglang.pool import ElasticMLATokenToKVPool
+
+    return replace_class(m, "MLATokenToKVPool", ElasticMLATokenToKVPool, "sglang")
+
+
+def check_leak(m: ModuleType) -> str | None:
+    cls = getattr(m, "SchedulerInvariantChecker", None)
+    if cls is None:
+        return f"{CHECKER} has no SchedulerInvariantChecker"
+    return need_params(cls._check_full_pool, "ps", "uncached")
+
+
+def apply_leak(m: ModuleType):
+    from workbench.adapters.sglang.budget import make_leak_check
+
+    return wrap_method(m.SchedulerInvariantChecker, "_check_full_pool", make_leak_check)

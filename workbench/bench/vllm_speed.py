@@ -1,0 +1,420 @@
+"""Real vLLM's speed, stock against elastic on the same process layout: prefill time against
+prompt length, and TPOT of a model shape (random weights, ``load_format="dummy"``) at several
+batch sizes against its weights-read floor (weight bytes ÷ the HBM bandwidth measured in the
+same run).
+
+Two worker processes, one engine each (stock, then elastic with autopatch armed), both kept
+alive; the coordinator asks them for one point at a time, interleaved (the mode order
+alternates every repeat), so a drift of the machine hits both alike. Each engine runs vLLM's
+defaults (its attention backend, torch.compile, CUDA graphs); only the sizes are set. The
+record names the vLLM build (compiled ops or stand-in), the runner and the attention backend.
+
+    python -m workbench.bench.vllm_speed [--model llama-3.1-8b] [--repeats 5] [--out DIR]
+
+A prefill point is one request of L tokens asking for one token (time to its first token); a
+TPOT point is B requests of ``--context`` tokens asking for ``1 + --decode`` tokens: the time
+from every request's first token to the last one's finish, over ``--decode``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from workbench.bench.stats import deciles
+
+MODES = ("stock", "elastic")
+GOAL_RATIO, GOAL_FLOOR = 1.02, 1.5
+MARK = "@@"  # a protocol line among vLLM's own log lines on stdout
+
+
+# ---- the worker: one engine, answering points --------------------------------------------
+
+def _engine(args):
+    from vllm import LLM
+
+    return LLM(model=args.model_dir, skip_tokenizer_init=True, load_format="dummy",
+               dtype="bfloat16", seed=0, max_model_len=args.max_len,
+               max_num_seqs=max(args.batches), gpu_memory_utilization=args.util,
+               enable_prefix_caching=False)
+
+
+def _runner(llm):
+    return llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker \
+        .model_runner
+
+
+def _backends(runner) -> list[str]:
+    """The attention backends the runner's layers use (V1: ``attn_groups``)."""
+    names = set()
+    for groups in getattr(runner, "attn_groups", None) or []:
+        for g in groups:
+            names.add(g.backend.get_name())
+    return sorted(names) or ["unknown"]
+
+
+def facts(llm, init_s: float) -> dict:
+    """What ran: build, runner, attention, compilation and graphs, sizes, weight bytes."""
+    from workbench.engines.real.vllm_build import build
+
+    cfg = llm.llm_engine.vllm_config
+    cc, runner = cfg.compilation_config, _runner(llm)
+    model = runner.get_model()
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    embed = getattr(getattr(model, "model", None), "embed_tokens", None)
+    try:
+        attention = _backends(runner)
+    except Exception as exc:  # a record field, never a failed run
+        attention = [f"unknown ({type(exc).__name__})"]
+    return {"build": build(),
+            "runner": f"{type(runner).__module__}.{type(runner).__name__}",
+            "v2_model_runner": os.environ.get("VLLM_USE_V2_MODEL_RUNNER", ""),
+            "attention": attention, "compile_mode": getattr(cc.mode, "name", str(cc.mode)),
+            "cudagraph_mode": str(cc.cudagraph_mode), "custom_ops": list(cc.custom_ops),
+            "compile_s": round(float(cc.compilation_time or 0.0), 2),
+            "max_cudagraph_capture_size": cc.max_cudagraph_capture_size,
+            "max_num_batched_tokens": cfg.scheduler_config.max_num_batched_tokens,
+            "async_scheduling": bool(cfg.scheduler_config.async_scheduling),
+            "block_size": cfg.cache_config.block_size,
+            "num_gpu_blocks": cfg.cache_config.num_gpu_blocks, "init_s": round(init_s, 1),
+            "weight_bytes": int(weights),
+            "embedding_bytes": int(embed.weight.numel() * embed.weight.element_size())
+            if embed is not None else 0}
+
+
+def _ids(n: int, length: int, salt: int) -> list[list[int]]:
+    """``n`` distinct prompts of ``length`` ids (no shared prefix; ``salt`` varies them)."""
+    return [[(7 + 31 * (i + 97 * salt) + 17 * j) % 30000 + 5 for j in range(length)]
+            for i in range(n)]
+
+
+def drive(engine, prompts: list[list[int]], new_tokens: int, tag: str) -> dict:
+    """Add every prompt at once and step until all finish; host-clock times (each step
+    returns after the GPU's work is read back)."""
+    from vllm import SamplingParams
+
+    sp = SamplingParams(max_tokens=new_tokens, temperature=0.0, ignore_eos=True,
+                        detokenize=False)
+    t0 = time.perf_counter()
+    for i, p in enumerate(prompts):
+        engine.add_request(f"{tag}-{i}", {"prompt_token_ids": p}, sp)
+    first: dict[str, float] = {}
+    ids: dict[str, list[int]] = {}
+    while engine.has_unfinished_requests():
+        outs = engine.step()
+        now = time.perf_counter()
+        for o in outs:
+            if o.outputs and o.outputs[0].token_ids:
+                first.setdefault(o.request_id, now)
+            if o.finished:
+                ids[o.request_id] = list(o.outputs[0].token_ids)
+    end = time.perf_counter()
+    order = sorted(ids, key=lambda k: int(k.split("-")[1]))  # vLLM may add a suffix
+    return {"t_first": max(first.values()) - t0, "t_end": end - t0,
+            "tokens": sum(len(ids[k]) for k in order),
+            "tokens_sha": hashlib.sha256(json.dumps([ids[k] for k in order]).encode())
+            .hexdigest()[:12]}
+
+
+def point(llm, kind: str, n: int, args, seq: int) -> dict:
+    engine = llm.llm_engine
+    if kind == "prefill":
+        r = drive(engine, _ids(1, n, seq), 1, f"p{seq}")
+        out = {"seconds": r["t_first"]}
+    else:
+        r = drive(engine, _ids(n, args.context, seq), 1 + args.decode, f"d{seq}")
+        out = {"seconds": (r["t_end"] - r["t_first"]) / args.decode, "ttft_s": r["t_first"]}
+    out.update(tokens=r["tokens"], tokens_sha=r["tokens_sha"])
+    out.update(_ledger_state())
+    return out
+
+
+def _ledger_state() -> dict:
+    try:
+        from workbench.adapters.vllm import registry
+    except ImportError:
+        return {}
+    if not registry.ledgers:
+        return {}
+    kv = registry.ledgers[-1][1]
+    return {"mapped_bytes": kv.mapped_bytes, "maps": kv.count_events("map")}
+
+
+def worker(args) -> int:
+    t0 = time.time()
+    llm = _engine(args)
+    _say("READY", facts(llm, time.time() - t0))
+    for seq, line in enumerate(sys.stdin):
+        ask = json.loads(line)
+        if ask.get("stop"):
+            break
+        _say("RESULT", point(llm, ask["kind"], ask["n"], args, seq))
+    return 0
+
+
+def _say(tag: str, payload: dict) -> None:
+    print(f"{MARK}{tag} {json.dumps(payload)}", flush=True)
+
+
+# ---- the coordinator -------------------------------------------------------------------
+
+def hbm_bandwidth(gib: float = 2.0, repeats: int = 20) -> dict:
+    """Device-to-device copy of ``gib`` GiB of random bf16 (bytes read + written), CUDA
+    events, median of ``repeats`` after a warm-up; the buffers are freed after."""
+    import torch
+
+    n = int(gib * (1 << 30)) // 2
+    src = torch.randn(n, dtype=torch.bfloat16, device="cuda")
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    times = []
+    for _ in range(repeats):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        dst.copy_(src)
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / 1e3)
+    del src, dst
+    torch.cuda.empty_cache()
+    gbps = [4 * n / t / 1e9 for t in times]
+    return {"gb_per_s": round(statistics.median(gbps), 1), "p10": round(min(gbps), 1),
+            "max": round(max(gbps), 1), "bytes_per_copy": 4 * n, "device":
+            torch.cuda.get_device_name(0)}
+
+
+class Worker:
+    """One engine process; ``ask`` sends a point and waits for its answer."""
+
+    def __init__(self, mode: str, args, log_dir: Path):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("WORKBENCH_KV_")}
+        if mode == "elastic":
+            env.update(WORKBENCH_KV_AUTOPATCH="1", WORKBENCH_KV_IPC_NAME=f"vspeed_{os.getpid()}")
+        cmd = [sys.executable, "-m", "workbench.bench.vllm_speed", "--worker", mode,
+               "--model-dir", args.model_dir, *_passthrough(args)]
+        self.mode, self.log = mode, open(log_dir / f"{mode}.log", "w")
+        self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.log, text=True)
+        self.facts = self._read("READY")
+
+    def _read(self, tag: str) -> dict:
+        for line in self.proc.stdout:
+            if line.startswith(f"{MARK}{tag} "):
+                return json.loads(line[len(MARK) + len(tag) + 1:])
+            self.log.write(line)
+        self.log.flush()
+        raise RuntimeError(f"{self.mode} worker ended (rc {self.proc.wait()}); see its log")
+
+    def ask(self, kind: str, n: int) -> dict:
+        self.proc.stdin.write(json.dumps({"kind": kind, "n": n}) + "\n")
+        self.proc.stdin.flush()
+        return self._read("RESULT")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.write(json.dumps({"stop": True}) + "\n")
+            self.proc.stdin.close()
+            self.proc.wait(timeout=120)
+        self.log.close()
+
+
+def _passthrough(args) -> list[str]:
+    return ["--context", str(args.context), "--decode", str(args.decode),
+            "--max-len", str(args.max_len), "--util", str(args.util),
+            "--batches", ",".join(map(str, args.batches))]
+
+
+def points(args) -> list[tuple[str, int]]:
+    return [("prefill", n) for n in args.prompt_lens] + [("tpot", b) for b in args.batches]
+
+
+def sweep(workers: dict, args, log) -> list[dict]:
+    """Every point in every repeat, the modes in alternating order; warm-up repeats first."""
+    rows = []
+    for rep in range(-args.warmup, args.repeats):
+        order = [m for m in (MODES if rep % 2 == 0 else MODES[::-1]) if m in workers]
+        for kind, n in points(args):
+            for mode in order:
+                r = {"repeat": rep, "mode": mode, "kind": kind, "n": n,
+                     **workers[mode].ask(kind, n)}
+                rows.append(r)
+                log(json.dumps(r))
+    return rows
+
+
+def _spread(xs: list[float], nd: int = 5) -> dict | None:
+    if not xs:
+        return None
+    d = deciles(xs)
+    return {k: (round(v, nd) if isinstance(v, float) else v) for k, v in d.items()} | {
+        "min": round(min(xs), nd), "max": round(max(xs), nd)}
+
+
+def summarize(rows: list[dict], facts: dict, bw: list[dict], args) -> list[dict]:
+    """Per point: each mode's spread, the per-repeat elastic ÷ stock ratios' spread, equal
+    tokens; TPOT points against the weights-read floor (weights, and weights + the KV read)."""
+    from workbench.engines.real import shapes
+
+    kept = [r for r in rows if r["repeat"] >= 0]
+    best_bw = max(b["gb_per_s"] for b in bw) * 1e9
+    weights = facts["stock"]["weight_bytes"]
+    modes = [m for m in MODES if m in facts]  # an engine that failed to start is left out
+    out = []
+    for kind, n in points(args):
+        by = {m: {r["repeat"]: r for r in kept if (r["kind"], r["n"], r["mode"]) == (kind, n, m)}
+              for m in modes}
+        reps = sorted(set.intersection(*(set(v) for v in by.values())))
+        ratios = [by["elastic"][i]["seconds"] / by["stock"][i]["seconds"] for i in reps] \
+            if len(modes) == 2 else []
+        row = {"kind": kind, "n": n,
+               **{f"{m}_s": _spread([by[m][i]["seconds"] for i in reps]) for m in modes},
+               "ratio": _spread(ratios, 4),
+               "ratio_goal_met": statistics.median(ratios) <= GOAL_RATIO if ratios else None,
+               "tokens_equal": sum(by["stock"][i]["tokens_sha"] == by["elastic"][i]["tokens_sha"]
+                                   for i in reps) if ratios else None, "pairs": len(reps)}
+        if kind == "tpot":
+            kv = n * (args.context + args.decode / 2) * shapes.kv_bytes_per_token(args.model)
+            row.update(floor_s=round(weights / best_bw, 6),
+                       floor_with_kv_s=round((weights + kv) / best_bw, 6),
+                       stock_over_floor=round(row["stock_s"]["median"] * best_bw / weights, 3))
+        out.append(row)
+    return out
+
+
+def verdicts(table: list[dict]) -> dict:
+    pre = [r["stock_s"]["median"] for r in table if r["kind"] == "prefill"]
+    b1 = next((r for r in table if r["kind"] == "tpot" and r["n"] == 1), None)
+    paired = [r for r in table if r["ratio"]]
+    worst = max(paired, key=lambda r: r["ratio"]["median"]) if paired else None
+    return {"elastic_over_stock_le_1_02": all(r["ratio_goal_met"] for r in table)
+            if len(paired) == len(table) else None,
+            "worst_ratio": {**worst["ratio"], "kind": worst["kind"], "at": worst["n"]}
+            if worst else None,
+            "prefill_grows_with_tokens": all(a < b for a, b in zip(pre, pre[1:], strict=False)),
+            "tpot_b1_over_floor": b1["stock_over_floor"] if b1 else None,
+            "tpot_b1_within_1_5x_floor": bool(b1 and b1["stock_over_floor"] <= GOAL_FLOOR)}
+
+
+def _ms(d: dict | None, key: str = "median") -> str:
+    return "-" if d is None else f"{d[key] * 1e3:.2f}"
+
+
+def _cell(d: dict | None) -> str:
+    return "-" if d is None else f"{_ms(d)} ms [{_ms(d, 'min')}, {_ms(d, 'max')}]"
+
+
+def markdown(result: dict) -> str:
+    f, v = result["facts"]["stock"], result["verdicts"]
+    e = result["facts"].get("elastic", {})
+    dev = result["bandwidth"][0]["device"]
+    lines = [f"# vLLM speed, stock vs elastic ({result['model']}, {dev})",
+             "", f"Build: **{f['build']}**; runner `{f['runner']}`; attention "
+             f"{', '.join(f['attention'])}; compile {f['compile_mode']} ({f['compile_s']} s "
+             f"stock, {e.get('compile_s', '-')} s elastic); CUDA graphs "
+             f"{f['cudagraph_mode']}; custom ops {f['custom_ops']}.",
+             f"HBM copy bandwidth {[b['gb_per_s'] for b in result['bandwidth']]} GB/s (before, "
+             f"after); weights {f['weight_bytes'] / 1e9:.2f} GB.", "",
+             "| point | stock median [min, max] | elastic median [min, max] | elastic ÷ stock "
+             "median [min, max] | floor | tokens equal |", "|---|---|---|---|---|---|"]
+    for r in result["table"]:
+        q = r["ratio"]
+        name = f"prefill {r['n']} tok" if r["kind"] == "prefill" else f"TPOT batch {r['n']}"
+        floor = f"{r['floor_s'] * 1e3:.2f} ms ({r['stock_over_floor']}x)" if "floor_s" in r \
+            else ""
+        ratio = "-" if q is None else f"{q['median']:.4f} [{q['min']:.4f}, {q['max']:.4f}]"
+        lines.append(f"| {name} | {_cell(r['stock_s'])} | {_cell(r.get('elastic_s'))} | "
+                     f"{ratio} | {floor} | {r['tokens_equal']}/{r['pairs']} |")
+    for mode, err in result.get("errors", {}).items():
+        lines += ["", f"**{mode} did not start**: {err}"]
+    lines += ["", f"Verdicts: {json.dumps(v)}", "", f"Command: `{result['command']}`", ""]
+    return "\n".join(lines)
+
+
+def coordinate(args) -> dict:
+    from workbench.engines.real import shapes
+
+    out = Path(args.out or "vllm_speed_out")
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="vllm_speed_"))  # the model folder stays off OUT
+    args.model_dir = str(shapes.write(work / f"{args.model}-dummy", work / "no-tokenizer",
+                                      args.model, max_position=args.max_len))
+    log_file = open(out / "vllm_speed.jsonl", "w")
+
+    def log(s: str) -> None:
+        print(s, flush=True)
+        log_file.write(s + "\n")
+        log_file.flush()
+
+    bw = [hbm_bandwidth()]
+    log(json.dumps({"bandwidth": bw[0]}))
+    workers: dict[str, Worker] = {}
+    errors: dict[str, str] = {}
+    try:
+        for mode in MODES:  # one after the other: the second finds the compile cache warm
+            try:
+                workers[mode] = Worker(mode, args, out)
+            except RuntimeError as exc:  # stock alone still gives its figures
+                errors[mode] = str(exc)
+                log(json.dumps({"failed": mode, "error": str(exc)}))
+                if mode == "stock":
+                    raise
+                continue
+            log(json.dumps({"ready": mode, **workers[mode].facts}))
+        rows = sweep(workers, args, log)
+    finally:
+        for w in workers.values():
+            w.close()
+    bw.append(hbm_bandwidth())
+    facts_ = {m: w.facts for m, w in workers.items()}
+    table = summarize(rows, facts_, bw, args)
+    result = {"model": args.model, "command": " ".join(["python -m workbench.bench.vllm_speed",
+                                                        *sys.argv[1:]]),
+              "bandwidth": bw, "facts": facts_, "errors": errors, "table": table,
+              "verdicts": verdicts(table),
+              "repeats": args.repeats, "warmup": args.warmup, "rows": rows}
+    (out / "vllm_speed.json").write_text(json.dumps(result, indent=1))
+    (out / "vllm_speed.md").write_text(markdown(result))
+    return result
+
+
+def _ints(s: str) -> list[int]:
+    return [int(x) for x in s.split(",") if x]
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="llama-3.1-8b", help="a registry model's shape")
+    ap.add_argument("--prompt-lens", type=_ints, default=[128, 512, 2048, 8192])
+    ap.add_argument("--batches", type=_ints, default=[1, 16, 64])
+    ap.add_argument("--context", type=int, default=128, help="prompt tokens of a TPOT point")
+    ap.add_argument("--decode", type=int, default=128, help="decode steps of a TPOT point")
+    ap.add_argument("--max-len", type=int, default=8448)
+    ap.add_argument("--util", type=float, default=0.4, help="gpu_memory_utilization, each")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=1, help="repeats run first, not counted")
+    ap.add_argument("--out", help="folder for vllm_speed.{json,md,jsonl} and the logs")
+    ap.add_argument("--worker", choices=MODES, help=argparse.SUPPRESS)
+    ap.add_argument("--model-dir", help=argparse.SUPPRESS)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.worker:
+        return worker(args)
+    result = coordinate(args)
+    print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
