@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import sys
 
 import typer
 from typer.core import TyperGroup
 
 from workbench.errors import WorkbenchError
+from workbench.terminal import plain
 
 # commands that read the settings themselves: doctor reports a bad or unknown name, not refuses
 SETTINGS_OWN = ("doctor",)
@@ -32,7 +34,7 @@ class _SettingsFirst(TyperGroup):
             try:
                 settings()
             except WorkbenchError as err:
-                typer.echo(f"error: {' '.join(str(err).split())}", err=True)
+                typer.echo(f"error: {plain(' '.join(str(err).split()))}", err=True)
                 raise typer.Exit(2) from None
         return name, cmd, rest
 
@@ -44,7 +46,7 @@ class _SettingsFirst(TyperGroup):
             return super().invoke(ctx)
         except usage_error as err:
             where = err.ctx.command_path if err.ctx is not None else ctx.command_path
-            typer.echo(f"error: {' '.join(err.format_message().split())} "
+            typer.echo(f"error: {plain(' '.join(err.format_message().split()))} "
                        f"Fix: see {where} --help", err=True)
             raise typer.Exit(2) from None
 
@@ -96,7 +98,27 @@ except WorkbenchError as err:
 
 
 def main() -> None:
-    """Run the CLI; a WorkbenchError that no command caught is one ``error:`` line, exit 2."""
+    """Run the CLI; a WorkbenchError that no command caught is one ``error:`` line, exit 2;
+    stdout that takes nothing more (closed, a full device) ends it quietly, exit 1."""
+    from workbench.outfiles import StdoutLost, drop_stdout, guard_stdout
+
+    guard_stdout()
+    try:
+        try:
+            _run()
+        finally:
+            sys.stdout.flush()
+    except StdoutLost as err:
+        drop_stdout()
+        if err.errno != errno.EPIPE:  # a closed pipe is the reader's choice; the rest is said
+            try:
+                print(f"error: stdout: {err.strerror}", file=sys.stderr)
+            except OSError:
+                pass
+        raise SystemExit(1) from None
+
+
+def _run() -> None:
     try:
         if _startup_error is not None:
             raise _startup_error
@@ -104,7 +126,7 @@ def main() -> None:
     except WorkbenchError as err:
         from workbench.cli.common import cli_syntax
 
-        print(f"error: {cli_syntax(' '.join(str(err).split()))}", file=sys.stderr)
+        print(f"error: {plain(cli_syntax(' '.join(str(err).split())))}", file=sys.stderr)
         raise SystemExit(2) from None
     except ImportError as err:  # an optional module (torch, cuda-python) a command needs
         from workbench.cli.common import missing
