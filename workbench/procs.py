@@ -4,8 +4,8 @@ psutil.
 A pid alone is not an identity: the kernel reuses pids. An owner records its pid *and* its start
 time (clock ticks since boot, field 22 of ``/proc/<pid>/stat``; psutil's ``create_time`` is the
 same instant in seconds since the epoch, so the ticks are recovered exactly); it is alive only
-while a process with that pid runs and started at that time. Garbage (a pid of 2**63, a negative
-one, a string) is simply not alive: this module never raises.
+while a process with that pid runs (a zombie does not) and started at that time. Garbage (a pid
+of 2**63, a negative one, a string) is simply not alive: this module never raises.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import psutil
 
 PID_MAX_LIMIT = 1 << 22  # Linux's ceiling for /proc/sys/kernel/pid_max on 64-bit systems
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_NOT_RUNNING = (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
 
 
 def valid_pid(pid: object) -> bool:
@@ -30,36 +31,37 @@ def proc_start_time(pid: object) -> int | None:
         created = psutil.Process(pid).create_time()  # type: ignore[arg-type]
     except (psutil.Error, OSError, ValueError):  # gone, a zombie's stat unreadable, denied
         return None
+    return _ticks(created)
+
+
+def _ticks(created: float) -> int:
     return round((created - psutil.boot_time()) * _TICKS)
 
 
 def pid_alive(pid: object, start: object = None) -> bool:
-    """True if ``pid`` runs and (when ``start`` is given) started at ``start``.
+    """True if ``pid`` is running and (when ``start`` is given) started at ``start``.
 
-    A process we cannot inspect (no start time but the pid exists) counts as alive: callers
-    delete what is dead, so "unknown" must never read as dead.
+    Running, not merely in the process table: a zombie (exited, not yet reaped by its parent)
+    holds no memory and will never poll again, so its budget bytes and segments are reclaimable.
+    A process we cannot inspect (the pid exists but its stat is unreadable) counts as alive:
+    callers delete what is dead, so "unknown" must never read as dead.
     """
     if not valid_pid(pid):  # also: pid 0 would ask about our own process group
         return False
-    now = proc_start_time(pid)
-    if now is not None:
-        return start is None or now == start
     try:
-        return psutil.pid_exists(pid)  # type: ignore[arg-type]
+        proc = psutil.Process(pid)  # type: ignore[arg-type]
+        with proc.oneshot():  # one read of /proc/<pid>/stat for both fields
+            if proc.status() in _NOT_RUNNING:
+                return False
+            created = proc.create_time()
+    except psutil.NoSuchProcess:  # ZombieProcess included: psutil's word for the same thing
+        return False
     except (psutil.Error, OSError, ValueError):
-        return True
-
-
-def running(pid: object) -> bool:
-    """Alive and not a zombie (an exited child not yet reaped)."""
-    if not valid_pid(pid):
-        return False
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE  # type: ignore[arg-type]
-    except psutil.NoSuchProcess:
-        return False
-    except (psutil.Error, OSError):
-        return pid_alive(pid)
+        try:
+            return psutil.pid_exists(pid)  # type: ignore[arg-type]
+        except (psutil.Error, OSError, ValueError):
+            return True
+    return start is None or _ticks(created) == start
 
 
 def my_identity() -> tuple[int, int]:

@@ -66,7 +66,8 @@ def _number(value: Any) -> float | int | None:
         return None
     if isinstance(value, (int, float)):
         return value
-    if isinstance(value, str) and len(value) <= 40:
+    if isinstance(value, str) and len(value) <= 40 and value.isascii():
+        # ASCII only: int() and float() also read Arabic-Indic (٣) and full-width (３) digits
         text = value.strip().replace("_", "")
         try:
             return int(text)

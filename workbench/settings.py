@@ -24,6 +24,7 @@ from functools import lru_cache
 
 from workbench.errors import ConfigError
 from workbench.knobs import GRANULE, KNOBS, Refused, check_reserve, default, shown
+from workbench.terminal import plain
 
 ENV_PREFIX = "WORKBENCH_KV_"
 
@@ -105,7 +106,7 @@ def _unknown(name: str, value: str) -> ConfigError:
     near = difflib.get_close_matches(name, sorted(known_names()), n=1, cutoff=0.8)
     fix = f"did you mean {near[0]}? Else unset it" if near else \
         "unset it (docs/adapters.md lists every setting)"
-    return ConfigError(f"{name}={shown(value)}", "not a workbench setting", fix)
+    return ConfigError(f"{plain(name)}={shown(value)}", "not a workbench setting", fix)
 
 
 def _reserve_what(raw: Mapping[str, str]) -> str:

@@ -34,16 +34,31 @@ def _table(head: str) -> list[list[str]]:
     return [r for r in table[2:] if r[0].isdigit()]
 
 
+def _lab_of(p: Path) -> str | None:
+    """The lab a record's name (or its folder) names; None for a bench's record."""
+    return next((n for n in sorted(LABS, key=len, reverse=True)
+                 if n in p.stem or p.parent.parent.name == n.replace("-", "_")), None)
+
+
+def _all_records() -> list[Path]:
+    return [*ROOT.glob("docs/records/**/*.md"), *ROOT.glob("workbench/labs/*/records/*.md")]
+
+
 def _records() -> dict[str, set[str]]:
-    """Every committed record's Markdown, by the lab its name (or its folder) names."""
+    """Every committed lab record's Markdown, by the lab it names."""
     found: dict[str, set[str]] = {}
-    paths = [*ROOT.glob("docs/records/**/*.md"), *ROOT.glob("workbench/labs/*/records/*.md")]
-    for p in paths:
-        here = p.relative_to(ROOT).as_posix()
-        lab = next(n for n in sorted(LABS, key=len, reverse=True)
-                   if n in p.stem or p.parent.parent.name == n.replace("-", "_"))
-        found.setdefault(lab, set()).add(here)
+    for p in _all_records():
+        if (lab := _lab_of(p)) is not None:
+            found.setdefault(lab, set()).add(p.relative_to(ROOT).as_posix())
     return found
+
+
+def test_a_record_of_no_lab_is_cited_by_the_docs():
+    """A bench's record (no lab in its name) is cited where its bench is documented."""
+    docs = "".join(p.read_text() for p in [ROOT / "README.md", *ROOT.glob("docs/*.md")])
+    for p in _all_records():
+        if _lab_of(p) is None:
+            assert p.relative_to(ROOT).as_posix() in docs, p
 
 
 def test_the_lab_table_names_the_backends_labs_list_gives():

@@ -123,3 +123,52 @@ def test_export_refuses_a_port_in_use(env):
     assert r.returncode == 2 and time.monotonic() - t0 < 60
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: 127.0.0.1:{port}: cannot listen")
+
+
+def test_a_local_client_holding_its_share_never_locks_a_loopback_scraper_out(env):
+    """Every local client shares 127.0.0.1 with the scraper: one that keeps its address's share
+    of idle connections open (re-opening each one the exporter drops) must not turn the scrape
+    away. No timing: the scrape comes while the share is full."""
+    import socket
+
+    from workbench.cli.kvexport import PER_CLIENT
+
+    exporter = subprocess.Popen([sys.executable, "-m", "workbench", "kvctl", "export",
+                                 "--port", "0"], env=env, text=True, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+    held: list[socket.socket] = []
+    try:
+        url = readline(exporter).rsplit(" ", 1)[-1]
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+
+        def fill() -> None:
+            for s in [s for s in held if _closed(s)]:
+                held.remove(s)
+                s.close()
+            while len(held) < PER_CLIENT:
+                s = socket.create_connection(("127.0.0.1", port), timeout=30)
+                s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ")  # never finished
+                held.append(s)
+
+        for _ in range(3):
+            fill()
+            assert scrape(url) == {}  # answered (no pools here), not dropped at once
+        assert sum(_closed(s) for s in held) >= 1  # an idle holder made room each time
+    finally:
+        for s in held:
+            s.close()
+        exporter.terminate()
+        exporter.wait(timeout=30)
+
+
+def _closed(s) -> bool:
+    """Closed by the exporter (without waiting: a socket still open answers nothing yet)."""
+    s.setblocking(False)
+    try:
+        return s.recv(1) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+    finally:
+        s.setblocking(True)

@@ -156,8 +156,8 @@ def test_cli_hostile_trace_exits_2_in_one_line(tmp_path):
     r = subprocess.run([sys.executable, "-m", "workbench", "replay", str(trace)],
                        capture_output=True, text=True, timeout=60)
     assert (r.returncode, r.stdout) == (2, "")
-    assert r.stderr == (f"error: {trace}:2: alloc n=inf: refused. Fix: use an integer from 0 to "
-                        "1048576\n")
+    assert r.stderr == (f"error: {trace}:2: ambiguous JSON (1e999 is past the largest float). "
+                        "Fix: write one JSON object per line\n")
 
 
 @pytest.mark.parametrize("backend", ["sim", "host"])

@@ -22,6 +22,7 @@ from workbench.labs.colocation import vllm_rows as rows
 from workbench.labs.colocation.vllm import VllmColoConfig, traces
 from workbench.labs.colocation.vllm_lab import merged
 from workbench.labs.kit import server_rig as rig
+from workbench.outfiles import write_repeat
 from workbench.units import GiB, MiB
 
 
@@ -156,12 +157,12 @@ def test_step_logs_are_read_from_the_mark(tmp_path):
 
 def test_two_calls_merge_into_one_report_with_the_sims_figure(tmp_path):
     a, b = tmp_path / "call1", tmp_path / "call2"
-    rows.write_repeat(str(a), _repeat(0))
+    write_repeat(str(a), _repeat(0))
     cut = _repeat(1)
     cut["runs"] = dict(list(cut["runs"].items())[:1])  # cut short in the first call
-    rows.write_repeat(str(a), cut)
-    rows.write_repeat(str(b), _repeat(1))
-    rows.write_repeat(str(b), _repeat(2))
+    write_repeat(str(a), cut)
+    write_repeat(str(b), _repeat(1))
+    write_repeat(str(b), _repeat(2))
     reps = merged(f"{a},{b}")
     assert [r["repeat"] for r in reps] == [0, 1, 2] and len(reps[1]["runs"]) == 4
     lab = get_lab("colocation")

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import sys
 
 from workbench.cli.root import SETTINGS_OWN, app
 from workbench.errors import WorkbenchError
+from workbench.terminal import plain
 
 __all__ = ["SETTINGS_OWN", "app", "main"]
 
@@ -28,7 +30,27 @@ except WorkbenchError as err:
 
 
 def main() -> None:
-    """Run the CLI; a WorkbenchError that no command caught is one ``error:`` line, exit 2."""
+    """Run the CLI; a WorkbenchError that no command caught is one ``error:`` line, exit 2;
+    stdout that takes nothing more (closed, a full device) ends it quietly, exit 1."""
+    from workbench.outfiles import StdoutLost, drop_stdout, guard_stdout
+
+    guard_stdout()
+    try:
+        try:
+            _run()
+        finally:
+            sys.stdout.flush()
+    except StdoutLost as err:
+        drop_stdout()
+        if err.errno != errno.EPIPE:  # a closed pipe is the reader's choice; the rest is said
+            try:
+                print(f"error: stdout: {err.strerror}", file=sys.stderr)
+            except OSError:
+                pass
+        raise SystemExit(1) from None
+
+
+def _run() -> None:
     try:
         if _startup_error is not None:
             raise _startup_error
@@ -36,7 +58,7 @@ def main() -> None:
     except WorkbenchError as err:
         from workbench.cli.common import cli_syntax
 
-        print(f"error: {cli_syntax(' '.join(str(err).split()))}", file=sys.stderr)
+        print(f"error: {plain(cli_syntax(' '.join(str(err).split())))}", file=sys.stderr)
         raise SystemExit(2) from None
     except ImportError as err:  # an optional module (torch, cuda-python) a command needs
         from workbench.cli.common import missing

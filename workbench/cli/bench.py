@@ -17,6 +17,7 @@ from workbench.cli.common import (
     emit,
     fail,
     model_names,
+    out_option,
     progress,
     requires,
     requires_torch,
@@ -27,7 +28,7 @@ bench = typer.Typer(help="Benchmarks: the allocator itself, and VMM on a real GP
                     no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(bench, name="bench")
 
-OUT = typer.Option(None, "--out", help="Write the JSON record to this file.")
+OUT = out_option("Write the JSON record to this file.")
 JSON = typer.Option(False, "--json", help="Print the result as JSON on stdout.")
 
 

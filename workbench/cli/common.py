@@ -9,7 +9,6 @@ stderr with exit status 2, its ``Fix:`` written as command-line options.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -33,18 +32,42 @@ def cli_syntax(text: str) -> str:
 
 def fail(err: Exception | str, code: int = 2) -> typer.Exit:
     """Print ``error: ...`` as one line on stderr; return the Exit to raise."""
+    from workbench.terminal import plain
+
     text = " ".join(str(err).split())
-    typer.echo(f"error: {cli_syntax(text)}", err=True)
+    typer.echo(f"error: {plain(cli_syntax(text))}", err=True)
     return typer.Exit(code)
 
 
+def checked_out(value: Path | None) -> Path | None:
+    """``--out``'s check, before the command runs (:func:`workbench.outfiles.check`)."""
+    if value is None:
+        return None
+    from workbench.errors import ConfigError
+    from workbench.outfiles import check
+
+    try:
+        return check(value, "--out")
+    except ConfigError as err:
+        raise fail(err) from None
+
+
+def out_option(what: str) -> Any:
+    """``--out PATH``, checked before the command runs."""
+    return typer.Option(None, "--out", help=what, callback=checked_out)
+
+
 def write_json(obj: Any, out: Path | None) -> None:
-    """Write ``obj`` to ``out`` (``--out``) as indented JSON, and say so on stderr."""
+    """Write ``obj`` to ``out`` (``--out``) as strict indented JSON, atomically, and say so on
+    stderr."""
     if out is None:
         return
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(obj, indent=2, default=str))
-    typer.echo(f"wrote {out}", err=True)
+    from workbench.outfiles import write_text
+    from workbench.strictjson import dumps
+    from workbench.terminal import plain
+
+    write_text(out, dumps(obj, indent=2, default=str))
+    typer.echo(f"wrote {plain(out)}", err=True)
 
 
 def emit(res: Any, out: Path | None, as_json: bool, lines: Callable[[Any], Iterable[str]]) -> bool:
@@ -52,7 +75,9 @@ def emit(res: Any, out: Path | None, as_json: bool, lines: Callable[[Any], Itera
     summary was printed (so a command can add its own lines after it)."""
     write_json(res, out)
     if as_json:
-        typer.echo(json.dumps(res, default=str))
+        from workbench.strictjson import dumps
+
+        typer.echo(dumps(res, default=str))
         return False
     for line in lines(res):
         typer.echo(line)

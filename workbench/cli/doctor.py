@@ -25,9 +25,10 @@ from pathlib import Path
 
 import typer
 
-from workbench.cli.common import cli_syntax, write_json
+from workbench.cli.common import cli_syntax, out_option, write_json
 from workbench.cli.root import app
 from workbench.manifest import host_hardware, torch_info, workbench_info
+from workbench.terminal import plain
 
 
 def _dist_commit(dist: str) -> str | None:
@@ -175,7 +176,10 @@ def _print(m: dict) -> None:
     from workbench.units import format_size
 
     hw, t = m["hardware"], m["torch"]
-    echo = typer.echo
+
+    def echo(text: str) -> None:  # values from the environment, shown inert line by line
+        typer.echo("\n".join(plain(line) for line in text.split("\n")))
+
     echo(f"hardware   {hw['cpu']} x{hw['cores']} ({hw['machine']}), "
          f"{format_size(hw['memory']) if hw['memory'] else '?'} RAM")
     echo(f"os         {m['os']}")
@@ -227,8 +231,7 @@ def _print(m: dict) -> None:
 
 @app.command(short_help="Version manifest and each engine's patch status.")
 def doctor(as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
-           out: Path | None = typer.Option(None, "--out",
-                                           help="Write the manifest as JSON to this file."),
+           out: Path | None = out_option("Write the manifest as JSON to this file."),
            check: bool = typer.Option(False, "--check",
                                       help="Import each engine's patch targets and apply the "
                                            "plan here (slow: imports the engines).")) -> None:

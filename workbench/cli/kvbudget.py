@@ -17,6 +17,7 @@ from workbench.cli.common import console as out_console
 from workbench.cli.common import fail
 from workbench.core import budget_segment as bs
 from workbench.errors import ConfigError, ControlError
+from workbench.terminal import as_text, plain
 from workbench.units import format_size
 
 
@@ -34,8 +35,8 @@ def table(found: dict[str, bs.BudgetState]) -> Table:
     """One row per GPU budget, then one indented row per holder."""
     t = Table("gpu budget", "pid", "alive", "held", "free", "total")
     for ident, s in found.items():
-        t.add_row(ident, "", "", format_size(s.held), format_size(max(0, s.total - s.held)),
-                  format_size(s.total))
+        t.add_row(as_text(ident), "", "", format_size(s.held),
+                  format_size(max(0, s.total - s.held)), format_size(s.total))
         for h in _holders(s):
             t.add_row("", str(h["pid"]), "yes" if h["alive"] else "NO (reclaimable)",
                       format_size(h["held"]), "", "")
@@ -58,7 +59,7 @@ def panels(width: int) -> list[Panel | Text]:
         who = "  ".join(f"pid {h['pid']}{'' if h['alive'] else ' (gone)'} "
                         f"{format_size(h['held'])}" for h in _holders(s))
         head = Text(f"held {format_size(s.held)} of {format_size(s.total)}  {who}")
-        out.append(Panel(Text.assemble(head, "\n", bar), title=f"gpu budget {ident}",
+        out.append(Panel(Text.assemble(head, "\n", bar), title=as_text(f"gpu budget {ident}"),
                          title_align="left"))
     return out
 
@@ -76,6 +77,7 @@ def reclaim_all(report: list | None = None) -> dict[str, int]:
     """Reclaim every dead holder's bytes, per GPU budget (what ``kvctl gc`` reports); the
     entries that are not budgets are left alone and added to ``report``."""
     out: dict[str, int] = {}
+    bs.gc_partials()  # half-written budgets of creators that are gone
     found, skipped = bs.scan_budgets()
     if report is not None:
         report.extend(skipped)
@@ -107,7 +109,8 @@ def budget(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     try:
         if delete is not None:
             gone = bs.delete_budget(delete)
-            typer.echo(f"deleted the budget of {delete}" if gone else f"no budget for {delete}")
+            typer.echo(plain(f"deleted the budget of {delete}" if gone else
+                             f"no budget for {delete}"))
             return
         freed = reclaim_all() if gc else {}
     except (ConfigError, ControlError) as err:
@@ -119,6 +122,6 @@ def budget(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     else:
         out_console().print(table(found) if found else "no gpu budgets")
         for ident, n in freed.items():
-            typer.echo(f"{ident}: reclaimed {format_size(n)} from holders that are gone")
+            typer.echo(plain(f"{ident}: reclaimed {format_size(n)} from holders that are gone"))
     for err in skipped:
         typer.echo(str(err), err=True)

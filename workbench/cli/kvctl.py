@@ -21,6 +21,7 @@ from workbench.core import control, limit_requests
 from workbench.core.segment import SHM_DIR
 from workbench.errors import ConfigError, ControlError
 from workbench.ranges import Num
+from workbench.terminal import plain
 from workbench.units import align_down, format_size, parse_size
 
 kvctl = typer.Typer(help="Control elastic KV pools through their shared-memory segments.",
@@ -226,7 +227,8 @@ def gc(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
         typer.echo(f"removed {len(removed)} segment(s) {removed} and {len(sockets)} socket "
                    f"dir(s) {sockets}")
         for gpu, n in ((g, n) for g, n in reclaimed.items() if n):
-            typer.echo(f"gpu budget {gpu}: reclaimed {format_size(n)} from holders that are gone")
+            typer.echo(plain(f"gpu budget {gpu}: reclaimed {format_size(n)} from holders that "
+                             "are gone"))
     report_skipped(skipped, verbose)
     if verbose:
         for line in left:

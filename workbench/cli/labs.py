@@ -26,6 +26,10 @@ from workbench.cli.root import app
 from workbench.engines.kinds import REGISTRY as KINDS
 from workbench.errors import ConfigError
 from workbench.labs import LABS, get_lab
+from workbench.labs.kit.record import destinations
+from workbench.outfiles import Outputs, write_all
+from workbench.terminal import plain
+from workbench.viz.labpage import PAGE
 
 labs = typer.Typer(help="Run the workbench's labs (experiments with result records).",
                    no_args_is_help=True, rich_markup_mode=None)
@@ -135,6 +139,29 @@ def list_params(
             typer.echo(f"{'':<{wide}}  {r['help']}")
 
 
+def _outputs(name: str, out: Path | None, html: Path | None) -> list[Path]:
+    """Every file the run will write, checked before it runs (:mod:`workbench.outfiles`): the
+    record and its report (``--out``), the page in ``--html``'s folder; no two the same."""
+    outputs = Outputs()
+    record = destinations(out, True, outputs) if out is not None else []
+    if html is not None:
+        outputs.folder(html, [PAGE], "--html")
+    return record
+
+
+def _files(result, name: str, out: Path | None, html: Path | None) -> list[tuple[Path, str]]:
+    """(path, text) of every output: the record and its report; the offline page."""
+    files: list[tuple[Path, str]] = []
+    if out is not None:
+        files += result.record.files(out, result.markdown)
+    if html is not None:
+        from workbench.viz.labpage import page_html  # plotly.js is read only for --html
+
+        files.append((html / PAGE, page_html(f"workbench lab {name}", result.markdown,
+                                             result.figures)))
+    return files
+
+
 @labs.command("run", short_help='Run a lab and print its report.',
               context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def run_lab(
@@ -167,6 +194,7 @@ def run_lab(
         lab = get_lab(name)
         shared = {"quick": str(quick), "seed": str(seed), "engine": engine}
         params = lab.parse_params(_param_text(lab, param or [], shared, ctx.args))
+        _outputs(name, out, html)
     except ConfigError as err:
         raise fail(err) from None
     t0 = time.perf_counter()
@@ -189,10 +217,9 @@ def run_lab(
     else:
         _render(result.markdown)
     err_console.print(f"{name}: {time.perf_counter() - t0:.1f} s wall")
-    written = result.write(out) if out is not None else []
-    if html is not None:
-        from workbench.viz.labpage import write_page  # plotly.js is read only for --html
-
-        written.append(write_page(result, name, html))
+    try:
+        written = write_all(_files(result, name, out, html))
+    except ConfigError as err:
+        raise fail(err) from None
     for p in written:
-        err_console.print(f"wrote {p}", markup=False)
+        err_console.print(f"wrote {plain(p)}", markup=False, highlight=False)

@@ -8,6 +8,7 @@ import typer
 from typer.core import TyperGroup
 
 from workbench.errors import WorkbenchError
+from workbench.terminal import plain
 
 # commands that read the settings themselves: doctor reports a bad or unknown name, not refuses
 SETTINGS_OWN = ("doctor",)
@@ -32,7 +33,7 @@ class _SettingsFirst(TyperGroup):
             try:
                 settings()
             except WorkbenchError as err:
-                typer.echo(f"error: {' '.join(str(err).split())}", err=True)
+                typer.echo(f"error: {plain(' '.join(str(err).split()))}", err=True)
                 raise typer.Exit(2) from None
         return name, cmd, rest
 
@@ -44,7 +45,7 @@ class _SettingsFirst(TyperGroup):
             return super().invoke(ctx)
         except usage_error as err:
             where = err.ctx.command_path if err.ctx is not None else ctx.command_path
-            typer.echo(f"error: {' '.join(err.format_message().split())} "
+            typer.echo(f"error: {plain(' '.join(err.format_message().split()))} "
                        f"Fix: see {where} --help", err=True)
             raise typer.Exit(2) from None
 

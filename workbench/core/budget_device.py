@@ -10,6 +10,11 @@ is charged without code of its own. ``mem_info`` reports the budget as the devic
 budget, free = what is left of it, never more than the device has free), so a pool's headroom
 check and an engine's free-memory probe see the budget too.
 
+An engine that admits work on the headroom it sees (SGLang) takes its charge at admission:
+:meth:`BudgetedDevice.prepay` charges the bytes of the pages the admitted work will map, so no
+other process can take that headroom before the allocation; the pages' ``create`` draws from
+what was prepaid, and :meth:`~BudgetedDevice.refund` credits what the allocation left.
+
 A device whose class batches a page id's calls (``CudaDevice``) gets :class:`BudgetedBatchDevice`,
 which charges a page id once and keeps the C fast path.
 """
@@ -61,6 +66,32 @@ class BudgetedDevice(DeviceWrapper):
         super().__init__(inner)
         self.budget = budget
         self.sizes: dict[int, int] = {}  # live handle -> bytes charged for it
+        self.prepaid = 0  # bytes charged at admission that no page backs yet
+
+    def prepay(self, nbytes: int) -> bool:
+        """Charge ``nbytes`` now, all or nothing, for pages about to be mapped; False (nothing
+        charged) if the budget has not that much left."""
+        if nbytes <= 0:
+            return True
+        if not self.budget.charge(nbytes):
+            return False
+        self.prepaid += nbytes
+        return True
+
+    def refund(self) -> int:
+        """Credit back what was prepaid and not used; returns the bytes credited."""
+        left, self.prepaid = self.prepaid, 0
+        if left:
+            self.budget.credit(left)
+        return left
+
+    def _take(self, size: int) -> bool:
+        """Charge ``size`` for a page being created: from the prepaid bytes first."""
+        prepaid = min(self.prepaid, size)
+        if size > prepaid and not self.budget.charge(size - prepaid):
+            return False
+        self.prepaid -= prepaid
+        return True
 
     def _refuse(self, size: int) -> DeviceError:
         return DeviceError("create", f"out of the GPU budget ({self.budget.path.name}): "
@@ -68,7 +99,7 @@ class BudgetedDevice(DeviceWrapper):
 
     # -- the calls the budget changes ---------------------------------------------------------
     def create(self, size: int) -> int:
-        if not self.budget.charge(size):
+        if not self._take(size):
             raise self._refuse(size)
         try:
             handle = self.inner.create(size)
@@ -84,8 +115,8 @@ class BudgetedDevice(DeviceWrapper):
 
     def mem_info(self) -> MemInfo:
         free, total = self.inner.mem_info()
-        budget, held = self.budget.totals()
-        return MemInfo(max(0, min(free, budget - held)), min(total, budget))
+        budget, held = self.budget.totals()  # what this process prepaid is its own to map
+        return MemInfo(max(0, min(free, budget - held + self.prepaid)), min(total, budget))
 
     def __repr__(self) -> str:
         return f"BudgetedDevice({self.inner!r}, {self.budget.path.name})"
@@ -98,7 +129,7 @@ class BudgetedBatchDevice(BudgetedDevice):
     def map_targets(self, targets) -> list[int]:
         targets = list(targets)
         want = sum(size for _, size in targets)
-        if not self.budget.charge(want):
+        if not self._take(want):
             raise self._refuse(want)
         try:
             handles = self.inner.map_targets(targets)

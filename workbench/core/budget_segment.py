@@ -14,7 +14,8 @@ them; a forked child reopens the file (an inherited descriptor would share the p
 
 A holder is its pid *and* start time (:mod:`workbench.procs`); one that is gone (pid gone, or
 reused by a later process) has its slot reclaimed by the next charge that would otherwise miss,
-by a process attaching, or by ``workbench kvctl budget --gc``. The file is created complete under
+by a process attaching, or by ``workbench kvctl budget --gc``; a dead creator's half-written
+``wbkvbudnew_`` file by the next creation or by ``gc``. The file is created complete under
 a temporary name and linked into place, and opened like a control segment (``O_NOFOLLOW``,
 ``fstat``: regular, ours); its bytes are read with ``pread`` and accepted only with the magic,
 this version, the exact header and size, and in-range fields.
@@ -37,10 +38,11 @@ from functools import lru_cache
 from pathlib import Path
 
 from workbench.core import segment
-from workbench.core.segment import SegmentRefused, open_checked, unlink_if_same
+from workbench.core.segment import SegmentRefused, open_checked, partial_owner, unlink_if_same
 from workbench.errors import ConfigError
 from workbench.names import check_name
 from workbench.procs import my_identity, pid_alive, valid_pid
+from workbench.terminal import plain
 
 PREFIX = "wbkvbudget_"
 PARTIAL_PREFIX = "wbkvbudnew_"
@@ -126,7 +128,7 @@ def _slots_struct(slots: int) -> struct.Struct:
 
 def refusal(path: Path | str, err: SegmentRefused) -> ConfigError:
     """A budget file this workbench will not touch, as the one line a user sees."""
-    return ConfigError(f"GPU budget {path}", err.detail,
+    return ConfigError(f"GPU budget {plain(path)}", plain(err.detail),
                        "remove it if it is yours, or set WORKBENCH_KV_SHM_DIR to a directory of "
                        "your own")
 
@@ -327,7 +329,8 @@ class SharedBudget:
 
 def _create(path: Path, total: int, slots: int) -> None:
     """Write a complete budget under a temporary name and link it into place (a peer that got
-    there first wins; the caller then opens that one)."""
+    there first wins; the caller then opens that one). Dead creators' leftovers go first."""
+    gc_partials(path.parent)
     pid, start = my_identity()
     tmp = path.with_name(f"{PARTIAL_PREFIX}{pid}_{start}_{secrets.token_hex(4)}_"
                          f"{path.name[len(PREFIX):]}")
@@ -343,6 +346,38 @@ def _create(path: Path, total: int, slots: int) -> None:
     finally:
         os.close(fd)
         tmp.unlink(missing_ok=True)
+
+
+def gc_partials(shm_dir: Path | str | None = None) -> list[str]:
+    """Remove the ``wbkvbudnew_`` files of creators that are gone (a crash between creating and
+    linking): only this user's regular files, empty or carrying the budget magic. Returns the
+    entries removed; anything else is left alone."""
+    where = Path(shm_dir or segment.SHM_DIR)
+    try:
+        entries = sorted(e for e in os.listdir(where) if e.startswith(PARTIAL_PREFIX))
+    except OSError:
+        return []
+    removed = []
+    for entry in entries:
+        owner = partial_owner(entry, PARTIAL_PREFIX)
+        if owner is None or pid_alive(owner[0], owner[1] or None):
+            continue
+        try:
+            opened = open_checked(where / entry)
+        except SegmentRefused:
+            continue
+        if opened is None:
+            continue
+        fd, st = opened
+        try:
+            head = os.pread(fd, len(MAGIC), 0)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        if head in (b"", MAGIC) and unlink_if_same(where / entry, st):
+            removed.append(entry)
+    return removed
 
 
 def read_budget(path: Path) -> BudgetState | None:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from workbench.core.control import SegmentInfo, read_segment
 from workbench.core.segment import (
+    MAX_FIELD,
     OUTCOMES,
     open_checked,
     owner_alive,
@@ -119,6 +120,9 @@ def _write(name: str, limit: int, rid: int) -> int:
     fd, v = _locked(name, write=True)
     try:
         rev = max(v["revision"], v["req_revision"], v["ack_revision"]) + 1
+        if rev > MAX_FIELD:  # refused before the first byte is written: never half a request
+            raise ControlError(f"pool {name!r} has used up its request revisions "
+                               f"({rev - 1}); restart its owner")
         put_field(fd, "req_limit", limit)
         put_field(fd, "req_id", rid)
         put_field(fd, "req_revision", rev)  # written last: the owner keys on it

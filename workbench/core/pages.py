@@ -140,8 +140,15 @@ class PageAllocator:
         if self.failed or self._tail_mapped > 0:  # failed, or shrinking
             return 0, None
         headroom = self.headroom_pages()
+        return self.new_pages_within(headroom), headroom
+
+    def new_pages_within(self, headroom: int | None) -> int:
+        """Pages that could be mapped with ``headroom`` pages of device room (None: no
+        reading, as while shrinking: none)."""
+        if headroom is None:
+            return 0
         room = self.limit_pages - self.mapped_pages
-        return max(0, min(room, self.counts[FREE], headroom)), headroom
+        return max(0, min(room, self.counts[FREE], headroom))
 
     # -- alloc / free ------------------------------------------------------------------------
     def alloc_page(self, *, headroom: int | None = None) -> int | None:

@@ -27,6 +27,7 @@ from workbench.errors import ConfigError, ControlError
 from workbench.names import check_name
 from workbench.procs import pid_alive, valid_pid
 from workbench.settings import settings
+from workbench.terminal import plain
 
 SHM_DIR = Path(settings(only="shm_dir").shm_dir)
 PREFIX = "wbkv_"
@@ -42,6 +43,8 @@ BODY = struct.Struct(f"<{len(FIELDS)}q")
 OFF = {name: HEAD.size + 8 * i for i, name in enumerate(FIELDS)}
 HEADER_SIZE = HEAD.size + BODY.size
 MAX_PAGES = 1 << 24  # 16 Mi page ids: far beyond any device, small enough to read at once
+MAX_FIELD = 1 << 62  # any counter: a next revision (+1) and any sum of two still fit an i64
+BYTES_OF_PAGES = ("used", "reserved", "mapped")  # parts of the capacity
 OUTCOMES = ("applied", "deferred", "stale", "conflict", "rejected")
 
 # why an entry was skipped: the categories `kvctl list` counts
@@ -55,7 +58,7 @@ class SegmentRefused(ControlError):
 
     def __init__(self, path: Path | str, kind: str, detail: str):
         self.path, self.kind, self.detail = str(path), kind, detail
-        super().__init__(f"skipped {path}: {detail}")
+        super().__init__(f"skipped {plain(path)}: {plain(detail)}")
 
 
 def segment_path(name: str) -> Path:
@@ -148,6 +151,14 @@ def parse(data: bytes, where: str = "segment") -> tuple[dict[str, int], bytes]:
     bad = [f for f in FIELDS if v[f] < 0]
     if bad:
         raise SegmentRefused(where, MALFORMED, f"negative {bad[0]} ({v[bad[0]]})")
+    bad = [f for f in FIELDS if v[f] > MAX_FIELD]
+    if bad:
+        raise SegmentRefused(where, MALFORMED, f"{bad[0]} {v[bad[0]]} is past any counter "
+                                               f"(at most 2**62)")
+    bad = [f for f in BYTES_OF_PAGES if v[f] > v["capacity"]]
+    if bad:
+        raise SegmentRefused(where, MALFORMED, f"{bad[0]} {v[bad[0]]} is more than the capacity "
+                                               f"({v['capacity']})")
     for f in ("ack_outcome", "outcome"):
         if v[f] >= len(OUTCOMES):
             raise SegmentRefused(where, MALFORMED, f"{f} code {v[f]} is unknown")
@@ -171,9 +182,12 @@ def entry_name(entry: str) -> str:
                              f"the name {err.why.split(';')[0]}") from None
 
 
-def partial_owner(entry: str) -> tuple[int, int, str] | None:
-    """(pid, start, name) of a ``wbkvnew_<pid>_<start>_<token>_<name>`` entry, or None."""
-    parts = entry[len(PARTIAL_PREFIX):].split("_", 3)
+def partial_owner(entry: str, prefix: str = PARTIAL_PREFIX) -> tuple[int, int, str] | None:
+    """(pid, start, name) of a ``<prefix><pid>_<start>_<token>_<name>`` entry (a segment's or a
+    budget's file still being written), or None."""
+    if not entry.startswith(prefix):
+        return None
+    parts = entry[len(prefix):].split("_", 3)
     if len(parts) != 4 or not all(p.isdigit() and p.isascii() for p in parts[:2]):
         return None
     pid, start = int(parts[0]), int(parts[1])

@@ -1,7 +1,8 @@
 """The colocation lab on a real GPU: three Llama-3.1-8B-shaped mini engines on one device, a static
-KV split vs one elastic KV budget they share, under kvcached's staggered ramp (research/kvcached.md
-§6.1), scaled to fit a few minutes of GPU time. ``backend="host"`` runs the same code on the CPU
-with the host VMM device (a smoke run; use the ``tiny`` model there).
+KV split vs one elastic KV budget they share, under kvcached's staggered ramp
+(docs/sources.md#upstream-kvcached-colocation), scaled to fit a few minutes of GPU time.
+``backend="host"`` runs the same code on the CPU with the host VMM device (a smoke run; use the
+``tiny`` model there).
 
 Setup (one process, ``instances`` engines, each with its own weights):
 
@@ -25,11 +26,9 @@ The points, record and Markdown are the colocation lab's.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import torch
 
@@ -42,6 +41,7 @@ from workbench.mini.instance import MiniInstance
 from workbench.mini.kv import KVSpec
 from workbench.mini.model import build_model, get_config
 from workbench.mini.warmup import SLOW_STEP_S, CompileLog, step_shape, warm_up
+from workbench.outfiles import write_repeat
 from workbench.units import GiB
 
 MODES = ("static", "elastic")  # the colocation lab's two ways to hold the KV budget
@@ -246,15 +246,6 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _write(out_dir: str | None, rep: dict) -> None:
-    if out_dir:
-        path = Path(out_dir) / f"repeat_{rep['repeat']}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(rep))
-        tmp.replace(path)
-
-
 def run(cfg: ColoConfig, log=print) -> list[dict]:
     """Build the models once; then per repeat, per PEAK, every mode (the order alternating by
     repeat). Returns one raw dict per repeat (``runs["PEAK/mode"]``: overall and per-instance
@@ -289,7 +280,7 @@ def run(cfg: ColoConfig, log=print) -> list[dict]:
                 for mode in order:
                     res = clusters[mode].run(traces, cfg.output_len)
                     rep["runs"][f"{peak}/{mode}"] = res
-                    _write(cfg.out_dir, rep)
+                    write_repeat(cfg.out_dir, rep)
                     o = res["overall"]
                     log(f"repeat {r} PEAK {peak:3d} {mode:7s}: {o['finished']}/{o['requests']} "
                         f"done, TTFT mean {o['ttft']['mean'] * 1e3:.1f} ms p99 "

@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 from workbench.errors import ConfigError
+from workbench.outfiles import write_text
 from workbench.quiz.schema import Question, Quiz
+from workbench.strictjson import read_file
 
 
 class EmptyAnswerError(ConfigError):
@@ -119,8 +121,8 @@ def default_scores_path() -> Path | None:
 
 def _read_scores(path: Path) -> dict:
     try:
-        data = json.loads(path.read_text()) if path.exists() else {}
-    except (OSError, json.JSONDecodeError):
+        data = read_file(path, "scores file", "") if path.exists() else {}
+    except ConfigError:
         return {}  # an unreadable file is replaced rather than blocking the quiz
     return data if isinstance(data, dict) else {}
 
@@ -196,9 +198,6 @@ class Scorebook:
         data = _read_scores(self.path)
         data[self.quiz.chapter] = self.to_dict()
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-            tmp.replace(self.path)
-        except OSError:
+            write_text(self.path, json.dumps(data, indent=1, sort_keys=True), "scores file")
+        except ConfigError:
             self.path = None  # read-only home: keep scoring in memory

@@ -13,6 +13,7 @@ import stat
 import time
 from pathlib import Path
 
+from workbench import strictjson
 from workbench.core.coordinator import WorkerId
 from workbench.errors import ConfigError
 from workbench.procs import my_identity, pid_alive, proc_start_time, valid_pid
@@ -113,8 +114,8 @@ def _read_owner(entry: Path) -> dict:
     finally:
         os.close(fd)
     try:
-        owner = json.loads(data)
-    except (ValueError, RecursionError):
+        owner = strictjson.loads(data)
+    except ValueError:
         raise ValueError(f"{OWNER_FILE} is not JSON") from None
     start = owner.get("start") if isinstance(owner, dict) else None
     if not isinstance(owner, dict) or not valid_pid(owner.get("pid")) or not (

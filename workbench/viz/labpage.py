@@ -5,10 +5,11 @@ loads nothing from the network (the GPU machines have none), so it opens offline
 from __future__ import annotations
 
 import html
-from pathlib import Path
 from typing import Any
 
 from workbench.viz.style import GRID, INK, PANEL
+
+PAGE = "index.html"  # the one file --html DIR writes
 
 # Kept short and neutral: the page is read in a browser beside the report's Markdown; its
 # colours are the figures' palette (viz/style.py).
@@ -65,12 +66,3 @@ def page_html(title: str, markdown: str, figures: dict[str, Any]) -> str:
             f"<title>{html.escape(title)}</title><style>{_CSS}</style>"
             f"<script type='text/javascript'>{get_plotlyjs()}</script></head><body>"
             f"<main>{_markdown_html(markdown)}</main>{nav}{figs}</body></html>")
-
-
-def write_page(result: Any, name: str, folder: Path) -> Path:
-    """``folder/index.html`` for a LabResult (``markdown``, ``figures``); returns its path."""
-    folder.mkdir(parents=True, exist_ok=True)
-    page = folder / "index.html"
-    page.write_text(page_html(f"workbench lab {name}", result.markdown, result.figures),
-                    encoding="utf-8")
-    return page

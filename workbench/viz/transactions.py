@@ -340,6 +340,6 @@ def killed_coordinator(*, backend: str = "sim", timeout: float = 60.0) -> Orphan
 
 def _running(pid: int) -> bool:
     """Alive and not a zombie (an orphan's exit is reaped by whoever adopted it, maybe late)."""
-    from workbench.procs import running
+    from workbench.procs import pid_alive
 
-    return running(pid)
+    return pid_alive(pid)

@@ -1,7 +1,9 @@
 """Elastic token-slot and paged allocators: SGLang's allocator API on the workbench ledger.
 
-A miss is ``None`` on every path (``alloc``, ``alloc_extend``, ``alloc_decode``), which is what
-SGLang's scheduler already handles (evict, retract, retry); nothing here raises on a miss. Frees
+A miss is ``None`` on every path (``alloc``, ``alloc_extend``, ``alloc_decode``); nothing here
+raises on a miss. SGLang itself admits on ``available_size() + evictable_size()`` and its
+``alloc_token_slots`` evicts, then raises on ``None`` (docs/sources.md), so ``available_size()``
+must stay honest: it counts only slots the ledger can still back. Frees
 keep SGLang's free-group batching. Ids are validated by the ledger, so a double free raises
 instead of silently duplicating a slot.
 

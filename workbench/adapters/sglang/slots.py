@@ -9,9 +9,15 @@ radix cache and allocates; ``alloc_token_slots`` raises "Out of memory" if that 
 so ``available_size()`` must count only what memory can back now. While a limit shrinks the pool, a
 block freed there may retire with its page instead of becoming free, so the tokens an eviction
 frees would not all come back. Blocks freed while shrinking are therefore *held back* until the
-next allocation has had its chance at them (it takes them only after the ledger's own free blocks);
-whatever it leaves goes back to the ledger, where pages retire as before. Mapped memory never grows
-for it: held blocks are on pages already mapped."""
+next allocation has had its chance at them (it takes them only after the ledger's own free
+blocks); whatever it leaves goes back to the ledger, where pages retire as before. Mapped memory
+never grows for it: held blocks are on pages already mapped.
+
+Under a GPU budget shared with other processes the same promise needs memory never held: the
+headroom SGLang admitted on may be mapped by another process before SGLang allocates.
+:meth:`LedgerSlots.admit` is the charge taken at admission: the pages the admitted slots will map
+are charged to the budget at once (``BudgetedDevice.prepay``), the allocation that follows maps
+them from that charge, and what it leaves is credited back."""
 
 from __future__ import annotations
 
@@ -58,6 +64,32 @@ class LedgerSlots:
         pages = self._ids(need_size // self.page_size)
         return None if pages is None else page_slots(pages, self.page_size)
 
+    def admit(self, need_slots: int) -> bool:
+        """Promise ``need_slots`` slots to the next allocation: True when they are there now,
+        the pages they need beyond what is mapped charged to the GPU budget already (another
+        process's charge cannot take them in between); False, nothing kept, when they are not."""
+        self.release_admission()
+        ledger = self.ledger
+        need = -(-need_slots // self.page_size)
+        self._room()  # (held-back blocks given back, a waiting kvctl request applied)
+        room, headroom = ledger._available()  # one reading of the device: room and new pages
+        if need > room:
+            return False
+        pages = ledger.pages
+        device = pages.space.device
+        if not hasattr(device, "prepay"):
+            return True  # no shared budget: the headroom is this process's alone
+        bpp = ledger.geometry.blocks_per_page(0)
+        mapped_room = max(0, room - pages.new_pages_within(headroom) * bpp)
+        new_pages = -(-max(0, need - mapped_room) // bpp)
+        return device.prepay(new_pages * ledger.geometry.page_id_bytes)
+
+    def release_admission(self) -> None:
+        """Credit back what an admission prepaid and its allocation did not use."""
+        refund = getattr(self.ledger.pages.space.device, "refund", None)
+        if refund is not None:
+            refund()
+
     def free_slots(self, slots: torch.Tensor) -> None:
         """Give back the pages of ``slots`` (every slot of each page, as SGLang frees them)."""
         self._free_blocks(sorted({int(s) // self.page_size for s in slots.tolist()}))
@@ -83,6 +115,7 @@ class LedgerSlots:
             ids = self._with_held_back(n)
         if self.held_back:
             self._give_back()
+        self.release_admission()  # an admission covers the one allocation that follows it
         return None if ids is None else torch.tensor(ids, dtype=torch.int64, device=self.device)
 
     def _with_held_back(self, n: int) -> list[int] | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from workbench.labs.kit.params import QUICK, RATES, REQUESTS, SEED
+from workbench.labs.kit.params import LONG_SHARE, QUICK, RATES, REQUESTS, SEED
 from workbench.ranges import Ints, Num, Spec
 
 
@@ -21,7 +21,7 @@ class ChunkedPrefillParams:
     itl_slo_ms: float = 150.0  # a decoding request streams smoothly if no gap exceeds this
     quick: bool = False  # rate 4 only, budgets 512 and 2048 against off, one repeat
     RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
-        "budgets": Ints(16, 65536), "rates": RATES, "long_share": Num(float, 0.0, 1.0),
+        "budgets": Ints(16, 65536), "rates": RATES, "long_share": LONG_SHARE,
         "num_requests": REQUESTS, "repeats": Num(int, 1, 20), "seed": SEED,
         "itl_slo_ms": Num(float, 0.1, 60000.0, "ms"), "quick": QUICK,
     }

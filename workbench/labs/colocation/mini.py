@@ -5,8 +5,6 @@ and the record fields only this backend knows. The engines, the budget and the s
 
 from __future__ import annotations
 
-import json
-import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,6 +14,7 @@ from workbench.labs.colocation.rows import ColocationRun, reading_sweep, spread
 from workbench.labs.kit.base import Progress
 from workbench.labs.kit.record import Manifest
 from workbench.mini.colocation import ColoConfig, run
+from workbench.strictjson import read_file
 from workbench.units import GiB
 
 if TYPE_CHECKING:
@@ -66,19 +65,10 @@ def load_repeats(folder: str | Path) -> list[dict]:
 
 
 def read_json_file(path: Path, what: str, fix: str) -> object:
-    """A JSON file from outside the process: a regular file of sane size that parses, or one
-    ConfigError line (``what``: how the error names it)."""
-    try:
-        st = path.lstat()
-        regular = stat.S_ISREG(st.st_mode) and st.st_size <= MAX_REPEAT_BYTES
-        data = json.loads(path.read_bytes()) if regular else None
-    except (OSError, ValueError, RecursionError) as err:
-        raise ConfigError(f"{what} {path}", f"is not readable JSON ({type(err).__name__})",
-                          fix) from None
-    if not regular:
-        raise ConfigError(f"{what} {path}", "is not a regular file (no link) of at most "
-                          f"{MAX_REPEAT_BYTES >> 20} MiB", fix)
-    return data
+    """A JSON file from outside the process, strictly (:func:`workbench.strictjson.read_file`):
+    a regular file (no link) of sane size that parses, or one ConfigError line (``what``: how
+    the error names it)."""
+    return read_file(path, what, fix, MAX_REPEAT_BYTES)
 
 
 def _read_repeat(path: Path) -> dict:

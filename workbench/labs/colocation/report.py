@@ -1,6 +1,6 @@
 """The colocation lab's points, record, Markdown and figures, the same for every backend:
 co-located instances under kvcached's staggered ramp, a static KV split vs one elastic KV
-budget (research/kvcached.md §6.1).
+budget (docs/sources.md#upstream-kvcached-colocation).
 
 * ``sim``: three simulated vLLM-like Llama-3.1-8B instances on one A100-80G (SimPy,
   :mod:`workbench.labs.colocation.sim`), kvcached's own PEAK values;

@@ -5,15 +5,13 @@ an out_dir or a saved ``.repeats.json.gz``), for the lab's ``from_dir`` and the 
 
 from __future__ import annotations
 
-import gzip
-import json
 from pathlib import Path
-from stat import S_ISREG
 from typing import Any
 
 from workbench.engines import kinds
 from workbench.errors import ConfigError
 from workbench.labs.colocation.mini import MAX_REPEAT_BYTES, load_repeats
+from workbench.strictjson import read_file
 
 RECORDS = Path(__file__).resolve().parent / "records"
 MAX_BYTES = 8 << 20  # a merged record is well under 2 MB
@@ -27,10 +25,8 @@ def saved_record(folder: str | Path = RECORDS) -> dict | None:
     folder = Path(folder)
     for p in sorted(folder.glob("*.json"), reverse=True) if folder.is_dir() else []:
         try:
-            if not p.is_file() or p.is_symlink() or p.stat().st_size > MAX_BYTES:
-                continue
-            rec = json.loads(p.read_text())
-        except (OSError, ValueError):
+            rec = read_file(p, "record", "", MAX_BYTES)
+        except ConfigError:
             continue
         if (isinstance(rec, dict) and _server(rec.get("environment", {}).get("engine"))
                 and isinstance(rec.get("results", {}).get("points"), list) and _complete(rec)):
@@ -114,15 +110,7 @@ def read_sweep(where: str | Path) -> list[dict]:
     if not p.name.endswith(".json.gz"):
         return load_repeats(p)
     fix = "point from_dir at a sweep's out_dir or its saved .json.gz"
-    try:
-        st = p.lstat()
-        if not S_ISREG(st.st_mode) or st.st_size > MAX_REPEAT_BYTES:
-            raise ConfigError(f"sweep file {p}", "is not a regular file of sane size", fix)
-        with gzip.open(p, "rb") as f:
-            data = json.loads(f.read(MAX_REPEAT_BYTES * 8))
-    except (OSError, ValueError, EOFError) as err:
-        raise ConfigError(f"sweep file {p}", f"is not readable gzip JSON ({type(err).__name__})",
-                          fix) from None
+    data = read_file(p, "sweep file", fix, MAX_REPEAT_BYTES)
     if not (isinstance(data, list) and data and all(isinstance(r, dict) and "runs" in r
                                                    and "config" in r for r in data)):
         raise ConfigError(f"sweep file {p}", "is not a list of repeat records", fix)

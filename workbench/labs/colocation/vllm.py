@@ -28,6 +28,7 @@ from workbench.engines.real import shapes
 from workbench.engines.sched.request import Request
 from workbench.engines.sim.workloads import ramp_trace
 from workbench.labs.kit import server_rig as rig
+from workbench.outfiles import write_repeat
 from workbench.units import GiB, MiB
 
 MODES = ("static", "elastic")
@@ -258,7 +259,7 @@ def run(cfg: VllmColoConfig, log: Callable[[str], None] = print) -> list[dict]:
                 rep["runs"][f"{peak}/{mode}"] = res
                 rep["vllm_version"] = rows.vllm_version(live[mode])
                 rep["step_logs"] = cfg.step_logs and _step_log_knob() is not None
-                rows.write_repeat(cfg.out_dir, rep)
+                write_repeat(cfg.out_dir, rep)
                 log(rows.point_line(r, peak, mode, res))
                 if not cfg.together and (peak, mode) == [x for x in plan if x[1] == mode][-1]:
                     for e in live.pop(mode):

@@ -156,15 +156,6 @@ def point_result(engines: list, reqs: list[list[Request]], base: float, wall: fl
             "steps": steps if any(s is not None for s in steps) else None}
 
 
-def write_repeat(out_dir: str | None, rep: dict) -> None:
-    if out_dir:
-        path = Path(out_dir) / f"repeat_{rep['repeat']}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(rep))
-        tmp.replace(path)
-
-
 def point_line(r: int, peak: int, mode: str, res: dict) -> str:
     o = res["overall"]
     return (f"repeat {r} PEAK {peak:3d} {mode:7s}: {o['finished']}/{o['requests']} done, TTFT "

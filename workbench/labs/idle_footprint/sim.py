@@ -1,5 +1,6 @@
 """Idle footprint lab: after prefix-heavy traffic, how much memory does an idle instance keep
-mapped, against the packed floor (kvcached bench_idle_footprint, research/kvcached.md §6.2)?
+mapped, against the packed floor (kvcached bench_idle_footprint,
+docs/sources.md#upstream-kvcached-idle-footprint)?
 
 Setup like kvcached's bench: Qwen3-4B geometry (36 layers, 64 blocks of 16 tokens per 2 MiB page,
 one page id = 144 MiB), cached-token bound 16,000 (1,000 blocks). After the last request the

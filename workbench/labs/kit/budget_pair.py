@@ -22,15 +22,33 @@ from workbench.labs.kit import server_rig as rig
 
 
 class Sampler(threading.Thread):
-    """Both segments, the budget and the device's free memory in one reading every 50 ms."""
+    """Both segments, the budget and the device's free memory in one reading every 50 ms, and
+    one more as each phase begins (so every phase has a reading however busy the machine)."""
 
     def __init__(self, engines, device: str, budget: int):
         super().__init__(daemon=True)
         self.engines, self.device, self.budget = engines, device, budget
         self.rows: list[dict[str, Any]] = []
-        self.phase = "idle"
+        self._phase = "idle"
+        self._rows_lock = threading.Lock()  # rows stay in the order of their readings
         self.stop = threading.Event()
         self.t0 = time.monotonic()
+
+    @property
+    def phase(self) -> str:
+        return self._phase
+
+    @phase.setter
+    def phase(self, name: str) -> None:
+        self._phase = name
+        self._take()
+
+    def _take(self) -> None:
+        with self._rows_lock:
+            try:
+                self.rows.append(self.reading())
+            except Exception:  # noqa: BLE001 - a torn read: the next one counts
+                pass
 
     def reading(self) -> dict[str, Any]:
         row: dict[str, Any] = {"t": round(time.monotonic() - self.t0, 3), "phase": self.phase}
@@ -48,10 +66,7 @@ class Sampler(threading.Thread):
 
     def run(self) -> None:
         while not self.stop.is_set():
-            try:
-                self.rows.append(self.reading())
-            except Exception:  # noqa: BLE001 - a torn read: the next one counts
-                pass
+            self._take()
             self.stop.wait(0.05)
 
 

@@ -1,4 +1,4 @@
-"""kvcached's published colocation figures (research/kvcached.md §6.1): the PEAK
+"""kvcached's published colocation figures (docs/sources.md#upstream-kvcached-colocation): the PEAK
 values it swept and its TTFT table, which the colocation and control-groups labs show beside
 theirs."""
 
@@ -7,7 +7,8 @@ from __future__ import annotations
 PEAKS = (12, 13, 14, 15, 16, 17, 18, 19, 20)
 
 
-# research/kvcached.md §6.1: read from the published SVG (bar heights approximate), ms.
+# docs/sources.md#upstream-kvcached-colocation: read from the published SVG (bar heights
+# approximate), ms.
 KVCACHED = {
     "mean_elastic": dict(zip(PEAKS, (98, 106, 118, 129, 135, 211, 518, 1222, 2027), strict=True)),
     "mean_static": dict(zip(PEAKS, (94, 100, 111, 328, 839, 1599, 2379, 3165, 4026), strict=True)),

@@ -80,6 +80,9 @@ TOKENS = Num(int, 1, 32768, "tokens")  # one prompt or output, within the models
 RATE = Num(float, 0.01, 1000.0, "req/s")
 RATES = Floats(0.01, 1000.0, 16, "req/s")
 REQUESTS = Num(int, 1, 20000, "requests")
+# the long prompts' share of a long/short mix (kit/serving.mix): both kinds must be present
+LONG_SHARE = Num(float, 0.01, 0.99)
+LONG_SHARES = Floats(LONG_SHARE.lo, LONG_SHARE.hi)
 SECONDS = Num(float, 0.1, 3600.0, "s")
 GBPS = Num(float, 0.01, 10000.0, "GB/s")
 GIB = Num(float, 0.01, 128.0, "GiB")  # gpu/host: real memory, at most one H200's

@@ -7,12 +7,12 @@ than a made-up zero, so a reader sees what was not measured.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workbench import outfiles, strictjson
 from workbench.manifest import software
 
 SCHEMA = "workbench.lab-record/1"
@@ -66,20 +66,31 @@ class LabRecord:
     schema: str = SCHEMA
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(asdict(self), indent=indent, default=_jsonable, allow_nan=True)
+        """Strict JSON: a value that is not a finite number is null, named in ``notes``."""
+        return strictjson.dumps(asdict(self), indent=indent, default=_jsonable)
+
+    def files(self, path: str | os.PathLike, markdown: str | None = None
+              ) -> list[tuple[Path, str]]:
+        """(path, text) of the JSON record and, if given, the Markdown report beside it."""
+        paths = destinations(path, markdown is not None)
+        self.raw_data.setdefault("record", str(paths[0]))
+        texts = [self.to_json() + "\n", *([markdown] if markdown is not None else [])]
+        return list(zip(paths, texts, strict=True))
 
     def write(self, path: str | os.PathLike, markdown: str | None = None) -> list[Path]:
-        """Write the JSON record and, if given, the Markdown report beside it (same stem)."""
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        self.raw_data.setdefault("record", str(p))
-        p.write_text(self.to_json() + "\n")
-        out = [p]
-        if markdown is not None:
-            md = p.with_suffix(".md")
-            md.write_text(markdown)
-            out.append(md)
-        return out
+        """Write the record and its report, both or neither (:mod:`workbench.outfiles`)."""
+        return outfiles.write_all(self.files(path, markdown))
+
+
+def destinations(path: str | os.PathLike, report: bool = True,
+                 outputs: outfiles.Outputs | None = None) -> list[Path]:
+    """The record's path and its report's (``.md`` beside it), checked as one run's outputs
+    (``outputs``: with the run's other files): ``--out X.md`` would put the report over the
+    record, and is refused."""
+    outputs = outputs or outfiles.Outputs()
+    p = outputs.add(path, "--out")
+    return [p, *([outputs.add(p.with_suffix(".md"), "--out's report", "report")] if report
+                  else [])]
 
 
 def _jsonable(x: Any) -> Any:

@@ -30,6 +30,7 @@ from workbench.engines.sim.steptime import GPUS, StepTimeModel
 from workbench.engines.sim.vllm_like import VLLMOptions
 from workbench.engines.sim.workloads import MIX_CLASSES, long_short_mix
 from workbench.errors import ConfigError
+from workbench.labs.kit.params import LONG_SHARE
 from workbench.units import GiB
 
 WORKLOADS = ("short", "long_in", "long_out", "mix")  # seed 003 E1's four loads
@@ -146,9 +147,7 @@ LONG = "long_in"  # the long prompts; every other class is a decoding request
 
 
 def mix(rate: float, n: int, long_share: float, seed: int) -> list[Request]:
-    if not 0.0 < long_share < 1.0:
-        raise ConfigError(f"long_share={long_share}", "must be between 0 and 1",
-                          "use e.g. 0.2 (one long prompt in five requests)")
+    long_share = LONG_SHARE.check(long_share, "long_share=")  # the labs' declared range
     rest = (1.0 - long_share) / 2
     return long_short_mix(rate, n, weights={LONG: long_share, "short": rest, "long_out": rest},
                           seed=seed)

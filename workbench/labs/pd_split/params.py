@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from workbench.engines.models import MODELS
-from workbench.labs.kit.params import GBPS, GPU, QUICK, RATE, RATES, REQUESTS, SEED
-from workbench.ranges import Choice, Floats, Ints, Num, Spec
+from workbench.labs.kit.params import GBPS, GPU, LONG_SHARES, QUICK, RATE, RATES, REQUESTS, SEED
+from workbench.ranges import Choice, Ints, Num, Spec
 
 
 @dataclass(slots=True)
@@ -32,7 +32,7 @@ class PDSplitParams:
     real_prompt_lens: tuple[int, ...] = (100, 1000, 4000)  # one request each (quick: 100, 1000)
     real_max_tokens: int = 16
     RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
-        "rates": RATES, "long_shares": Floats(0.0, 1.0), "num_requests": REQUESTS,
+        "rates": RATES, "long_shares": LONG_SHARES, "num_requests": REQUESTS,
         "repeats": Num(int, 1, 20), "prefill": Num(int, 1, 16), "decode": Num(int, 1, 16),
         "link_gbps": GBPS, "link_latency_us": Num(float, 0.0, 1e6, "us"), "gpu": GPU,
         "ratio_gpus": Num(int, 0, 16), "ratio_rate": RATE, "seed": SEED, "quick": QUICK,
