@@ -13,12 +13,8 @@ from dataclasses import dataclass, fields
 
 from workbench.knobs import POOL_KNOBS, check, check_reserve, default
 from workbench.names import check_name
-from workbench.units import MAX_SIZE, MiB, format_size, parse_size
 
-ENV_PREFIX = "WORKBENCH_KV_"
-
-__all__ = ["ENV_PREFIX", "MAX_SIZE", "MiB", "PoolConfig", "check_ipc_name", "format_size",
-           "parse_size"]
+__all__ = ["PoolConfig", "check_ipc_name"]
 
 
 def check_ipc_name(name: str) -> str:

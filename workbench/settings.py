@@ -26,9 +26,9 @@ from workbench.errors import ConfigError
 from workbench.knobs import GRANULE, KNOBS, Refused, check_reserve, default, shown
 from workbench.terminal import plain
 
-ENV_PREFIX = "WORKBENCH_KV_"  # also workbench.config.ENV_PREFIX
+ENV_PREFIX = "WORKBENCH_KV_"
 
-__all__ = ["GRANULE", "Settings", "known_names", "settings", "unknown_names", "var"]
+__all__ = ["ENV_PREFIX", "GRANULE", "Settings", "known_names", "settings", "unknown_names", "var"]
 
 
 @dataclass(frozen=True, slots=True)

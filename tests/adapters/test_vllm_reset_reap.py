@@ -6,9 +6,10 @@ for its own fences and releases the pages before it returns."""
 from __future__ import annotations
 
 from tests.adapters import vllm_fake
-from workbench.config import MiB, PoolConfig
+from workbench.config import PoolConfig
 from workbench.core.events import PageState
 from workbench.core.geometry import KVGeometry, Layout
+from workbench.units import MiB
 
 
 class Fence:

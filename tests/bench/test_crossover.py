@@ -16,7 +16,7 @@ from workbench.bench.crossover import CrossoverConfig, run_crossover  # noqa: E4
 from workbench.cli import app  # noqa: E402
 from workbench.errors import ConfigError  # noqa: E402
 
-SLOW = {"hidden_size": 512, "intermediate_size": 2048, "num_kv_heads": 1}
+SLOW = {"hidden_size": 512, "intermediate_size": 2048, "kv_heads": 1}
 CFG = CrossoverConfig(backend="host", model="tiny", lens=(32, 128, 256), chunks=(16, 64),
                       concurrency=(1, 2), repeats=2, max_cell_tokens=256, budget=512, shape=SLOW)
 

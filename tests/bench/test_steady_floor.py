@@ -21,9 +21,9 @@ from workbench.mini.model import get_config  # noqa: E402
 
 def test_llama_8b_floor_at_batch_128_and_1024_tokens_of_context():
     cfg = get_config("llama-3.1-8b")
-    assert cfg.kv_token_bytes == 2 * 32 * 8 * 128 * 2 == 131_072
+    assert cfg.kv_bytes_per_token == 2 * 32 * 8 * 128 * 2 == 131_072
     w = weight_bytes(cfg)
-    assert w == 2 * (cfg.num_params - 128_256 * 4096)
+    assert w == 2 * (cfg.params - 128_256 * 4096)
     ctx = 128 * 1024
     want = w + 2 * 128 * 4096 + (ctx + 128) * 131_072 + 128 * 131_072
     assert floor_bytes(cfg, 128, ctx) == want

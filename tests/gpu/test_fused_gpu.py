@@ -83,7 +83,7 @@ def test_rotate_in_place_matches_torch_and_leaves_v(tokens, nh, nkv, hd):
 
 
 def test_model_logits_with_fused_kernels_match_torch_kernels():
-    cfg = get_config("tiny", hidden_size=512, num_layers=4, num_heads=8, num_kv_heads=2,
+    cfg = get_config("tiny", hidden_size=512, num_layers=4, q_heads=8, kv_heads=2,
                      head_dim=64, intermediate_size=1024, vocab_size=4096)
     model = build_model(cfg, "cuda")
     ids = torch.randint(0, 4096, (40,), device="cuda")

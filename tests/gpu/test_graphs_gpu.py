@@ -20,7 +20,7 @@ from workbench.mini.model import build_model, get_config  # noqa: E402
 if torch.cuda.is_available() and not triton_available(torch.device("cuda")):
     pytest.skip("decode graphs capture the Triton kernel", allow_module_level=True)
 
-CFG = get_config("tiny", hidden_size=512, num_layers=4, num_heads=8, num_kv_heads=2,
+CFG = get_config("tiny", hidden_size=512, num_layers=4, q_heads=8, kv_heads=2,
                  head_dim=64, intermediate_size=1024, vocab_size=4096)
 # 11 requests finishing at different steps: decode batches of 11, 10, ..., 1, most padded
 PROMPTS = [[(i * 31 + j * 17) % 4096 for j in range(5 + i * 23)] for i in range(11)]
@@ -28,7 +28,7 @@ GENS = [6 + 3 * i for i in range(11)]
 SIZES = (1, 2, 4, 8, 16)
 # 8 KV heads of 128: a 2 MiB page of one layer's buffer holds 1024 tokens, so both layouts
 # spread one wave over several page ids (and unmap them when it ends)
-WIDE = get_config("tiny", hidden_size=512, num_layers=4, num_heads=8, num_kv_heads=8,
+WIDE = get_config("tiny", hidden_size=512, num_layers=4, q_heads=8, kv_heads=8,
                   head_dim=128, intermediate_size=1024, vocab_size=4096)
 
 

@@ -15,7 +15,7 @@ from workbench.mini.hosttier import attach_host_tier  # noqa: E402
 from workbench.mini.kv import KVSpec  # noqa: E402
 from workbench.mini.model import build_model, get_config  # noqa: E402
 
-CFG = get_config("tiny", hidden_size=512, num_layers=4, num_heads=8, num_kv_heads=2,
+CFG = get_config("tiny", hidden_size=512, num_layers=4, q_heads=8, kv_heads=2,
                  head_dim=64, intermediate_size=1024, vocab_size=4096)
 DOCS = [[(i * 131 + j * 17 + 5) % 4096 for j in range(300 + 97 * i)] for i in range(3)]
 QS = [[7, 99, 1000, 3], [4000, 12], [55, 66, 77, 88, 99]]

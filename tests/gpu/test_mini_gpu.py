@@ -21,7 +21,7 @@ from workbench.mini.kv import KVSpec  # noqa: E402
 from workbench.mini.model import build_model, get_config  # noqa: E402
 
 # Bigger than "tiny" so bf16 rounding has room to matter, small enough to build in a second.
-CFG = get_config("tiny", hidden_size=512, num_layers=4, num_heads=8, num_kv_heads=2,
+CFG = get_config("tiny", hidden_size=512, num_layers=4, q_heads=8, kv_heads=2,
                  head_dim=64, intermediate_size=1024, vocab_size=4096)
 PROMPTS = [[(i * 31 + j * 17) % 4096 for j in range(7 + i * 29)] for i in range(12)]
 
@@ -55,7 +55,7 @@ def test_vmm_and_static_and_both_styles_agree_token_for_token(model):
 
 def test_preemption_under_a_small_vmm_pool(model):
     # 40 blocks of 16 tokens: the 12 prompts need far more, so the scheduler preempts.
-    small = 40 * 16 * CFG.kv_token_bytes
+    small = 40 * 16 * CFG.kv_bytes_per_token
     out, pre = _run(model, "block", "vmm", kv_bytes=small, n=48)
     assert all(len(o) == 48 for o in out) and pre > 0
     out_s, pre_s = _run(model, "block", "static", kv_bytes=small, n=48)

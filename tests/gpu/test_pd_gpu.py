@@ -100,7 +100,7 @@ def test_pair_at_block_edges_frees_everything():
             assert eng.kv.manager.used_blocks == 0, eng.scheduler.name
             eng.kv.manager.check_invariants()
         assert all(s.num_prefill_tokens == 0 for s in dec.stats.steps)
-        block = 16 * cfg.kv_token_bytes
+        block = 16 * cfg.kv_bytes_per_token
         for p, t in zip(prompts, pair.times.values(), strict=True):
             assert t.copy.nbytes == -(-len(p) // 16) * block
             assert t.copy_end <= t.released

@@ -1,10 +1,9 @@
 """The labs' shape, checked by parsing every import under ``workbench/labs`` with ``ast``
-(module level and inside functions; nothing is imported): ``labs/`` holds the registry, the
-kit and one package per lab; a lab imports only the kit and the layers below, never another
-lab; and no import circle exists inside ``labs/``.
-
-Imports under ``if TYPE_CHECKING:`` never run, so they cannot close a circle at import time
-(a runner names its lab's params type that way); they still count as a lab importing a lab.
+(module level, inside functions and under ``if TYPE_CHECKING:``; nothing is imported):
+``labs/`` holds the registry, the kit and one package per lab; a lab imports only the kit and
+the layers below, never another lab; and no import circle exists inside ``labs/``, the
+``TYPE_CHECKING`` imports counted (a circle a reader must untangle is one whether or not it
+runs; tests/engines/test_import_rules.py checks the whole package the same way).
 """
 
 from __future__ import annotations
@@ -26,25 +25,14 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _type_checking_nodes(tree: ast.AST) -> set[int]:
-    out: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            out.update(id(n) for stmt in node.body for n in ast.walk(stmt))
-    return out
-
-
-def imports_of(path: Path, *, runtime_only: bool) -> set[str]:
+def imports_of(path: Path) -> set[str]:
     """The ``workbench.labs`` modules ``path`` imports (a package's modules, not its names)."""
     tree = ast.parse(path.read_text(), str(path))
-    skip = _type_checking_nodes(tree) if runtime_only else set()
     pkg = module_name(path).split(".")
     if path.name != "__init__.py":
         pkg = pkg[:-1]
     out: set[str] = set()
     for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -57,8 +45,7 @@ def imports_of(path: Path, *, runtime_only: bool) -> set[str]:
 
 
 MODULES = {module_name(p) for p in LABS_DIR.rglob("*.py")}
-GRAPH = {module_name(p): imports_of(p, runtime_only=False) for p in LABS_DIR.rglob("*.py")}
-RUNTIME = {module_name(p): imports_of(p, runtime_only=True) for p in LABS_DIR.rglob("*.py")}
+GRAPH = {module_name(p): imports_of(p) for p in LABS_DIR.rglob("*.py")}
 
 
 def lab_of(module: str) -> str | None:
@@ -133,7 +120,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def test_no_import_circle_inside_labs():
-    assert _cycle(RUNTIME) is None
+    assert _cycle(GRAPH) is None
 
 
 def test_the_cycle_finder_finds_one():

@@ -26,7 +26,7 @@ def model():
 
 
 def _engine(model, style="token", block_size=1, blocks=64, **kw) -> Engine:
-    kv = blocks * block_size * CFG.kv_token_bytes
+    kv = blocks * block_size * CFG.kv_bytes_per_token
     return Engine(CFG, KVSpec(style=style, backend="static", kv_bytes=kv, block_size=block_size),
                   model=model, cfg=EngineConfig(**kw))
 

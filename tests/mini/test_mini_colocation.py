@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from workbench.bench.calibrate import fit_steptime  # noqa: E402
+from workbench.bench.stepfit import fit_steptime  # noqa: E402
 from workbench.core.budget_device import BudgetDevice  # noqa: E402
 from workbench.engines.sim.steptime import StepTimeModel  # noqa: E402
 from workbench.errors import DeviceError  # noqa: E402

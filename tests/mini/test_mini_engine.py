@@ -66,7 +66,7 @@ def test_styles_and_backends_agree_token_for_token(model, backend):
 def test_token_style_uses_slot_buffers(model):
     eng = _engine(model, style="token", block_size=4)
     kbuf, _ = eng.kv.token_buffers(0)
-    assert kbuf.shape == (eng.kv.geometry.num_slots, CFG.num_kv_heads, CFG.head_dim)
+    assert kbuf.shape == (eng.kv.geometry.num_slots, CFG.kv_heads, CFG.head_dim)
     assert kbuf.data_ptr() == eng.kv.k[0].data_ptr()  # a view, not a copy
     assert eng.generate(PROMPTS[:2], 8) == _engine(model).generate(PROMPTS[:2], 8)
 
@@ -79,7 +79,7 @@ def test_chunked_prefill_and_small_batches_finish(model):
 
 
 def test_allocation_miss_preempts_and_never_crashes(model):
-    block_all = 16 * CFG.kv_token_bytes
+    block_all = 16 * CFG.kv_bytes_per_token
     eng = _engine(model, kv_bytes=5 * block_all, block_size=8)  # 9 usable blocks of 8 tokens
     out = eng.generate(PROMPTS, 16)
     assert [len(o) for o in out] == [16] * len(PROMPTS)
@@ -90,7 +90,7 @@ def test_allocation_miss_preempts_and_never_crashes(model):
 
 
 def test_request_larger_than_pool_is_refused(model):
-    eng = _engine(model, kv_bytes=4 * 16 * CFG.kv_token_bytes)
+    eng = _engine(model, kv_bytes=4 * 16 * CFG.kv_bytes_per_token)
     with pytest.raises(ConfigError):
         eng.add_request(list(range(100)), 10)
     with pytest.raises(ConfigError):

@@ -19,11 +19,24 @@ from workbench.mini.model import build_model, get_config  # noqa: E402
 CFG = get_config("tiny")
 
 
+def test_the_mini_model_speaks_the_registrys_vocabulary():
+    # every shape field of the mini engine's config is a field of the registry's ModelSpec or
+    # DecoderShape under the same name (the seed of the random weights is the mini's own)
+    from dataclasses import fields
+
+    from workbench.engines.models import DecoderShape, ModelSpec
+    from workbench.mini.model import ModelConfig
+
+    registry = {f.name for f in fields(ModelSpec)} | {f.name for f in fields(DecoderShape)}
+    assert {f.name for f in fields(ModelConfig)} - registry == {"seed"}
+    assert CFG.decoder == MODELS["tiny"].decoder
+
+
 def test_mini_presets_come_from_the_registry():
     spec = MODELS["tiny"]
-    assert (CFG.num_layers, CFG.num_heads, CFG.num_kv_heads, CFG.head_dim) == \
+    assert (CFG.num_layers, CFG.q_heads, CFG.kv_heads, CFG.head_dim) == \
         (spec.num_layers, spec.q_heads, spec.kv_heads, spec.head_dim)
-    assert CFG.num_params == spec.params and CFG.kv_token_bytes == spec.kv_bytes_per_token
+    assert CFG.params == spec.params and CFG.kv_bytes_per_token == spec.kv_bytes_per_token
     llama = get_config("llama-3.1-8b")
     assert llama.name == "llama-3.1-8b" and get_config("llama3-8b") == llama
     assert get_config("tiny", seed=3).seed == 3

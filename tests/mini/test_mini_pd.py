@@ -83,7 +83,7 @@ def test_no_prompt_token_is_computed_twice_and_bytes_are_whole_blocks(pair):
     assert steps and all(s.num_prefill_tokens == 0 for s in steps)  # decode rows only
     assert sum(s.new_tokens for s in steps) == len(PROMPTS) * 4  # tokens 2..5 of each
     assert sum(s.num_prefill_tokens for s in pair.prefill.stats.steps) == sum(LENGTHS)
-    block_bytes = BS * CFG.kv_token_bytes
+    block_bytes = BS * CFG.kv_bytes_per_token
     for n, t in zip(LENGTHS, pair.times.values(), strict=True):
         blocks = -(-n // BS)
         assert (t.copy.blocks, t.copy.nbytes) == (blocks, blocks * block_bytes)

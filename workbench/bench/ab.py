@@ -28,7 +28,6 @@ rounds once passed (what was measured is kept).
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import statistics
 import sys
@@ -39,21 +38,11 @@ import torch
 
 from workbench.bench import steady as steady_mod
 from workbench.bench.mini import _engine
+from workbench.bench.stats import PausedGC
 from workbench.engines.sched.request import Request
 from workbench.mini.colocation import Cluster, ColoConfig
 from workbench.mini.model import build_model, get_config
 from workbench.units import GiB
-
-
-class _Paused:
-    """Collect, then pause the garbage collector for one measured run."""
-
-    def __enter__(self):
-        gc.collect()
-        gc.disable()
-
-    def __exit__(self, *exc):
-        gc.enable()
 
 
 def _sync(device: str) -> None:
@@ -76,7 +65,7 @@ def decode_once(model, cfg, backend: str, batch: int, prompt_len: int, gen: int,
         prompts = [[(i * 131 + j * 7) % cfg.vocab_size for j in range(prompt_len)]
                    for i in range(batch)]
         _sync(device)
-        with _Paused():
+        with PausedGC():
             t0 = time.perf_counter()
             eng.generate(prompts, gen)
             wall = time.perf_counter() - t0
@@ -148,7 +137,7 @@ def ttft_ab(model, model_name: str, *, rounds: int = 4, rate: float = 2.0, reque
     ratios: dict[str, list[float]] = {"mean": [], "p50": [], "tpot": []}
 
     def one(mode: str, tr) -> dict:
-        with _Paused():
+        with PausedGC():
             r = clusters[mode].run(tr, output_len)
         o = r["overall"]
         return {"mode": mode, "finished": o["finished"], "requests": o["requests"],

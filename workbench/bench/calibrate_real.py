@@ -1,5 +1,5 @@
 """``workbench.bench.calibrate``'s real-engine path: step logs or real colocation records, one
-fit of the step-time model (:func:`workbench.bench.calibrate.fit_steptime`: the efficiencies by
+fit of the step-time model (:func:`workbench.bench.stepfit.fit_steptime`: the efficiencies by
 grid search, the overheads by least squares on the relative error), its residuals, and the fit
 kept as a named profile in ``hardware.py`` with where it comes from."""
 
@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from workbench.bench import steprows
+from workbench.bench.stepfit import fit_steptime
 from workbench.bench.steprows import Workload
 from workbench.errors import ConfigError
 from workbench.names import name_problem
@@ -108,7 +109,6 @@ def residuals(rows: list[list[float]], fields: dict, gpu: str, model: str) -> di
 
 
 def run(args: argparse.Namespace) -> dict:
-    from workbench.bench.calibrate import fit_steptime
     from workbench.bench.profiles import DEFAULT, write_profile
     from workbench.engines.models import get_model
     from workbench.engines.sim.steptime import GPUS

@@ -103,7 +103,7 @@ class _Rig:
                                                                  max(cfg.lens) + 64),
                                              **cfg.shape})
         tokens = cfg.max_cell_tokens + cfg.budget + 64 * cfg.block_size
-        kv_bytes = tokens * self.mcfg.kv_token_bytes
+        kv_bytes = tokens * self.mcfg.kv_bytes_per_token
         pages = -(-kv_bytes // (2 * MiB * 2 * self.mcfg.num_layers)) + 2
         spec = KVSpec(style="block", backend="vmm", kv_bytes=kv_bytes,
                       block_size=cfg.block_size, min_reserved_pages=pages,
@@ -111,7 +111,7 @@ class _Rig:
         self.engine = Engine(self.mcfg, spec, self.device,
                              EngineConfig(max_num_seqs=256, max_batched_tokens=cfg.budget),
                              model=build_model(self.mcfg, self.device))
-        cap = cfg.max_cell_tokens * self.mcfg.kv_token_bytes  # a cell's prompts, no more
+        cap = cfg.max_cell_tokens * self.mcfg.kv_bytes_per_token  # a cell's prompts, no more
         rows = self.engine.kv.block_rows()
         self.conns = {c: HostTierConnector(HostTier(rows, block_size=cfg.block_size,
                                                     chunk_tokens=c, capacity_bytes=cap))
@@ -261,7 +261,7 @@ def run_crossover(cfg: CrossoverConfig, progress=None) -> dict[str, Any]:
     finally:
         rig.close()
     return {"config": asdict(cfg), "device": device,
-            "kv_token_bytes": rig.mcfg.kv_token_bytes, "rows": rows, "not_run": skipped,
+            "kv_token_bytes": rig.mcfg.kv_bytes_per_token, "rows": rows, "not_run": skipped,
             "crossover": crossovers(rows, cfg), "fit": fit_costs(rows)}
 
 

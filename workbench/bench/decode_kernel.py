@@ -46,7 +46,7 @@ def graph_ms(fn) -> float:
 def tune(cfg: ModelConfig, batch: int, ctx: int, block: int = 16, entry: int = 16,
          candidates=CANDIDATES, seed: int = 0) -> list[dict]:
     """Sweep the kernel's tiling at this shape; keep the fastest one that is also accurate."""
-    nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    nh, nkv, hd = cfg.q_heads, cfg.kv_heads, cfg.head_dim
     gen = torch.Generator(device="cuda").manual_seed(seed)
     n_entries = -(-ctx // entry)
     units = batch * n_entries + 1  # entry 0 is the null block / slot

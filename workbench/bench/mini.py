@@ -9,7 +9,7 @@ one failure still leaves the others' numbers.
 * decode: the 8B-shaped model, ``batch`` sequences decoding together, tokens/s over decode-only
   steps, VMM-backed (workbench.gpu) vs a plain static allocation, alternated ``reps`` times.
 * steps: prefill steps of several chunk sizes and decode steps of several batch sizes and
-  contexts, for fitting the simulator's step-time model (see ``fit_steptime``).
+  contexts, for fitting the simulator's step-time model (:mod:`workbench.bench.stepfit`).
 """
 
 from __future__ import annotations

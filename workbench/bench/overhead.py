@@ -27,13 +27,12 @@ from workbench.gpu.fakedriver import FakeDriver
 # contiguous 75.6 / 116.9 µs, per-layer 3215 / 2590 µs), for the budget.
 H200_RAW_US = {"contiguous": {"grow": 75.0, "shrink": 117.0},
                "per_layer": {"grow": 3200.0, "shrink": 2600.0}}
-GOAL_RATIO = 1.10
 
 
 def measure(layout: Layout, pages: int = 40, rounds: int = 8, repeats: int = 5) -> dict:
     """Per-page-id grow and shrink µs of every ``bench vmm`` subject over the instant driver:
     medians over ``repeats`` runs of the interleaved rounds."""
-    from workbench.bench.vmm import grow_shrink
+    from workbench.bench.vmm import GOAL_RATIO, grow_shrink
 
     runs = []
     for _ in range(repeats):

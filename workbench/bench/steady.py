@@ -23,6 +23,7 @@ import time
 
 from workbench.bench import decode_kernel, stepprof
 from workbench.bench.mini import _engine
+from workbench.bench.stats import PausedGC
 from workbench.bench.stats import deciles as spread
 from workbench.mini.engine import Engine, StepStats
 from workbench.mini.model import ModelConfig
@@ -36,15 +37,15 @@ SUBJECTS = (("vmm", "block", True), ("static", "block", True), ("vmm", "block", 
 def weight_bytes(cfg: ModelConfig) -> int:
     """bf16 bytes a decode step reads for weights: every matrix and norm once; the embedding
     table only by the batch's rows (counted with the batch)."""
-    return 2 * (cfg.num_params - cfg.vocab_size * cfg.hidden_size)
+    return 2 * (cfg.params - cfg.vocab_size * cfg.hidden_size)
 
 
 def floor_bytes(cfg: ModelConfig, batch: int, context_tokens: int) -> int:
     """One decode step's least traffic: weights, embedding rows, the KV of every position read
     (``context_tokens`` before the step plus each new token) and the new tokens' K/V written."""
-    kv_read = (context_tokens + batch) * cfg.kv_token_bytes
+    kv_read = (context_tokens + batch) * cfg.kv_bytes_per_token
     return (weight_bytes(cfg) + 2 * batch * cfg.hidden_size + kv_read
-            + batch * cfg.kv_token_bytes)
+            + batch * cfg.kv_bytes_per_token)
 
 
 def floor_seconds(cfg: ModelConfig, batch: int, context_tokens: int) -> float:
@@ -100,8 +101,6 @@ def steady(model, cfg: ModelConfig, *, batch: int, prompt_len: int = 1024, round
            profile: bool = False, log=print) -> dict:
     """One batch size: every subject, ``rounds`` interleaved rounds of ``steps`` steps each;
     with ``profile``, the step's measured parts too (:mod:`workbench.bench.stepprof`)."""
-    from workbench.bench.ab import _Paused
-
     on_cuda = next(model.parameters()).device.type == "cuda"
     subjects = [s for s in SUBJECTS if on_cuda or not s[2]]  # no graphs off CUDA
     gen = 8 + (rounds * 2 + 2) * steps  # never finishes while measured
@@ -134,7 +133,7 @@ def steady(model, cfg: ModelConfig, *, batch: int, prompt_len: int = 1024, round
             log(f"steady B={batch} round {rnd}: " + ", ".join(
                 f"{k} {1e3 * v:.2f}" for k, v in med.items()) + " ms")
         if profile:
-            with _Paused():
+            with PausedGC():
                 prof["host"] = stepprof.host_split(engines["vmm", "block"], steps)
     finally:
         for eng in engines.values():
@@ -147,12 +146,10 @@ def _round(engines: dict, subjects: list, steps: int, rnd: int,
            rows: dict[str, list[StepStats]], ratios: dict[str, list[float]]) -> dict[str, float]:
     """One round: every mode in turn, VMM and static alternating within it; appends each
     subject's steps to ``rows`` and the round's ratios to ``ratios``; the step medians."""
-    from workbench.bench.ab import _Paused
-
     modes = _modes(subjects)
     med, half, fwd = {}, {}, {}
     for group in (modes if rnd % 2 == 0 else modes[::-1]):
-        with _Paused():
+        with PausedGC():
             turns = _turns([(engines[b, st], g) for b, st, g in group], steps,
                            flip=rnd % 2 == 1)
         for (backend, style, graphs), got in zip(group, turns, strict=True):
@@ -183,7 +180,7 @@ def _name(backend: str, style: str, graphs: bool) -> str:
 def _report(cfg: ModelConfig, batch: int, prompt_len: int, rows: dict[str, list[StepStats]],
             ratios: dict[str, list[float]]) -> dict:
     out = {"batch": batch, "prompt_len": prompt_len, "copy_bytes_per_s": COPY_BYTES_PER_S,
-           "weight_bytes": weight_bytes(cfg), "kv_token_bytes": cfg.kv_token_bytes,
+           "weight_bytes": weight_bytes(cfg), "kv_token_bytes": cfg.kv_bytes_per_token,
            "subjects": {}, "vmm_over_static": {m: {**spread(r), "rounds": r}
                                                for m, r in ratios.items()}}
     for name, st in rows.items():

@@ -53,7 +53,7 @@ def decode_inputs(cfg: ModelConfig, batch: int, ctx: int, seed: int = 0,
     gen = torch.Generator(device=device).manual_seed(seed)
     per_seq = ctx // BLOCK + 1
     nb = batch * per_seq + 1  # block 0: the null block
-    shape = (cfg.num_layers, nb, BLOCK, cfg.num_kv_heads, cfg.head_dim)
+    shape = (cfg.num_layers, nb, BLOCK, cfg.kv_heads, cfg.head_dim)
     k = torch.randn(shape, device=device, generator=gen, dtype=torch.bfloat16)
     v = torch.randn(shape, device=device, generator=gen, dtype=torch.bfloat16)
     table = (torch.randperm(nb - 1, device=device, generator=gen) + 1).view(batch, per_seq)
@@ -72,8 +72,8 @@ def decode_inputs(cfg: ModelConfig, batch: int, ctx: int, seed: int = 0,
 def _parts(model, cfg: ModelConfig, inp: dict, kernels: str) -> dict[str, float]:
     """Every element-wise part of one forward, alone, with ``kernels``."""
     dev = inp["ids"].device
-    b, h, nh, nkv, hd = (inp["ids"].shape[0], cfg.hidden_size, cfg.num_heads,
-                         cfg.num_kv_heads, cfg.head_dim)
+    b, h, nh, nkv, hd = (inp["ids"].shape[0], cfg.hidden_size, cfg.q_heads,
+                         cfg.kv_heads, cfg.head_dim)
     x = torch.randn(b, h, device=dev, dtype=torch.bfloat16)
     res = torch.randn(b, h, device=dev, dtype=torch.bfloat16)
     qkv = torch.randn(b, nh + 2 * nkv, hd, device=dev, dtype=torch.bfloat16)

@@ -26,7 +26,8 @@ import sys
 import time
 from pathlib import Path
 
-GiB, MiB = 1 << 30, 1 << 20
+from workbench.settings import ENV_PREFIX
+from workbench.units import GiB
 
 
 def _prompt_ids(n: int, length: int, vocab: int) -> list[list[int]]:
@@ -164,7 +165,7 @@ def _pools() -> list:
 
 
 def _spawn(args, mode: str, i: int) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WORKBENCH_KV_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
     env.update(VLLM_ENABLE_V1_MULTIPROCESSING="0", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     if args.device == "cpu":
         env.update(VLLM_TARGET_DEVICE="cpu", VLLM_CPU_KVCACHE_SPACE=str(args.cpu_kv_gib))

@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 
 from workbench.bench.stats import deciles
+from workbench.settings import ENV_PREFIX
+from workbench.units import GiB
 
 MODES = ("stock", "elastic")
 GOAL_RATIO, GOAL_FLOOR = 1.02, 1.5
@@ -171,7 +173,7 @@ def hbm_bandwidth(gib: float = 2.0, repeats: int = 20) -> dict:
     events, median of ``repeats`` after a warm-up; the buffers are freed after."""
     import torch
 
-    n = int(gib * (1 << 30)) // 2
+    n = int(gib * GiB) // 2
     src = torch.randn(n, dtype=torch.bfloat16, device="cuda")
     dst = torch.empty_like(src)
     for _ in range(3):
@@ -196,7 +198,7 @@ class Worker:
     """One engine process; ``ask`` sends a point and waits for its answer."""
 
     def __init__(self, mode: str, args, log_dir: Path):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("WORKBENCH_KV_")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
         if mode == "elastic":
             env.update(WORKBENCH_KV_AUTOPATCH="1", WORKBENCH_KV_IPC_NAME=f"vspeed_{os.getpid()}")
         cmd = [sys.executable, "-m", "workbench.bench.vllm_speed", "--worker", mode,

@@ -22,12 +22,12 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from workbench.config import MiB, PoolConfig
+from workbench.config import PoolConfig
 from workbench.core.geometry import KVGeometry, Layout
+from workbench.units import GiB, KiB, MiB
 
 PAGE = 2 * MiB
-BLOCK_BYTES = 128 * 1024  # the H200 run's block: 512 blocks = 64 MiB
-GiB = 1 << 30
+BLOCK_BYTES = 128 * KiB  # the H200 run's block: 512 blocks = 64 MiB
 
 
 @dataclass(slots=True)

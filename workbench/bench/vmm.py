@@ -25,26 +25,21 @@ from collections.abc import Callable
 from typing import Any
 
 from workbench.bench.params import check
-from workbench.bench.vmm_raw import _Raw, raw_subjects  # noqa: F401 - _Raw: vmm_probe, tests
+from workbench.bench.stats import nearest_deciles
+from workbench.bench.vmm_bw import GOAL_BANDWIDTH, bandwidth
+from workbench.bench.vmm_bw import summary_lines as bw_lines
+from workbench.bench.vmm_raw import _Raw, model_geometry, raw_subjects  # noqa: F401 - _Raw: vmm_probe, tests
 from workbench.config import PoolConfig
 from workbench.core.geometry import KVGeometry, Layout
 from workbench.core.ledger import KVCacheManager
 from workbench.gpu.device import CudaDevice
 from workbench.gpu.driver import driver
 from workbench.mini.mapper import BackgroundMapper, LockedKVCacheManager
-from workbench.percentiles import NEAREST, spread
 from workbench.sim.device import SimDevice
 from workbench.units import GiB
 
 GOAL_RATIO = 1.10  # workbench / raw driver, per page id (issue: a fast path to the driver)
-GOAL_BANDWIDTH = 0.99  # VMM / plain, like for like
 WARM_MODES = ("inline", "deferred", "mapper", "cold")
-
-
-def model_geometry(layout: Layout, num_pages: int, num_layers: int = 32) -> KVGeometry:
-    """A Llama-3-8B-like KV: 32 layers, 8 KV heads x 128, bf16, 16-token blocks (32 KiB)."""
-    return KVGeometry(num_layers=num_layers, kv_heads=8, head_dim=128, block_size=16,
-                      num_blocks=64 * num_pages, layout=layout)
 
 
 def _median_us(xs: list[float]) -> float:
@@ -77,11 +72,6 @@ class _Workbench:
             self.shrink(page)
         self.kv.free(self.filler)
         self.kv.close()
-
-
-def _stats(xs: list[float]) -> dict:
-    """median, and p10/p90 by nearest rank: the definition docs/gpu.md's figures used."""
-    return spread(xs, NEAREST)
 
 
 def _abab(subjects: dict[str, Any], pages: int, rounds: int) -> dict[str, dict]:
@@ -133,7 +123,7 @@ def _summarize(raw: dict[str, dict], rounds: int) -> dict:
             per_round = [statistics.median(raw[a][kind][r]) / statistics.median(raw[b][kind][r])
                          for r in range(rounds)]
             out[f"ratio_{kind}_{pair}"] = {
-                **_stats(per_round),
+                **nearest_deciles(per_round),
                 "of_medians": out[a][f"{kind}_us"] / out[b][f"{kind}_us"]}
     return out
 
@@ -216,7 +206,7 @@ def warm_alloc(layout: Layout = Layout.CONTIGUOUS, per_cycle: int = 40, cycles: 
                 for ids in held:
                     kv.free(ids)
             kv.free(filler)
-            out[mode] = {k: v * 1e6 for k, v in _stats(ts).items() if k != "n"}
+            out[mode] = {k: v * 1e6 for k, v in nearest_deciles(ts).items() if k != "n"}
             out[mode]["n"] = len(ts)
         finally:
             if mapper is not None:
@@ -281,8 +271,6 @@ def run_vmm(pages: int = 40, rounds: int = 10, bw_gib: int = 4, with_bandwidth: 
             for k in ("grow", "shrink")),
     }
     if with_bandwidth:
-        from workbench.bench.vmm_bw import bandwidth
-
         say(f"bandwidth, like for like, {bw_repeats} repeats")
         out["bandwidth"] = bandwidth(bw_gib, bw_repeats)
         out["goals"]["bandwidth_ratio_worst"] = min(
@@ -310,8 +298,6 @@ def summary_lines(res: dict) -> list[str]:
             f"{m} p50 {w[m]['median']:.1f} us (p10 {w[m]['p10']:.1f}, p90 {w[m]['p90']:.1f})"
             for m in ("deferred", "mapper", "inline", "cold") if m in w))
     if "bandwidth" in res:
-        from workbench.bench.vmm_bw import summary_lines as bw_lines
-
         lines += bw_lines(res["bandwidth"])
     lines.append(f"vmm C fast path: {res.get('fast_path', 'unknown')}")
     return lines

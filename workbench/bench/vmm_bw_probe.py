@@ -48,6 +48,7 @@ from workbench.bench.vmm_bw_plan import PIECE, Handle, check_plan, per_page, pla
 from workbench.core.geometry import Layout
 from workbench.errors import DeviceError
 from workbench.gpu.driver import call, driver
+from workbench.units import GiB
 
 REGIONS = 64  # 32 layers x (K, V)
 KERNELS = ("sum", "add", "copy", "fill")
@@ -249,7 +250,7 @@ def probe(pages: int, names: tuple[str, ...], kernels: tuple[str, ...], repeats:
         for n in names:
             subj.build(n, pages)
         res: dict[str, Any] = {"pages": pages, "region_MiB": pages * PIECE >> 20,
-                               "total_GiB": REGIONS * pages * PIECE / (1 << 30),
+                               "total_GiB": REGIONS * pages * PIECE / GiB,
                                "skipped": subj.skipped, "plain_segments": subj.segments,
                                "kernels": {}}
         res["grow_us_per_page_id"] = {n: deciles([s * 1e6 for s in per_page(rb.grow_s,

@@ -1,16 +1,26 @@
-"""The raw baselines of ``workbench bench vmm``: one page id's driver calls issued bare, from Python
-through ``cuda.bindings`` (:class:`_Raw`, the issue's "raw driver") and from the C library in one
-call each way (:class:`RawC`, the floor the C fast path can approach).
+"""The KV every part of ``workbench bench vmm`` measures, and its raw baselines: one page id's
+driver calls issued bare, from Python through ``cuda.bindings`` (:class:`_Raw`, the issue's "raw
+driver") and from the C library in one call each way (:class:`RawC`, the floor the C fast path can
+approach).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from workbench.core.geometry import KVGeometry, Layout
+from workbench.engines.models import get_model
 from workbench.gpu.device import CudaDevice
 from workbench.gpu.driver import call, driver
 from workbench.gpu.fastcalls import HEAD, J_M, J_N, J_STAGE, T_WORDS, TARGET, FastCalls
+
+
+def model_geometry(layout: Layout, num_pages: int, num_layers: int = 32) -> KVGeometry:
+    """Llama-3.1-8B's KV (32 layers, 8 KV heads x 128, bf16, 16-token blocks: 32 KiB), 64
+    blocks a page id; ``num_layers``: fewer layers for a quick run."""
+    spec = replace(get_model("llama-3.1-8b"), num_layers=num_layers)
+    return spec.geometry(64 * num_pages, layout=layout)
 
 
 class _Raw:

@@ -11,7 +11,6 @@ from pathlib import Path
 import typer
 
 from workbench.bench.params import parser as _p
-from workbench.cli import app
 from workbench.cli.common import (
     backend_option,
     choice_option,
@@ -23,6 +22,7 @@ from workbench.cli.common import (
     requires,
     requires_torch,
 )
+from workbench.cli.root import app
 
 bench = typer.Typer(help="Benchmarks: the allocator itself, and VMM on a real GPU.",
                     no_args_is_help=True, rich_markup_mode=None)

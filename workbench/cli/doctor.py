@@ -25,8 +25,8 @@ from pathlib import Path
 
 import typer
 
-from workbench.cli import app
 from workbench.cli.common import cli_syntax, out_option, write_json
+from workbench.cli.root import app
 from workbench.manifest import host_hardware, torch_info, workbench_info
 from workbench.terminal import plain
 
@@ -45,8 +45,8 @@ def _dist_commit(dist: str) -> str | None:
 
 def _config() -> dict:
     from workbench.adapters import boot, pth
-    from workbench.config import ENV_PREFIX, PoolConfig
-    from workbench.settings import unknown_names
+    from workbench.config import PoolConfig
+    from workbench.settings import ENV_PREFIX, unknown_names
 
     env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIX)}
     unknown = unknown_names()  # listed below, so the pool config is read without them
@@ -173,7 +173,7 @@ def manifest(check: bool = False) -> dict:
 
 
 def _print(m: dict) -> None:
-    from workbench.config import format_size
+    from workbench.units import format_size
 
     hw, t = m["hardware"], m["torch"]
 

@@ -15,10 +15,10 @@ from rich.text import Text
 
 from workbench.cli.common import console as out_console
 from workbench.cli.common import fail
-from workbench.config import format_size
 from workbench.core import budget_segment as bs
 from workbench.errors import ConfigError, ControlError
 from workbench.terminal import as_text, plain
+from workbench.units import format_size
 
 
 def _holders(state: bs.BudgetState) -> list[dict]:

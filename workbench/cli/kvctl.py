@@ -13,16 +13,16 @@ from collections import Counter
 import typer
 from rich.table import Table
 
-from workbench.cli import app, kvbudget
+import workbench.cli.kvbudget as kvbudget  # by its full name: the package imports this module
 from workbench.cli.common import console as out_console
 from workbench.cli.common import fail
-from workbench.config import format_size, parse_size
+from workbench.cli.root import app
 from workbench.core import control, limit_requests
 from workbench.core.segment import SHM_DIR
 from workbench.errors import ConfigError, ControlError
 from workbench.ranges import Num
 from workbench.terminal import plain
-from workbench.units import align_down
+from workbench.units import align_down, format_size, parse_size
 
 kvctl = typer.Typer(help="Control elastic KV pools through their shared-memory segments.",
                     no_args_is_help=True, rich_markup_mode=None)

@@ -16,9 +16,10 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.text import Text
 
-from workbench.cli import app, kvbudget
-from workbench.config import format_size
+import workbench.cli.kvbudget as kvbudget  # by its full name: the package imports this module
+from workbench.cli.root import app
 from workbench.core import control
+from workbench.units import format_size
 
 GLYPHS = {"free": ("·", "grey42"), "reserved": ("○", "yellow"), "in_use": ("█", "green"),
           "retired": ("▒", "magenta"), "reclaimed": ("×", "grey23"), "quarantined": ("!", "red")}

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import typer
 
-from workbench.cli import app
+from workbench.cli.root import app
 
 START = "chapters/00_start_here.ipynb"
 KERNEL = "workbench"

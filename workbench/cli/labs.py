@@ -21,8 +21,8 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from workbench import labs as registry
-from workbench.cli import app
 from workbench.cli.common import backend_option, err_console, fail, missing
+from workbench.cli.root import app
 from workbench.engines.kinds import REGISTRY as KINDS
 from workbench.errors import ConfigError
 from workbench.labs import LABS, get_lab

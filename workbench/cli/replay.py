@@ -9,12 +9,12 @@ import typer
 from rich.table import Table
 
 from workbench.backends import BACKENDS, capabilities, make_device
-from workbench.cli import app
 from workbench.cli.common import backend_option, console, fail, out_option, write_json
-from workbench.config import format_size
+from workbench.cli.root import app
 from workbench.core.replay import load_trace, replay
 from workbench.errors import WorkbenchError
 from workbench.terminal import as_text
+from workbench.units import format_size
 
 
 @app.command("replay", short_help='Replay an op trace on a backend.')

@@ -7,8 +7,8 @@ import time
 
 import typer
 
-from workbench.cli import app
 from workbench.cli.common import choice_option, device_option, fail, model_names, requires_torch
+from workbench.cli.root import app
 from workbench.errors import ConfigError
 from workbench.owned import ended_by_signals
 from workbench.ranges import Num
@@ -111,10 +111,10 @@ def _engine(model: str, device: str, kv: str, style: str, kv_memory: str, block_
     """The engine ``serve`` runs, and the device it chose; ConfigError on a bad option."""
     import torch
 
-    from workbench.config import parse_size
     from workbench.mini.engine import Engine, EngineConfig
     from workbench.mini.kv import KVSpec
     from workbench.mini.model import get_config
+    from workbench.units import parse_size
 
     device = _device(device, torch)
     spec = KVSpec(style=style, backend=kv, kv_bytes=parse_size(kv_memory),

@@ -20,9 +20,11 @@ from dataclasses import dataclass
 from enum import Enum
 
 from workbench.errors import ConfigError
+from workbench.knobs import default
 from workbench.units import MiB
 
-DEFAULT_PAGE_SIZE = 2 * MiB
+# the pool knob's default, so a default config and a default geometry agree
+DEFAULT_PAGE_SIZE: int = default("page_size")
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1, "int8": 1}
 
 

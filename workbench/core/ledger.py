@@ -6,6 +6,18 @@ the rollback follow the normal free path). ``free`` validates every id before to
 
 Choosing a page is best fit: the page with the fewest free blocks that still covers the rest of the
 request, else the emptiest one, so requests pack into few pages and whole pages empty sooner.
+
+A page's blocks are one run of ids. Opening a page hands some out and stacks the rest (lowest on
+top); a page whose every block is back goes to the page allocator. Two whole-page lanes take the
+common case of ``bench vmm`` and of an engine that sizes requests by pages: an alloc that one new
+page covers (nothing free, nothing held, no reserved page) asks the page allocator directly, whose
+checks are then the pre-check's; a free of exactly the list a whole-page alloc returned empties
+that page without per-id work. Both end in the same state, events and refusals as the general
+path.
+
+A memory limit is revisioned (:mod:`workbench.core.limits` says which requests are refused): every
+request is answered with a :class:`LimitResult` and recorded as an event; impossible values are
+rejected, never raised, so a remote caller always gets an answer.
 """
 
 from __future__ import annotations
@@ -14,13 +26,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from workbench.config import PoolConfig
-from workbench.core.blockset import BlockSet
+from workbench.core.blockset import _ONES, BlockSet, ones, zeros
 from workbench.core.device import Device
-from workbench.core.events import EventLog
+from workbench.core.events import Event, EventLog
 from workbench.core.geometry import KVGeometry, Layout
-from workbench.core.ledger_blocks import LedgerBlocks
 from workbench.core.ledger_state import PoolSnapshot, check_invariants, checked_free_ids
-from workbench.core.limits import LimitOutcome, LimitResult, PoolLimits
+from workbench.core.limits import LimitOutcome, LimitResult, refusal
 from workbench.core.pages import PageAllocator
 from workbench.core.vspace import KVSpace
 from workbench.errors import ConfigError, PoolClosedError, WorkbenchError
@@ -28,7 +39,7 @@ from workbench.errors import ConfigError, PoolClosedError, WorkbenchError
 NULL_BLOCK = 0
 
 
-class KVCacheManager(LedgerBlocks, PoolLimits):
+class KVCacheManager:
     def __init__(self, geometry: KVGeometry, device: Device | None = None, *, name: str = "pool",
                  config: PoolConfig | None = None, events: EventLog | None = None,
                  reserve_null_block: bool = True, defer_release: bool = False,
@@ -244,6 +255,145 @@ class KVCacheManager(LedgerBlocks, PoolLimits):
         self.poll_control()
         self._publish()
 
+    # -- blocks on pages, and the whole-page lanes -------------------------------------------
+    def _alloc_new_page(self, n: int) -> list[int] | None:
+        """``alloc(n)`` when one new page covers it and nothing else can (no free block, no held
+        block, no reserved page): the page allocator's own checks are the pre-check's (limit,
+        shrinking, free ids, device headroom, read once), so it is asked directly."""
+        alloc = self.allocated
+        if self.geometry.num_blocks - alloc._n < n:  # the pre-check's other bound
+            self.misses += 1
+            return None
+        page = self.pages.alloc_page()
+        if page is None:
+            self.misses += 1
+            return None
+        run = self._page_run.get(page)
+        if run is not None and len(run) == n:  # the whole page (opened before): _open_page
+            self.free_blocks[page] = []
+            b0 = run[0]
+            alloc._bits[b0:b0 + n] = _ONES.get(n) or ones(n)
+            alloc._n += n
+            if self.control is not None:
+                self.control.publish()
+            return run.copy()
+        out = self._open_page(page, n)
+        if len(out) < n:  # a short last page: the general path takes the rest (or rolls back)
+            try:
+                while len(out) < n:
+                    page = self.pages.alloc_page()
+                    if page is None:
+                        self._rollback(out, 0)
+                        return None
+                    out += self._open_page(page, n - len(out))
+            except Exception:
+                self._rollback(out, 0)
+                raise
+        if self.control is not None:
+            self.control.publish()
+        return out
+
+    def _open_page(self, page: int, take: int) -> list[int]:
+        """Start the free stack of a page just handed out and take ``take`` blocks off it.
+
+        The same as stacking the page's blocks lowest on top and popping ``take`` of them, but
+        the taken blocks never enter the stack (an alloc of a whole page builds no stack at all).
+        """
+        blocks = self._block_ids.get(page)
+        if blocks is None:
+            blocks = self._block_ids[page] = tuple(self.geometry.page_blocks(page))
+            self._page_run[page] = list(blocks)
+        k = len(blocks)
+        if take >= k:  # a whole page: no stack to build
+            self.free_blocks[page] = []
+            if k:
+                b0 = blocks[0]
+                alloc = self.allocated
+                alloc._bits[b0:b0 + k] = ones(k)  # BlockSet.add_run, inlined
+                alloc._n += k
+            return self._page_run[page].copy()
+        stack = list(blocks[take:])
+        stack.reverse()  # the lowest free block on top
+        self.free_blocks[page] = stack
+        self.num_free += k - take
+        if take:
+            self.allocated.add_run(blocks[0], blocks[0] + take)  # a page's ids are one run
+        return list(blocks[:take])
+
+    def _pick_page(self, need: int) -> int | None:
+        best, best_n, most, most_n = None, 1 << 62, None, 0
+        limit = self.pages.limit_pages
+        for page, stack in self.free_blocks.items():
+            k = len(stack)
+            if not k or page >= limit:
+                continue
+            if need <= k < best_n:
+                best, best_n = page, k
+            if k > most_n:
+                most, most_n = page, k
+        return best if best is not None else most
+
+    def _all_allocated(self, ids: list[int]) -> bool:
+        """Every id (ints, distinct) is an allocated block: one C-level pass over the bitmap."""
+        bits = self.allocated._bits
+        return not ids or (0 <= min(ids) and max(ids) < len(bits)
+                and 0 not in bytes(map(bits.__getitem__, ids)))
+
+    def _free_whole_page(self, ids: list[int]) -> bool:
+        """``free`` of exactly the list a whole-page alloc returned (the same ids in the same
+        order, all still allocated): the page empties at once. False: take the general path."""
+        b0 = ids[0]
+        if type(b0) is not int or b0 < 2:  # (page 0 holds the null block and the id 1 == True)
+            return False
+        page = b0 * self._block_bytes // self._page_size
+        run = self._page_run.get(page)
+        if (run is None or ids != run or type(sum(ids)) is not int
+                or self.free_blocks.get(page) != []):
+            return False
+        # every block of the page is out (its free stack is empty): all are allocated
+        k = len(run)
+        alloc = self.allocated
+        alloc._bits[b0:b0 + k] = zeros(k)  # BlockSet.discard_run, inlined
+        alloc._n -= k
+        del self.free_blocks[page]  # it had no free block: num_free is unchanged
+        self.pages.free_page(page)
+        if self._pending is not None:
+            self._converge()
+        return True
+
+    def _free_ids(self, ids: list[int]) -> None:
+        bb, ps, cap, limit = self._block_bytes, self._page_size, self._capacity, \
+            self.pages.limit_pages
+        free_blocks, emptied = self.free_blocks, []
+        if not ids:
+            return
+        self.allocated.discard_known(ids)
+        # The common case is one page; block -> page is monotone, so the lowest and the highest
+        # id decide it. sorted() finds them ~3x faster than min() + max() here: it compares ints
+        # on a fast path and takes alloc's ascending runs (or their reverse) in one pass.
+        order = sorted(ids)
+        first = order[0] * bb // ps
+        if order[-1] * bb // ps == first:
+            groups = {first: ids}
+        else:
+            groups: dict[int, list[int]] = {}
+            for b in ids:
+                groups.setdefault(b * bb // ps, []).append(b)
+        for page, blocks in groups.items():
+            stack = free_blocks[page]
+            stack.extend(blocks)
+            if page < limit:
+                self.num_free += len(blocks)
+            if len(stack) == cap[page]:
+                emptied.append(page)
+        for page in emptied:
+            if page < limit:
+                self.num_free -= len(free_blocks[page])
+            del free_blocks[page]
+            self.pages.free_page(page)
+        if self._pending is not None:
+            self._converge()
+
     # -- reserve (SGLang-style try_to_reserve) -----------------------------------------------
     def try_to_reserve(self, n: int) -> bool:
         ids = self.alloc(n)
@@ -259,7 +409,55 @@ class KVCacheManager(LedgerBlocks, PoolLimits):
             self._free_ids(ids)
             self._publish()
 
-    # -- limits (set_limit and its outcomes: core/limits.py) ---------------------------------
+    # -- limits ------------------------------------------------------------------------------
+    def set_limit(self, limit: int, revision: int | None = None) -> LimitResult:
+        """Ask the pool to hold at most ``limit`` bytes. See :class:`LimitOutcome`."""
+        self._check_open()
+        why = refusal(limit, revision, revision_now=self.revision, limit_now=self.limit_bytes,
+                      capacity=self.capacity_bytes, page_id_bytes=self.geometry.page_id_bytes,
+                      failed=bool(self.pages.failed))
+        if why is None:
+            return self._apply_limit(limit, limit // self.geometry.page_id_bytes, revision)
+        outcome, reason = why
+        if outcome is LimitOutcome.APPLIED:  # the revision in force, asked again: no event
+            return self.limit_state
+        return self._limit_event(outcome, reason)
+
+    def _apply_limit(self, limit: int, target: int, revision: int | None) -> LimitResult:
+        self.revision = revision if revision is not None else self.revision + 1
+        self.limit_bytes = limit
+        self.free_reserved()  # held blocks must not pin the tail
+        done = self.pages.set_limit_pages(target)
+        self.num_free = sum(len(s) for p, s in self.free_blocks.items() if p < target)
+        self._pending = None if done else self._state(LimitOutcome.DEFERRED)
+        result = self._pending or self._state(LimitOutcome.APPLIED)
+        self._emit_limit(result)
+        self._publish()
+        return result
+
+    def _state(self, outcome: LimitOutcome, reason: str = "") -> LimitResult:
+        return LimitResult(outcome, self.limit_bytes, self.revision, self.pages.limit_pages,
+                           reason)
+
+    def _limit_event(self, outcome: LimitOutcome, reason: str) -> LimitResult:
+        result = self._state(outcome, reason)
+        self._emit_limit(result)
+        return result
+
+    def _emit_limit(self, r: LimitResult) -> None:
+        self.events.emit(Event(self.device.now(), self.name, -1, f"limit@{r.revision}",
+                               r.outcome.value, f"limit {r.limit} bytes -> {r.target_pages} pages"
+                               + (f": {r.reason}" if r.reason else "")))
+
+    def _converge(self) -> None:
+        if self.pages.enforce_limit():
+            self._pending = None
+            self._emit_limit(self._state(LimitOutcome.APPLIED, "converged"))
+
+    @property
+    def limit_state(self) -> LimitResult:
+        return self._pending or self._state(LimitOutcome.APPLIED)
+
     def trim(self) -> int:
         self._check_open()
         n = self.pages.trim()

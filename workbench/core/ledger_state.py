@@ -11,13 +11,29 @@ from __future__ import annotations
 import numbers
 import operator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from workbench.core.blockset import BlockSet
 from workbench.core.events import PageState
+from workbench.core.geometry import KVGeometry
+from workbench.core.pages import PageAllocator
+from workbench.core.vspace import KVSpace
 from workbench.errors import ConfigError, StateConsistencyError
 
-if TYPE_CHECKING:
-    from workbench.core.ledger import KVCacheManager
+
+class LedgerView(Protocol):
+    """What these readers read of a :class:`~workbench.core.ledger.KVCacheManager` (named here,
+    so the ledger imports this module and not the other way round)."""
+
+    name: str
+    geometry: KVGeometry
+    pages: PageAllocator
+    space: KVSpace
+    allocated: BlockSet
+    free_blocks: dict[int, list[int]]
+    reserved_blocks: list[int]
+    num_free: int
+    null_block: int | None
 
 
 @dataclass(slots=True)
@@ -47,7 +63,7 @@ class PoolSnapshot:
         return self.counts["reserved"] * self.page_id_bytes
 
 
-def checked_free_ids(kv: KVCacheManager, ids: object) -> list[int]:
+def checked_free_ids(kv: LedgerView, ids: object) -> list[int]:
     """The ids of a ``free(ids)`` call as plain ints, or a ConfigError naming the first bad one:
     not a list of ids, not an integer (a float such as 2.0 or a bool is refused), outside the
     pool, the null block, not allocated, listed twice, or held in the pool's reserve."""
@@ -85,7 +101,7 @@ def _short(x: object) -> str:
     return text if len(text) <= 40 else text[:36] + "..."
 
 
-def check_invariants(kv: KVCacheManager) -> None:
+def check_invariants(kv: LedgerView) -> None:
     """Raise StateConsistencyError if the ledger and the page states disagree (tests use it)."""
     p, g = kv.pages, kv.geometry
     if sum(p.counts.values()) != p.num_pages:

@@ -1,6 +1,7 @@
 """Model presets, one registry with one name per model (seed 001 §3, §9): the numbers the KV
 geometry and the step-time model need, and for Llama-shaped models the decoder shape the mini
-engine builds (``workbench.mini.model.get_config`` reads it; torch is not imported here).
+engine builds (``workbench.mini.model.get_config`` reads it, under the same field names, and its
+sizes come from :func:`kv_bytes_per_token` and :func:`llama_params`; torch is not imported here).
 
 Sources: the models' public ``config.json`` files on Hugging Face (layers, heads, head_dim,
 kv_lora_rank) and their model cards (parameter counts). MLA (DeepSeek-V2-Lite) caches one latent
@@ -48,13 +49,19 @@ class ModelSpec:
     @property
     def kv_bytes_per_token(self) -> int:
         """KV bytes of one token across every layer and buffer."""
-        bufs = 1 if self.mla else 2
-        return self.num_layers * bufs * self.kv_heads * self.head_dim * self.dtype_bytes
+        return kv_bytes_per_token(self.num_layers, self.kv_heads, self.head_dim,
+                                  dtype_bytes=self.dtype_bytes, mla=self.mla)
 
     def geometry(self, num_blocks: int, block_size: int = 16, **kw) -> KVGeometry:
         return KVGeometry.for_model(num_layers=self.num_layers, kv_heads=self.kv_heads,
                                     head_dim=self.head_dim, mla=self.mla, block_size=block_size,
                                     num_blocks=num_blocks, dtype_bytes=self.dtype_bytes, **kw)
+
+
+def kv_bytes_per_token(num_layers: int, kv_heads: int, head_dim: int, *, dtype_bytes: int = 2,
+                       mla: bool = False) -> int:
+    """KV bytes of one token across every layer: K and V, or MLA's one latent buffer."""
+    return num_layers * (1 if mla else 2) * kv_heads * head_dim * dtype_bytes
 
 
 def llama_params(num_layers: int, q_heads: int, kv_heads: int, head_dim: int,

@@ -258,7 +258,7 @@ def run(cfg: ColoConfig, log=print) -> list[dict]:
     _sync(cfg.device)
     name = torch.cuda.get_device_name() if cfg.device.startswith("cuda") else "cpu"
     head = {"config": asdict(cfg), "device": name, "model_build_s": time.perf_counter() - t,
-            "weights_bytes_per_instance": mcfg.num_params * 2}
+            "weights_bytes_per_instance": mcfg.params * 2}
     compiles = CompileLog()
     head["compile_hook"] = compiles.installed if compiles.install() else None
     clusters: dict[str, Cluster] = {}

@@ -71,12 +71,12 @@ class KVSpec:
 def geometry_for(cfg: ModelConfig, spec: KVSpec) -> KVGeometry:
     bs = spec.block_size
     layout = Layout.CONTIGUOUS if spec.style == "block" else Layout.PER_LAYER
-    block_all = bs * cfg.kv_token_bytes  # one block across every layer and buffer
+    block_all = bs * cfg.kv_bytes_per_token  # one block across every layer and buffer
     num_blocks = spec.kv_bytes // block_all
     if num_blocks < 2:
         raise ConfigError(f"kv_bytes={spec.kv_bytes}", f"holds {num_blocks} blocks of {bs} tokens",
                           f"give the pool at least {2 * block_all} bytes")
-    return KVGeometry(num_layers=cfg.num_layers, kv_heads=cfg.num_kv_heads,
+    return KVGeometry(num_layers=cfg.num_layers, kv_heads=cfg.kv_heads,
                       head_dim=cfg.head_dim, block_size=bs, num_blocks=num_blocks,
                       page_size=spec.page_size, layout=layout)
 

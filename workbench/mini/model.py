@@ -11,24 +11,34 @@ each token's K/V goes in the paged cache and which tokens each query may see.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 import torch
 from torch import nn
 
-from workbench.engines.models import MODELS, get_model
+from workbench.engines.models import (
+    MODELS,
+    DecoderShape,
+    get_model,
+    kv_bytes_per_token,
+    llama_params,
+)
 from workbench.errors import ConfigError
 from workbench.mini import fused
 
 
 @dataclass(frozen=True, slots=True)
 class ModelConfig:
+    """A registry model's shape (:class:`~workbench.engines.models.ModelSpec`'s attention fields
+    and :class:`~workbench.engines.models.DecoderShape`'s, under their names), flat so a test can
+    override any one, and the seed of its random weights."""
+
     name: str
     vocab_size: int
     hidden_size: int
     num_layers: int
-    num_heads: int
-    num_kv_heads: int
+    q_heads: int
+    kv_heads: int
     head_dim: int
     intermediate_size: int
     rope_theta: float = 500_000.0
@@ -37,24 +47,28 @@ class ModelConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.num_heads % self.num_kv_heads:
-            raise ConfigError(f"{self.num_heads} heads over {self.num_kv_heads} KV heads",
+        if self.q_heads % self.kv_heads:
+            raise ConfigError(f"{self.q_heads} heads over {self.kv_heads} KV heads",
                               "GQA needs whole query groups",
-                              "make num_heads a multiple of num_kv_heads")
+                              "make q_heads a multiple of kv_heads")
         if self.head_dim % 2:
             raise ConfigError(f"head_dim={self.head_dim}", "RoPE rotates pairs",
                               "use an even head_dim")
 
     @property
-    def num_params(self) -> int:
-        h, i, v = self.hidden_size, self.intermediate_size, self.vocab_size
-        attn = h * self.head_dim * (self.num_heads * 2 + self.num_kv_heads * 2)
-        return self.num_layers * (attn + 3 * h * i + 2 * h) + 2 * v * h + h
+    def decoder(self) -> DecoderShape:
+        return DecoderShape(self.vocab_size, self.hidden_size, self.intermediate_size,
+                            self.rope_theta, self.rms_eps, self.max_position)
 
     @property
-    def kv_token_bytes(self) -> int:
+    def params(self) -> int:
+        return llama_params(self.num_layers, self.q_heads, self.kv_heads, self.head_dim,
+                            self.decoder)
+
+    @property
+    def kv_bytes_per_token(self) -> int:
         """bf16 K and V bytes per token across every layer."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * 2
+        return kv_bytes_per_token(self.num_layers, self.kv_heads, self.head_dim)
 
 
 def get_config(name: str, **overrides) -> ModelConfig:
@@ -66,11 +80,8 @@ def get_config(name: str, **overrides) -> ModelConfig:
         llama = ", ".join(n for n, m in MODELS.items() if m.decoder is not None)
         raise ConfigError(f"model {name!r}", "has no Llama-shaped decoder preset",
                           f"use one of {llama}")
-    cfg = ModelConfig(spec.name, vocab_size=d.vocab_size, hidden_size=d.hidden_size,
-                      num_layers=spec.num_layers, num_heads=spec.q_heads,
-                      num_kv_heads=spec.kv_heads, head_dim=spec.head_dim,
-                      intermediate_size=d.intermediate_size, rope_theta=d.rope_theta,
-                      rms_eps=d.rms_eps, max_position=d.max_position)
+    cfg = ModelConfig(spec.name, num_layers=spec.num_layers, q_heads=spec.q_heads,
+                      kv_heads=spec.kv_heads, head_dim=spec.head_dim, **asdict(d))
     return replace(cfg, **overrides)
 
 
@@ -122,7 +133,7 @@ class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()
         self.layer = layer
-        self.nh, self.nkv, self.hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        self.nh, self.nkv, self.hd = cfg.q_heads, cfg.kv_heads, cfg.head_dim
         self.qkv = nn.Linear(cfg.hidden_size, (self.nh + 2 * self.nkv) * self.hd, bias=False)
         self.o = nn.Linear(self.nh * self.hd, cfg.hidden_size, bias=False)
 

@@ -49,6 +49,7 @@ from workbench.mini.protocol import (
     encode,
     parse_request,
 )
+from workbench.units import MiB
 
 __all__ = ["ServerConfig", "MiniServer", "start_server", "shutdown_server", "encode", "decode"]
 
@@ -58,7 +59,7 @@ class ServerConfig:
     queue_capacity: int = 256  # requests admitted at once (waiting + running); more get 503
     retry_after_s: int = 1
     body_timeout_s: float = 10.0  # the whole body must arrive within this
-    max_body_bytes: int = 1 << 20
+    max_body_bytes: int = MiB
     backlog: int = 2048  # pending TCP connections the kernel keeps before uvicorn accepts them
     max_connections: int = 1024  # open connections + tasks; past it uvicorn answers 503 itself
     verbose: bool = False

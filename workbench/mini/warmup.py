@@ -189,7 +189,7 @@ def _probe(layers: int, profile: bool, device: str = "cuda", model: str = "llama
     print(f"triton compile hook: {log.installed or 'none'}" if log.install() else
           "triton compile hook: not available")
     mcfg = get_config(model, num_layers=layers)
-    kv_bytes = int(5440 * mcfg.kv_token_bytes)  # the colocation lab's static split, per engine
+    kv_bytes = int(5440 * mcfg.kv_bytes_per_token)  # the colocation lab's static split, per engine
     t = time.perf_counter()
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     eng = Engine(mcfg, KVSpec("block", "static", kv_bytes), device,

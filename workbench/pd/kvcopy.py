@@ -49,7 +49,7 @@ def placement(src: torch.device, dst: torch.device) -> str:
 
 def block_nbytes(kv: KVStore) -> int:
     """Bytes of one block across every layer and both buffers (what one block's copy moves)."""
-    return kv.block_size * kv.cfg.kv_token_bytes
+    return kv.block_size * kv.cfg.kv_bytes_per_token
 
 
 def check_compatible(src: KVStore, dst: KVStore) -> None:

@@ -26,6 +26,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+# by its full name: ``from workbench.transport import wire`` names the package, whose __init__
+# imports this module (an import circle)
+import workbench.transport.wire as wire
 from workbench import owned
 from workbench.core.coordinator import (
     Answer,
@@ -45,7 +48,6 @@ from workbench.core.messages import (
     decode_request,
     reply_or_raw,
 )
-from workbench.transport import wire
 from workbench.transport.paths import make_pool_dir, remove_pool_dir, socket_path
 
 

@@ -16,11 +16,12 @@ from typing import Any
 
 from workbench import strictjson
 from workbench.errors import FrameError, PeerClosedError
+from workbench.units import MiB
 
 __all__ = ["MAX_DEPTH", "MAX_FRAME", "FrameError", "FrameReader", "decode", "encode", "recv",
            "send"]
 
-MAX_FRAME = 1 << 20  # a page decision is a few hundred bytes; a state reply of 100k pages fits
+MAX_FRAME = MiB  # a page decision is a few hundred bytes; a state reply of 100k pages fits
 MAX_DEPTH = 32  # a protocol message nests 3 deep
 _LEN = struct.Struct(">I")
 _ESCAPE = re.compile(rb"\\.", re.DOTALL)  # both patterns match in linear time: no backtracking

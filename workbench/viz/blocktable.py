@@ -15,6 +15,7 @@ from plotly.subplots import make_subplots
 
 from workbench.core.geometry import KVGeometry
 from workbench.errors import ConfigError
+from workbench.units import GiB
 from workbench.viz.style import EDGE, FONT, TINTS, WHITE, page_color
 
 
@@ -148,7 +149,7 @@ def describe_geometry(geo: KVGeometry) -> str:
         f"{geo.num_buffers} buffer(s)",
         f"maps per page   {geo.maps_per_page:>12} ({geo.layout.value} layout)",
         f"pool            {geo.num_blocks:,} blocks on {geo.num_pages} page ids = "
-        f"{geo.virtual_bytes / (1 << 30):.2f} GiB virtual",
+        f"{geo.virtual_bytes / GiB:.2f} GiB virtual",
     ])
 
 

@@ -20,6 +20,7 @@ from workbench.core.geometry import DEFAULT_PAGE_SIZE, KVGeometry
 from workbench.core.ledger import KVCacheManager
 from workbench.engines.sched.block_pool import BlockPool, hash_chain
 from workbench.errors import ConfigError
+from workbench.units import GiB
 from workbench.viz.style import FONT, RULE, WHITE, pool_color
 from workbench.viz.trace import Recording
 
@@ -60,7 +61,7 @@ class LayerSpec:
         return KVGeometry.for_model(num_layers=self.num_layers, kv_heads=self.kv_heads,
                                     head_dim=self.head_dim, mla=self.kind == "mla",
                                     block_size=self.block_size, num_blocks=num_blocks,
-                                    dtype_bytes=self.dtype_bytes, page_size=1 << 30)
+                                    dtype_bytes=self.dtype_bytes, page_size=GiB)
 
     @property
     def state_bytes(self) -> int:

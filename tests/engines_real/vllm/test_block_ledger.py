@@ -11,9 +11,10 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from workbench.adapters.vllm.ledger import BlockLedger, PoolExhausted
 from workbench.backends import make_device
-from workbench.config import MiB, PoolConfig
+from workbench.config import PoolConfig
 from workbench.core.events import PageState
 from workbench.core.geometry import KVGeometry, Layout
+from workbench.units import MiB
 
 # 2 layers x 256 KiB blocks: 8 blocks per 2 MiB page, 8 pages
 GEO = dict(num_layers=2, kv_heads=1, head_dim=256 * 1024, block_size=1, num_blocks=64,

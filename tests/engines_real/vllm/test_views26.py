@@ -11,8 +11,9 @@ import torch
 from workbench.adapters.vllm.ledger import BlockLedger
 from workbench.adapters.vllm.worker26 import _layer_view
 from workbench.backends import make_device
-from workbench.config import MiB, PoolConfig
+from workbench.config import PoolConfig
 from workbench.core.geometry import KVGeometry, Layout
+from workbench.units import MiB
 
 NB, BS, H, D, L = 128, 16, 4, 64, 3  # 16-token blocks of 4 heads x 64: 16 KiB (K+V) in bf16
 

@@ -31,6 +31,7 @@ from workbench.engines.metrics import SLO, MemorySample, Summary, summarize
 from workbench.engines.real.client import Outcome, Sampling, Sender
 from workbench.engines.real.procs import Reaper, install_handlers
 from workbench.engines.sched.request import Request
+from workbench.settings import ENV_PREFIX
 
 REPO = Path(__file__).resolve().parents[3]
 STAND_INS: dict[str, list[str]] = {}  # kind name -> a stand-in server's command (tests)
@@ -184,7 +185,7 @@ class ServerEngine:
 
     # -- life cycle ----------------------------------------------------------------------
     def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("WORKBENCH_KV_")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
         env.update(DO_NOT_TRACK="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                    TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1",
                    PYTHONPATH=os.pathsep.join(

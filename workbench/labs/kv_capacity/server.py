@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from workbench.labs.kit import server_rig as rig
+from workbench.units import GiB
 
-GiB = 1 << 30
 STOCK_KV_GPU = 8 * GiB  # the KV bytes stock vLLM is given on CUDA
 
 

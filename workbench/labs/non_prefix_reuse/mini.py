@@ -90,7 +90,7 @@ def measure(case: str, seed: int, ratios: tuple[float, ...] = RATIOS) -> list[di
     # cache holds it; every later stored segment alone at its target positions (re-rotated)
     n_pre = sum(len(s) for s, _ in segs[:-1]) if exact else \
         (len(segs[0][0]) if segs[0][1] == "stored" else 0)
-    k = {i: torch.zeros(len(ids), cfg.num_kv_heads, cfg.head_dim) for i in range(cfg.num_layers)}
+    k = {i: torch.zeros(len(ids), cfg.kv_heads, cfg.head_dim) for i in range(cfg.num_layers)}
     v = {i: torch.zeros_like(k[i]) for i in k}
     pieces = [(0, n_pre)] if n_pre else []
     blendable: list[int] = []

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 # tokens a 2 MiB page), and for the recycling case prompts long enough that one wave spans
 # several pages, so pages really are unmapped and mapped again; the tiny model's own 512-byte
 # tokens would all sit on page 0.
-WIDE = {"num_heads": 8, "num_kv_heads": 8, "head_dim": 256}
+WIDE = {"q_heads": 8, "kv_heads": 8, "head_dim": 256}
 POOL = 64 << 20  # bytes of KV (all layers): 256 blocks of 16 tokens
 LONG = {"first": 384, "step": 64}  # the recycling case's prompt lengths: 384, 448, ...
 SPARE = 2  # the pressure case's pool: the largest request's blocks + the null block + SPARE
@@ -94,7 +94,7 @@ def run_seed(bench: Bench, seed: int, n_prompts: int, n_tokens: int, flip: bool,
     prompts = make_prompts(bench.cfg.vocab_size, n_prompts, seed)
     long_prompts = make_prompts(bench.cfg.vocab_size, n_prompts, seed, **LONG)
     longest = -(-(max(map(len, prompts)) + n_tokens) // 16)
-    tight = (longest + 1 + SPARE) * 16 * bench.cfg.kv_token_bytes
+    tight = (longest + 1 + SPARE) * 16 * bench.cfg.kv_bytes_per_token
     base = bench.run("static", prompts, n_tokens, kv_bytes=POOL)
     dense = bench.dense(prompts, n_tokens)
     row = _row("paged vs dense", "attention: paged KV (static) instead of dense (no cache, the "

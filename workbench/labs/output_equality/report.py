@@ -74,7 +74,7 @@ def markdown(out: dict[str, Any], tabs: dict[str, list], p: OutputEqualityParams
     m = out["model"]
     lines = ["# Output equality: static vs elastic KV, and a layout canary", "",
              f"The mini engine on {out['device']}: model `{p.model}` ({m['layers']} layers) with "
-             f"{m['num_kv_heads']} KV heads of {m['head_dim']}, bf16, random weights seeded by "
+             f"{m['kv_heads']} KV heads of {m['head_dim']}, bf16, random weights seeded by "
              f"the model config; {out['prompts']} prompts per seed, {out['max_tokens']} greedy "
              f"tokens each; seeds {out['seeds']}, the case order reversed on odd seeds.", "",
              "**Expected (seed 000 §13)**: a normal memory curve does not prove the KV "

@@ -111,7 +111,7 @@ def run_real(backend: str, model: str, gpus: int, lens: tuple[int, ...],
     name = model or ("llama-3.1-8b" if capabilities(backend).cuda else "tiny")
     cfg = get_config(name)
     models = models_on(cfg, [where.prefill, where.decode, where.colocated])
-    kv_bytes = max(32 * MiB, 2 * (max(lens) + max_tokens) * cfg.kv_token_bytes)
+    kv_bytes = max(32 * MiB, 2 * (max(lens) + max_tokens) * cfg.kv_bytes_per_token)
     colo = _engine(cfg, models[where.colocated], where.colocated, kv_bytes, "colocated")
     pair = PDPair(_engine(cfg, models[where.prefill], where.prefill, kv_bytes, "prefill"),
                   _engine(cfg, models[where.decode], where.decode, kv_bytes, "decode"))

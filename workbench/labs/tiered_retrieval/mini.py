@@ -65,7 +65,7 @@ class _Rig:
         from workbench.mini.hosttier import attach_host_tier
         from workbench.mini.kv import KVSpec
 
-        s, kvb = self.s, self.mcfg.kv_token_bytes
+        s, kvb = self.s, self.mcfg.kv_bytes_per_token
         tokens = 2 * (s.doc_len + s.question_len + s.output_len) + 64
         spec = KVSpec(backend="vmm", kv_bytes=tokens * kvb, block_size=16)
         eng = Engine(self.mcfg, spec, self.device, EngineConfig(prefix_caching=group == "hbm"),
@@ -117,7 +117,7 @@ def run_group(rig: _Rig, group: str, seed: int) -> dict[str, Any]:
             "save": {"d2h_s": sum(x.seconds for x in saves), "remote_s": 0.0,
                      "payload_bytes": 0, "saves": len(saves),
                      "d2h_bytes": sum(x.nbytes for x in saves)},
-            "row_bytes": 16 * rig.mcfg.kv_token_bytes}
+            "row_bytes": 16 * rig.mcfg.kv_bytes_per_token}
 
 
 def run_mini(p: Any, backend: str, progress: Progress | None = None) -> dict[str, Any]:
@@ -134,5 +134,5 @@ def run_mini(p: Any, backend: str, progress: Progress | None = None) -> dict[str
     device = (rig.torch.cuda.get_device_name() if rig.device.type == "cuda"
               else "cpu (host backend)")
     return {"setup": s, "seeds": s.seeds, "order": [f"{g}/{sd}" for g, sd in order],
-            "runs": runs, "device": device, "kv_token_bytes": rig.mcfg.kv_token_bytes,
+            "runs": runs, "device": device, "kv_token_bytes": rig.mcfg.kv_bytes_per_token,
             "l2": L2_NOT_RUN}
