@@ -16,6 +16,7 @@ it could not measure and stays valid JSON.
 
 from __future__ import annotations
 
+import errno
 import gzip
 import io
 import json
@@ -107,7 +108,12 @@ def read_file(path: str | os.PathLike, what: str, fix: str, max_bytes: int = MAX
 
 
 def _read_regular(p: Path, max_bytes: int) -> bytes:
-    fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError as err:
+        if err.errno == errno.ELOOP:  # O_NOFOLLOW's answer for a link in the last component
+            raise RefusedJSON("is not a regular file (no link)") from None
+        raise
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

@@ -112,14 +112,17 @@ def test_charges_and_credits_racing_keep_the_sum_within_the_total(tmp_path):
     watcher.close()
 
 
-def _grabber(shm: str, total: int, go, out) -> None:
-    """Charge one unit at a time until a miss: the tightest race for the last bytes."""
+def _grabber(shm: str, total: int, go, out, done) -> None:
+    """Charge one unit at a time until a miss: the tightest race for the last bytes. Each stays
+    running until all have missed: an exited grabber's bytes are free for the others to reclaim
+    (a zombie is not running), which would be no over-commit but would break the count."""
     b = SharedBudget.open("host", total, shm_dir=shm)
     go.wait()
     n = 0
     while b.charge(UNIT):
         n += 1
     out.put(n)
+    done.wait()
 
 
 UNIT = 4096
@@ -128,8 +131,8 @@ UNIT = 4096
 def test_bare_charges_racing_for_the_last_bytes_never_over_commit(tmp_path):
     total = 4000 * UNIT  # 500 charges each if shared evenly: the processes overlap throughout
     SharedBudget.open("host", total, shm_dir=tmp_path).close()
-    go, out = CTX.Barrier(PROCS), CTX.Queue()
-    procs = [CTX.Process(target=_grabber, args=(str(tmp_path), total, go, out))
+    go, out, done = CTX.Barrier(PROCS), CTX.Queue(), CTX.Barrier(PROCS)
+    procs = [CTX.Process(target=_grabber, args=(str(tmp_path), total, go, out, done))
              for _ in range(PROCS)]
     for p in procs:
         p.start()

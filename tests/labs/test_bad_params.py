@@ -41,7 +41,7 @@ def _sweep_dir(tmp_path, name: str, content: str | None, link: bool = False):
 
 SWEEPS = [
     ("notjson", "{not json", False, "is not readable JSON (JSONDecodeError)"),
-    ("deep", "[" * 100_000, False, "is not readable JSON (RecursionError)"),
+    ("deep", "[" * 100_000, False, "is not strict JSON: nested deeper than 64 levels"),
     ("list", "[1, 2, 3]", False, "is not a repeat record (no config and runs)"),
     ("fields", '{"config": {"peaks": [1]}, "runs": {}}', False, "cannot read (KeyError"),
     ("types", '{"config": {"peaks": "x", "modes": 5}, "runs": {"1/static": 5}}', False,

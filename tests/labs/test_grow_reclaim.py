@@ -131,5 +131,6 @@ def test_lab_record_and_cli(tmp_path):
     assert {c["variant"] for c in res.tables["checks"]} == {"baseline", "prefix-cache",
                                                             "no-prealloc"}
     assert all(c["live_unmaps"] == 0 for c in res.tables["checks"])
-    assert "| seed 000 §6.3 expects | measured (every seed) |" in res.markdown
+    assert ("| [seed 000 §6.3](../docs/sources.md#seed-000-s6-3) expects | measured (every seed) |"
+            in res.markdown)  # the seed reference linked (workbench/citations.py)
     assert run_lab_cli(tmp_path / "g.json", "grow-reclaim", "--quick")["verdict"] == "supported"
