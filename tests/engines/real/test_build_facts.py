@@ -33,7 +33,7 @@ def test_the_report_and_record_carry_the_build(monkeypatch):
                                                 "supported")
 
     result = server_report.real_result(report, lambda: out)
-    assert result.record.manifest.engine_config["vllm_build"] == "compiled ops"
+    assert result.record.manifest.engine_config["build"]["vllm_build"] == "compiled ops"
     lines = result.markdown.splitlines()
     assert lines[0].startswith("# Output equality") and lines[2].startswith("**Build:** ")
     assert "vllm_build compiled ops" in lines[2] and "**Verdict:** supported" in lines[4]

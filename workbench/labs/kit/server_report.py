@@ -66,7 +66,7 @@ def real_record(lab: str, out: dict, hypothesis: str, verdict: str, headline: st
         correctness=verdict, raw_data={"run": out}, verdict=verdict, mechanism=mechanism,
         open_questions=[], applicability=f"{servers_text(kind)}, one process per engine",
         manifest=Manifest.collect(hardware={"device": out["device"]},
-                                  engine_config={"engine": kind, **build_facts(out)},
+                                  engine_config={"engine": kind, "build": build_facts(out)},
                                   kvcached_config={},
                                   backend=out["backend"]),
         results=tables)
@@ -89,10 +89,9 @@ def real_result(report: Callable[[dict], tuple[LabRecord, str]],
     """Run a lab's server runner, then its report: the lab's result, with the run's wall time
     in the record."""
     t0 = time.monotonic()
-    out = runner()
-    rec, md = report(out)
+    rec, md = report(runner())
     rec.raw_data["wall_s"] = round(time.monotonic() - t0, 1)
-    if facts := build_facts(out):  # the build under the verdict, as the record names it
+    if facts := rec.manifest.engine_config.get("build"):  # under the verdict, as recorded
         head, sep, rest = md.partition("\n\n")
         md = f"{head}{sep}**Build:** {', '.join(f'{k} {v}' for k, v in facts.items())}\n\n{rest}"
     return LabResult(rec, md, tables=rec.results)
