@@ -1,6 +1,6 @@
 """The colocation lab (co-located instances under kvcached's staggered ramp, a static KV split
 vs one elastic KV budget: docs/sources.md#upstream-kvcached-colocation): the Lab, its runners
-table and the check before anything runs; the report every family's run becomes; a saved
+table and the checks before anything runs; the report every family's run becomes; a saved
 real-vLLM sweep's record read back (chapter 04).
 
 The runners (:mod:`.sim`, :mod:`.mini`, :mod:`.server`) each hand back a
@@ -36,6 +36,7 @@ from workbench.labs.kit.base import Lab, LabResult, Progress
 from workbench.labs.kit.kvcached import KVCACHED
 from workbench.labs.kit.record import LabRecord
 from workbench.labs.kit.resolve import LabRun
+from workbench.outfiles import Outputs
 from workbench.strictjson import read_file
 
 
@@ -82,11 +83,17 @@ class ColocationLab(Lab):
     reads_back = "from_dir"  # saved repeats: read back, no engine started
 
     def check_run(self, params: ColocationParams, run: LabRun) -> None:
-        """Before anything runs: the repeats' numbering."""
+        """Before anything runs: the repeats' numbering, and the folder a sweep writes its
+        ``repeat_<r>.json`` files to (``out_dir``), checked as every output is
+        (:class:`workbench.outfiles.Outputs`; a run reading saved repeats back writes none)."""
         if not 1 <= params.repeats <= 100 or params.first_repeat < 0:
             raise ConfigError(f"repeats={params.repeats}, first_repeat={params.first_repeat}",
                               "a sweep runs 1 to 100 repeats, numbered from 0 or more",
                               "use e.g. repeats=3, first_repeat=0")
+        if params.out_dir and not params.from_dir:
+            first = params.first_repeat
+            Outputs().folder(params.out_dir, [f"repeat_{r}.json" for r in
+                                              range(first, first + params.repeats)], "out_dir")
 
 
 # -- the report ----------------------------------------------------------------------------------
