@@ -97,7 +97,6 @@ def reading_sweep(what: str) -> Iterator[None]:
 
 # -- a sweep's saved repeats, read back --------------------------------------------------------
 
-
 MAX_REPEAT_BYTES = 256 << 20  # a repeat file of the sweep is a few MB
 
 

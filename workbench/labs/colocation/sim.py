@@ -356,7 +356,7 @@ def sim_point(c: dict, peak: int, mode: str, fields: dict, gpu: str = "h200",
               engine: dict | None = None) -> dict:
     """The record's workload at ``peak`` on the simulated GPU: TTFT ms (p50, p99, mean).
     ``engine``: what the profile measured of the real engine beyond step times
-    (``ENGINE_FACTS``): async scheduling, the KV tensor's layout, the streaming client's own
+    (``ENGINE_DEFAULTS``): async scheduling, the KV tensor's layout, the streaming client's own
     latency (added to every TTFT, as the real client's clock includes it)."""
     e = {**ENGINE_DEFAULTS, **(engine or {})}
     cfg, workload = sweep_cluster(c, peak, mode, fields, gpu=gpu, engine=e)
