@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import struct
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -113,16 +114,34 @@ def test_without_kvcacheds_interpreter_the_mode_refuses(tmp_path, monkeypatch):
         kvc.KvcachedVllmEngine("k1", VllmSpec(model="m", elastic=True))
 
 
-def test_nothing_is_left_after_close(tmp_path, monkeypatch):
+def test_its_segment_is_sampled_and_nothing_is_left_after_close(tmp_path, monkeypatch):
     monkeypatch.setenv(kvc.PYTHON_VAR, sys.executable)
     monkeypatch.setattr(kvc, "SHM_DIR", tmp_path)
     monkeypatch.setattr(kvc, "SOCKET_ROOT", tmp_path)
     with kvc.engine("k2", "model", tmp_path, server_cmd=FAKE, startup_timeout_s=60) as e:
         seg = tmp_path / e.kvcached_ipc
-        seg.write_bytes(struct.pack("=qqq", 1, 2, 3))  # what kvcached's allocator publishes
+        seg.write_bytes(struct.pack("=qqq", 1 << 30, 2 << 20, 3 << 20))  # as kvcached writes
         kvc.socket_dir(e.kvcached_ipc).mkdir()
-        assert kvc.read_segment(e.kvcached_ipc, tmp_path).mapped == 5
+        deadline = time.monotonic() + 10
+        while not e.memory_timeline() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        s = e.memory_timeline()[-1]
+        assert (s.instance, s.mapped_bytes, s.reserved_bytes) == ("k2", 5 << 20, 3 << 20)
+        assert e.facts()["mapped_idle"] == 5 << 20 and e.facts()["limit"] == 1 << 30
+        assert e.facts()["patches"]["missing"] == list(kvc.ESSENTIAL)  # a stand-in: no kvcached
     assert not seg.exists() and not kvc.socket_dir(e.kvcached_ipc).exists()
+
+
+def test_the_patch_report_names_what_kvcached_left_unpatched():
+    log = ("[kvcached][INFO][x][patch_base.py:178] Successfully patched vllm: elastic_block_pool,"
+           " engine_core, gpu_worker\n"
+           "[kvcached][WARNING][x][patch_base.py:180] Failed to patch vllm: gpu_model_runner,"
+           " nixl_connector_compat\n"
+           "[kvcached][INFO][x][patch_base.py:178] Successfully patched vllm: kv_cache_coordinator,"
+           " gpu_model_runner\n")
+    r = kvc.patch_report(log)
+    assert r["failed"] == ["nixl_connector_compat"] and "gpu_model_runner" in r["applied"]
+    assert r["missing"] == ["allocate_slots"]
 
 
 def test_kvcacheds_a100_run_leaves_about_25_gib_beside_three_weight_sets():

@@ -8,9 +8,10 @@ kvcached (``gpu/kvcached/env.sh`` installs it and names that interpreter in
 :data:`PYTHON_VAR`), with kvcached's switches set: its ``.pth`` then patches vLLM's V1 runner when
 vLLM is imported. Each engine gets its own IPC name, so its ``/dev/shm`` segment (three int64:
 limit, used and preallocated bytes) and its worker-socket folder are its own; :func:`read_segment`
-reads the segment for the record, :func:`map_costs` kvcached's own per-page map and unmap times
-from its log, and :class:`Ballast` trims the device so kvcached's headroom rule leaves the
-sweep's budget and no more.
+reads the segment for the record (sampled like the elastic pools' mapped bytes),
+:func:`patch_report` which of kvcached's patches its log says applied, :func:`map_costs`
+kvcached's own per-page map and unmap times from its log, and :class:`Ballast` trims the device
+so kvcached's headroom rule leaves the sweep's budget and no more.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workbench.engines.real.vllm import VllmEngine, VllmSpec
+from workbench.engines.metrics import MemorySample
+from workbench.engines.real.vllm import VllmEngine, VllmSpec, block_bytes, device_free_bytes
 from workbench.errors import ConfigError
 from workbench.settings import ENV_PREFIX
 
@@ -35,6 +37,10 @@ SOCKET_ROOT = Path("/tmp")  # kvcached's worker sockets: /tmp/kvcached-tp-<name>
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _GROW = re.compile(r"prealloc cost: (\d+) us, prealloc (\d+) pages")
 _SHRINK = re.compile(r"Unmapped (\d+) pages from KV tensors, cost: (\d+) us")
+_PATCHED = re.compile(r"(Successfully patched|Failed to patch) vllm: (.*)$", re.M)
+# the patches vLLM 0.26's V1 runner needs from kvcached: without one it runs partly stock
+ESSENTIAL = ("elastic_block_pool", "engine_core", "kv_cache_coordinator", "gpu_model_runner",
+             "gpu_worker", "allocate_slots")
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,11 +124,11 @@ class Segment:
         return self.used + self.prealloc
 
 
-def read_segment(ipc_name: str, shm_dir: Path = SHM_DIR) -> Segment | None:
+def read_segment(ipc_name: str, shm_dir: Path | None = None) -> Segment | None:
     """The segment of ``ipc_name`` under a shared lock (kvcached writes it under an exclusive
     one); None when there is none (not started yet, or shut down: 0.1.6 removes it)."""
     try:
-        with open(shm_dir / check_name(ipc_name), "rb") as f:
+        with open((shm_dir or SHM_DIR) / check_name(ipc_name), "rb") as f:
             fcntl.flock(f, fcntl.LOCK_SH)
             raw = f.read(24)
     except FileNotFoundError:
@@ -138,6 +144,19 @@ def map_costs(log: str) -> dict[str, list[float]]:
     grow = [int(us) / int(n) for us, n in _GROW.findall(log) if int(n)]
     shrink = [int(us) / int(n) for n, us in _SHRINK.findall(log) if int(n)]
     return {"grow": grow, "shrink": shrink}
+
+
+def patch_report(log: str) -> dict[str, list[str]]:
+    """Which of kvcached's vLLM patches its log says applied, which failed, and which of
+    :data:`ESSENTIAL` it never applied (kvcached logs a failed patch and runs on partly stock:
+    a point with any missing is not a kvcached point)."""
+    applied: set[str] = set()
+    failed: set[str] = set()
+    for verdict, names in _PATCHED.findall(log):
+        (applied if verdict.startswith("Success") else failed).update(
+            n.strip() for n in names.split(",") if n.strip())
+    return {"applied": sorted(applied), "failed": sorted(failed - applied),
+            "missing": [n for n in ESSENTIAL if n not in applied]}
 
 
 def ballast_bytes(free: int, total: int, budget: int, mapped: int,
@@ -191,11 +210,44 @@ class KvcachedVllmEngine(VllmEngine):
     def segment(self) -> Segment | None:
         return read_segment(self.kvcached_ipc)
 
-    def map_costs(self) -> dict[str, list[float]]:
+    def _log_text(self) -> str:
         try:
-            return map_costs(self.log.read_text(errors="replace"))
+            return self.log.read_text(errors="replace")
         except OSError:
-            return {"grow": [], "shrink": []}
+            return ""
+
+    def map_costs(self) -> dict[str, list[float]]:
+        return map_costs(self._log_text())
+
+    def facts(self) -> dict:
+        """What the record keeps of this engine after start-up: kvcached's version, its IPC
+        name, its segment and which of its patches applied."""
+        seg = self.segment()
+        return {"kvcached": VERSION, "ipc": self.kvcached_ipc,
+                "limit": seg.limit if seg else None, "mapped_idle": seg.mapped if seg else None,
+                "patches": patch_report(self._log_text())}
+
+    def _block_bytes(self) -> int:
+        try:
+            return block_bytes(self.spec.model, self.spec.block_size or 16)
+        except (OSError, KeyError, ValueError):
+            return 0
+
+    def _sample_loop(self) -> None:
+        """The device's free memory and kvcached's mapped bytes (used + preallocated), as the
+        elastic engines' samples, so a point's peak mapped reads the same for every mode."""
+        per_block = self._block_bytes()
+        while not self._stop.is_set():
+            t = self.clock()
+            with contextlib.suppress(Exception):
+                self.free_samples.append((t, device_free_bytes(self.spec.device)))
+            with contextlib.suppress(Exception):
+                seg = self.segment()
+                if seg is not None:
+                    used = seg.used // per_block if per_block else 0
+                    self.samples.append(MemorySample(t, self.name, seg.mapped, seg.prealloc,
+                                                     used))
+            self._stop.wait(self.sample_every_s)
 
     def close(self) -> None:
         super().close()
