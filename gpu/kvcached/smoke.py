@@ -59,19 +59,6 @@ def engines(mode: str, model: str, py: str, root: Path, budget: int) -> list:
     return out
 
 
-def cap_kvcached(es: list, budget: int, ballast: kvc.Ballast) -> dict:
-    """Hold what the device has beyond the budget, so kvcached's headroom rule leaves it the
-    budget (less what its engines mapped ahead at start-up) and no more."""
-    import torch
-
-    free, total = torch.cuda.mem_get_info()
-    mapped = sum((e.segment() or kvc.Segment(0, 0, 0)).mapped for e in es)
-    want = kvc.ballast_bytes(free, total, budget, mapped, kvc.KvcachedSetting().gpu_utilization)
-    held = ballast.hold(want)
-    return {"free_before": free, "total": total, "mapped_at_start": mapped, "wanted": want,
-            "held": held, "free_after": torch.cuda.mem_get_info()[0]}
-
-
 def run_point(es: list, peak: int) -> dict:
     span = rig.VOCAB_HI - rig.VOCAB_LO
     t0 = time.monotonic()
@@ -123,7 +110,7 @@ def one_mode(mode: str, model: str, py: str, root: Path, budget: int, peak: int)
         out["start_s"] = round(time.monotonic() - t, 1)
         if mode == "kvcached":
             out["engines"] = [e.facts() for e in es]
-            out["ballast"] = cap_kvcached(es, budget, ballast)
+            out["ballast"] = kvc.cap_at_budget(es, budget, ballast)
         rig.send(es[0], [[rig.VOCAB_LO + k for k in range(256)]], 8, es[0].sampling)  # warm-up
         for e in es[1:]:
             rig.send(e, [[rig.VOCAB_LO + k for k in range(256)]], 8, e.sampling)

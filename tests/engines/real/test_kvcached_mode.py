@@ -162,3 +162,36 @@ def test_the_arithmetic_grows_with_the_card_and_shrinks_with_engines(total, n):
 def test_a_card_too_small_for_the_setting_is_refused():
     with pytest.raises(ConfigError, match="Fix:"):
         setting_budget(40 * GiB)
+
+
+class _Held:
+    def __init__(self):
+        self.n = 0
+
+    def hold(self, n):
+        self.n = max(0, n)
+        return self.n
+
+
+class _Up:
+    def __init__(self, mapped):
+        self.mapped = mapped
+
+    def segment(self):
+        return kvc.Segment(0, self.mapped, 0)
+
+
+@pytest.mark.parametrize("free,budget", [(60 * GiB, 20 * GiB), (10 * GiB, 20 * GiB)])
+def test_the_cap_holds_the_rest_or_says_what_is_missing(free, budget):
+    total, held = 80 * GiB, _Held()
+    state = {"free": free}
+
+    def mem_info():
+        return state["free"] - held.n, total
+
+    r = kvc.cap_at_budget([_Up(GiB), _Up(GiB)], budget, held, mem_info)
+    left = r["free_after"] - int(total * 0.05) + r["mapped_at_start"]
+    if r["wanted"] >= 0:
+        assert r["held"] == r["wanted"] and left == budget and r["kvcached_may_map"] == budget
+    else:
+        assert r["held"] == 0 and r["kvcached_may_map"] == budget + r["wanted"] == left

@@ -140,7 +140,8 @@ def read_segment(ipc_name: str, shm_dir: Path | None = None) -> Segment | None:
 
 def map_costs(log: str) -> dict[str, list[float]]:
     """kvcached's own timings from its log at INFO, in microseconds per page: ``grow`` from each
-    batch the prealloc thread mapped, ``shrink`` from each batch unmapped."""
+    batch its prealloc thread mapped ahead (the free-memory check, the maps and the locks; a map
+    on the allocating thread itself logs only at DEBUG), ``shrink`` from each batch unmapped."""
     grow = [int(us) / int(n) for us, n in _GROW.findall(log) if int(n)]
     shrink = [int(us) / int(n) for n, us in _SHRINK.findall(log) if int(n)]
     return {"grow": grow, "shrink": shrink}
@@ -190,6 +191,25 @@ class Ballast:
             import torch
 
             torch.cuda.empty_cache()
+
+
+def cap_at_budget(engines: list, budget: int, ballast: Ballast, mem_info=None,
+                  setting: KvcachedSetting | None = None) -> dict:
+    """Once ``engines`` are up: hold what the device has beyond ``budget`` (less what they mapped
+    ahead at start-up), so kvcached's headroom rule leaves them the budget and no more; what the
+    record keeps of it. ``wanted`` < 0: the device cannot give them the budget, by that much."""
+    if mem_info is None:
+        import torch
+
+        mem_info = torch.cuda.mem_get_info
+    free, total = mem_info()
+    mapped = sum((e.segment() or Segment(0, 0, 0)).mapped for e in engines)
+    u = (setting or KvcachedSetting()).gpu_utilization
+    want = ballast_bytes(free, total, budget, mapped, u)
+    held = ballast.hold(want)
+    return {"free_before": free, "total": total, "mapped_at_start": mapped, "wanted": want,
+            "held": held, "free_after": mem_info()[0],
+            "kvcached_may_map": budget + min(0, want)}
 
 
 class KvcachedVllmEngine(VllmEngine):
