@@ -37,3 +37,59 @@ def test_the_report_and_record_carry_the_build(monkeypatch):
     lines = result.markdown.splitlines()
     assert lines[0].startswith("# Output equality") and lines[2].startswith("**Build:** ")
     assert "vllm_build compiled ops" in lines[2] and "**Verdict:** supported" in lines[4]
+
+
+def test_the_record_names_the_runner_the_run_asked_for(monkeypatch):
+    monkeypatch.setattr("workbench.engines.real.vllm_build.build", lambda: "compiled ops")
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "0")
+    assert VllmEngine.build_facts("cuda", "v2")["model_runner"] == "V2"
+    out = {"engine": "vllm", "device": "cuda", "backend": "gpu", "runner": "v2"}
+    assert server_report.build_facts(out)["model_runner"] == "V2"
+
+
+def test_a_labs_runner_becomes_vllms_env_and_sglang_refuses_one(tmp_path):
+    import pytest
+
+    from workbench.errors import ConfigError
+
+    eng = VllmEngine.for_lab("t", "cuda", "m", "py", tmp_path, elastic=False, runner="v2",
+                             env={"VLLM_BATCH_INVARIANT": "1"})
+    assert eng.spec.env == {"VLLM_BATCH_INVARIANT": "1", "VLLM_USE_V2_MODEL_RUNNER": "1"}
+    assert VllmEngine.runner_env("v1") == {"VLLM_USE_V2_MODEL_RUNNER": "0"}
+    with pytest.raises(ConfigError) as err:
+        SglangEngine.runner_env("v2")
+    assert "one model runner" in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match="use runner=v1 or v2"):
+        VllmEngine.runner_env("v3")
+
+
+def test_a_server_that_ran_another_runner_than_asked_is_refused(tmp_path):
+    import pytest
+
+    from workbench.errors import ConfigError
+
+    eng = VllmEngine.for_lab("t", "cuda", "m", "py", tmp_path, elastic=False, runner="v2")
+    eng.log.write_text("INFO ... Using V1 engine\n")
+    assert eng.runner_ran() == "v1"
+    with pytest.raises(ConfigError, match="its vLLM ran model runner V1"):
+        eng.check_runner()
+    eng = VllmEngine.for_lab("u", "cuda", "m", "py", tmp_path, elastic=False, runner="v2")
+    eng.log.write_text("INFO [gpu_worker.py:378] Using V2 Model Runner\n")
+    eng.check_runner()  # what it asked for
+    eng.close()
+
+
+def test_the_three_labs_take_the_runner_as_a_checked_parameter():
+    import pytest
+
+    from workbench.errors import ConfigError
+    from workbench.labs.kit import params
+
+    for lab in ("output-equality", "dynamic-limit", "grow-reclaim"):
+        from workbench.labs import get_lab
+
+        t = get_lab(lab).params_type
+        assert params.check_value(lab, t, "runner", "v2") == "v2"
+        assert params.check_value(lab, t, "runner", "none") is None
+        with pytest.raises(ConfigError):
+            params.check_value(lab, t, "runner", "v3")

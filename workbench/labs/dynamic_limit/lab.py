@@ -34,7 +34,7 @@ def run_server(params: DynamicLimitParams, run: LabRun,
     from workbench.labs.dynamic_limit.server import run as run_vllm
 
     return real_result(vllm_report, lambda: run_vllm(run.backend, quick=params.quick,
-                                                     kind=run.kind))
+                                                     kind=run.kind, runner=params.runner))
 
 
 class DynamicLimitLab(Lab):

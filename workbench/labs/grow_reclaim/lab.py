@@ -38,7 +38,7 @@ def run_server(params: GrowReclaimParams, run: LabRun,
     from workbench.labs.grow_reclaim.server import run as run_vllm
 
     return real_result(vllm_report, lambda: run_vllm(run.backend, quick=params.quick,
-                                                     kind=run.kind))
+                                                     kind=run.kind, runner=params.runner))
 
 
 class GrowReclaimLab(Lab):

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from workbench.engines.models import MODELS
+from workbench.engines.real.vllm import VllmEngine
 from workbench.engines.sim.steptime import GPUS
 from workbench.errors import ConfigError
 from workbench.labs.kit.resolve import EngineChoices
@@ -20,7 +21,7 @@ from workbench.ranges import Choice, Flag, Floats, Num, Opt, Pairs, Spec
 
 __all__ = ["specs", "check_value", "build", "check_params", "SEED", "QUICK", "REPEATS", "MODEL",
            "GPU", "ENGINE", "TOKENS", "RATE",
-           "RATES", "REQUESTS", "SECONDS", "GBPS", "GIB", "STEPTIME"]
+           "RATES", "REQUESTS", "SECONDS", "GBPS", "GIB", "STEPTIME", "RUNNER"]
 
 
 def specs(params_type: type) -> dict[str, Spec]:
@@ -76,6 +77,8 @@ GPU = Choice(tuple(GPUS))
 
 # every lab's engine parameter: ENGINE(kinds or families it runs, preferred first)
 ENGINE = EngineChoices
+# vLLM's model runner (v1, v2) for a real vLLM; None: the one its environment picks
+RUNNER = Opt(Choice(tuple(VllmEngine.runners)))
 TOKENS = Num(int, 1, 32768, "tokens")  # one prompt or output, within the models' context
 RATE = Num(float, 0.01, 1000.0, "req/s")
 RATES = Floats(0.01, 1000.0, 16, "req/s")

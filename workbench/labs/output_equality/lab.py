@@ -43,7 +43,7 @@ def run_server(params: OutputEqualityParams, run: LabRun,
     from workbench.labs.output_equality.server import run as run_vllm
 
     return real_result(vllm_report, lambda: run_vllm(run.backend, quick=params.quick,
-                                                     kind=run.kind))
+                                                     kind=run.kind, runner=params.runner))
 
 
 class OutputEqualityLab(Lab):
