@@ -15,9 +15,11 @@ def test_vllm_names_its_build_runner_and_attention(monkeypatch):
     assert facts == {"vllm_build": "stand-in (x)", "model_runner": "V2",
                      "attention": "TRITON_ATTN (the stand-in has no attention kernels)"}
     monkeypatch.setattr("workbench.engines.real.vllm_build.build", lambda: "compiled ops")
-    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER")
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "0")
     facts = VllmEngine.build_facts("cuda")
     assert facts["vllm_build"] == "compiled ops" and facts["model_runner"] == "V1"
+    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER")  # vLLM decides (0.26: V2 for dense models)
+    assert VllmEngine.build_facts("cuda")["model_runner"] == "vLLM's default (not recorded)"
     assert facts["attention"].startswith("vLLM's default")
     assert SglangEngine.build_facts("cuda") == {}
 
@@ -76,7 +78,24 @@ def test_a_server_that_ran_another_runner_than_asked_is_refused(tmp_path):
     eng = VllmEngine.for_lab("u", "cuda", "m", "py", tmp_path, elastic=False, runner="v2")
     eng.log.write_text("INFO [gpu_worker.py:378] Using V2 Model Runner\n")
     eng.check_runner()  # what it asked for
+    assert eng.runner == "v2"
     eng.close()
+
+
+def test_the_runner_an_engine_ran_is_read_also_when_none_was_asked(tmp_path, monkeypatch):
+    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
+    eng = VllmEngine.for_lab("w", "cuda", "m", "py", tmp_path, elastic=False)
+    eng.log.write_text("INFO Using V2 Model Runner\n")  # vLLM 0.26's own pick for a dense model
+    eng.check_runner()
+    assert eng.runner == "v2"
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")  # inherited, as make gpu-labs sets it
+    eng.log.write_text("INFO ...\n")
+    import pytest
+
+    from workbench.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="runner=v2"):
+        eng.check_runner()
 
 
 def test_the_three_labs_take_the_runner_as_a_checked_parameter():

@@ -23,7 +23,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -115,6 +115,7 @@ class ServerEngine:
     flushes_cache: ClassVar[bool] = False  # drops its prefix cache on request (flush_cache)
     # model runner (a lab's runner= parameter) -> the server environment that picks it
     runners: ClassVar[dict[str, dict[str, str]]] = {}
+    runner: str | None = None  # the model runner this server ran (read once it is ready)
     # what the labs' reports say of a run on this kind: its title, the server, the model
     title: ClassVar[str]
     server_text: ClassVar[str]
@@ -162,6 +163,11 @@ class ServerEngine:
                               "leave runner unset" if not cls.runners
                               else f"use runner={' or '.join(cls.runners)}")
         return dict(env)
+
+    @classmethod
+    def asked_runner(cls, env: Mapping[str, str]) -> str | None:
+        """The model runner ``env`` picks (None: none of :attr:`runners`' settings)."""
+        return next((r for r, e in cls.runners.items() if e.items() <= env.items()), None)
 
     @classmethod
     def why_missing(cls) -> str | None:

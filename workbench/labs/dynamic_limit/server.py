@@ -151,7 +151,7 @@ def run(backend: str, quick: bool = False, kind: str = "vllm",
         if eng.flushes_cache:  # the radix cache dropped: its slots go back too
             steps.append(flush_step(eng, steps[0]["requested"], lambda: rig.device_free(dev)))
         done = [eng.outcome(r.rid) for r in feed.reqs]
-        return {"backend": backend, "device": dev, "engine": kind, "runner": runner,
+        return {"backend": backend, "device": dev, "engine": kind, "runner": eng.runner,
                 "requests": len(done),
                 "max_tokens": tokens,
                 "in_flight": n, "page_id_bytes": page, "capacity": info.capacity,

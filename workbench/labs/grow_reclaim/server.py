@@ -114,7 +114,7 @@ def run(backend: str, quick: bool = False, kind: str = "vllm",
         sampler.stop.set()
         sampler.join(5.0)
         size, bpp = rig.blocks_per_page(eng, info.page_id_bytes)
-        return {"backend": backend, "device": dev, "engine": kind, "runner": runner,
+        return {"backend": backend, "device": dev, "engine": kind, "runner": eng.runner,
                 "page_id_bytes": info.page_id_bytes,
                 "block_size": size, "capacity": info.capacity,
                 "min_reserved_pages": lo, "max_reserved_pages": hi, "prefix_caching": False,

@@ -110,7 +110,8 @@ def run(backend: str, quick: bool = False, limit: str | None = None,
                      control=engines[4] if not quick else None)
         small = _waves("small", *engines[2:4], prompts, 192, WAVES[:1])
         return {"backend": backend, "device": rig.device_of(backend), "model": "tiny-llama",
-                "engine": kind, "runner": runner, "prompts": n_prompts, "max_tokens": n_tokens,
+                "engine": kind, "runner": engines[0].runner, "prompts": n_prompts,
+                "max_tokens": n_tokens,
                 "small_blocks": blocks, "limit": lim,
                 "batch_invariant": invariant,
                 "rows": big["rows"] + small["rows"],
