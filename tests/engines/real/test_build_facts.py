@@ -112,3 +112,19 @@ def test_the_three_labs_take_the_runner_as_a_checked_parameter():
         assert params.check_value(lab, t, "runner", "none") is None
         with pytest.raises(ConfigError):
             params.check_value(lab, t, "runner", "v3")
+
+
+def test_a_runner_on_a_run_without_a_real_vllm_is_refused_before_it_starts(monkeypatch):
+    import pytest
+
+    from workbench.errors import ConfigError
+    from workbench.labs import get_lab
+
+    lab = get_lab("dynamic-limit")
+    with pytest.raises(ConfigError) as err:  # the simulated engine has no model runner
+        lab.run(lab.params(runner="v2", quick=True), backend="sim")
+    assert "picks a real vLLM's model runner" in str(err.value) and "\n" not in str(err.value)
+    monkeypatch.setattr(SglangEngine, "interpreter", classmethod(lambda cls, what: "python"))
+    monkeypatch.setattr("workbench.backends.require", lambda backend: backend)
+    with pytest.raises(ConfigError, match="one model runner"):
+        lab.run(lab.params(runner="v1", engine="sglang", quick=True), backend="gpu")

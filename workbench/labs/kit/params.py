@@ -21,7 +21,7 @@ from workbench.ranges import Choice, Flag, Floats, Num, Opt, Pairs, Spec
 
 __all__ = ["specs", "check_value", "build", "check_params", "SEED", "QUICK", "REPEATS", "MODEL",
            "GPU", "ENGINE", "TOKENS", "RATE",
-           "RATES", "REQUESTS", "SECONDS", "GBPS", "GIB", "STEPTIME", "RUNNER"]
+           "RATES", "REQUESTS", "SECONDS", "GBPS", "GIB", "STEPTIME", "RUNNER", "check_runner"]
 
 
 def specs(params_type: type) -> dict[str, Spec]:
@@ -64,6 +64,19 @@ def check_params(lab: str, params_type: type, params: Any) -> Any:
     typed = {f.name: check_value(lab, params_type, f.name, getattr(params, f.name))
              for f in dataclasses.fields(params)}
     return params_type(**typed)
+
+
+def check_runner(lab: str, runner: str | None, run: Any) -> None:
+    """``runner=`` picks a model runner of the run's server kinds: refused in one line, before
+    anything starts, on a run that starts no server or on a kind without that runner."""
+    if runner is None:
+        return
+    if run.family != "server" or not run.engines:
+        raise ConfigError(f"lab {lab!r} parameter runner={runner} on backend {run.backend!r}",
+                          "picks a real vLLM's model runner, and this run starts none",
+                          "drop runner=, or use engine=vllm on host or gpu")
+    for kind in run.engines:
+        kind.server().runner_env(runner)
 
 
 # Ranges several labs share. Upper bounds keep one run inside a small machine (a 2-core, 24 GiB
