@@ -69,13 +69,15 @@ class BudgetedDevice(DeviceWrapper):
         self.prepaid = 0  # bytes charged at admission that no page backs yet
 
     def prepay(self, nbytes: int) -> bool:
-        """Charge ``nbytes`` now, all or nothing, for pages about to be mapped; False (nothing
-        charged) if the budget has not that much left."""
-        if nbytes <= 0:
-            return True
-        if not self.budget.charge(nbytes):
+        """Hold ``nbytes`` prepaid for pages about to be mapped: charge what is missing (all or
+        nothing; False, the hold unchanged, if the budget has not that much left) or credit
+        back what is over. Topping up never gives back what an earlier admission holds."""
+        more = max(0, nbytes) - self.prepaid
+        if more > 0 and not self.budget.charge(more):
             return False
-        self.prepaid += nbytes
+        if more < 0:
+            self.budget.credit(-more)
+        self.prepaid += more
         return True
 
     def refund(self) -> int:
