@@ -13,6 +13,7 @@ from pathlib import Path
 
 from workbench.engines.models import MODELS
 from workbench.errors import ConfigError
+from workbench.outfiles import check, write_text
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 # the CPU's stand-in: the tiny model's attention shape (CPU attention sizes), Llama-3.1's vocab
@@ -40,7 +41,7 @@ def write(out: str | Path, tokenizer_dir: str | Path, model: str,
           max_position: int = 8192) -> Path:
     """``out`` holding ``config.json`` of ``model``'s shape and the tokenizer of
     ``tokenizer_dir`` (its special ids become the config's)."""
-    out, src = Path(out), Path(tokenizer_dir)
+    out, src = check(Path(out) / "config.json", "model folder").parent, Path(tokenizer_dir)
     out.mkdir(parents=True, exist_ok=True)
     for name in TOKENIZER_FILES:
         if (src / name).exists():
@@ -53,7 +54,7 @@ def write(out: str | Path, tokenizer_dir: str | Path, model: str,
            "torch_dtype": "bfloat16", "attention_bias": False, "mlp_bias": False,
            "bos_token_id": tok_cfg.get("bos_token_id", 1),
            "eos_token_id": tok_cfg.get("eos_token_id", 2), **shape_of(model)}
-    (out / "config.json").write_text(json.dumps(cfg, indent=1))
+    write_text(out / "config.json", json.dumps(cfg, indent=1), "model folder")
     return out
 
 
