@@ -25,10 +25,19 @@ class Req:
 
 
 class Cache:
-    """A radix cache with nothing to evict."""
+    """A radix cache whose entries (finished requests' slots) are all evictable, oldest first."""
+
+    def __init__(self):
+        self.entries = []
 
     def evictable_size(self) -> int:
-        return 0
+        return sum(len(e) for e in self.entries)
+
+    def evict(self, allocator, n: int) -> None:
+        while n > 0 and self.entries:
+            entry = self.entries.pop(0)
+            allocator.free_slots(entry)
+            n -= len(entry)
 
 
 class Allocator(LedgerSlots):
@@ -89,7 +98,21 @@ def alloc_token_slots(allocator, n: int):
     return out
 
 
+def admitted_tokens(adder: PrefillAdder) -> int:
+    return sum(len(r.full_untruncated_fill_ids) - r.prefix_len for r in adder.can_run_list)
+
+
+def evict_for(adder: PrefillAdder, n: int) -> None:
+    """SGLang's ``evict_from_tree_cache``: evict what the allocator is short of ``n``."""
+    short = n - adder.token_to_kv_pool_allocator.available_size()
+    if short > 0:
+        adder.tree_cache.evict(adder.token_to_kv_pool_allocator, short)
+
+
 def prepare_for_extend(adder: PrefillAdder):
     """The admitted requests' prefill allocation (``ScheduleBatch.prepare_for_extend``)."""
-    n = sum(len(r.full_untruncated_fill_ids) - r.prefix_len for r in adder.can_run_list)
-    return alloc_token_slots(adder.token_to_kv_pool_allocator, n) if n else None
+    n = admitted_tokens(adder)
+    if not n:
+        return None
+    evict_for(adder, n)
+    return alloc_token_slots(adder.token_to_kv_pool_allocator, n)

@@ -66,6 +66,13 @@ WORKER = textwrap.dedent("""
         if op == "alloc":  # another request's pages, mapped outside any admission
             out = alloc.alloc(n * per)
             return "miss" if out is None else keep(out)
+        if op == "cache":  # a finished request's n pages, kept by the radix cache (evictable)
+            out = alloc.alloc(n * per)
+            cache.entries.append(out)
+            return "miss" if out is None else "ok"
+        if op == "evict":  # the pass's eviction for what it admitted, before it allocates
+            sgl.evict_for(adder, sgl.admitted_tokens(adder))
+            return "evicted"
         if op == "admit":  # a prefill pass admits one request of n pages
             adder = sgl.PrefillAdder(cache, alloc)
             got = adder.add_one_req(sgl.Req("r", n * per))
@@ -78,7 +85,8 @@ WORKER = textwrap.dedent("""
             return "yes" if batch.check_decode_mem() else "no"
         if op == "step":  # and allocates one slot each
             return keep(sgl.alloc_token_slots(alloc, len(batch.reqs)))
-        while held:  # free
+        cache.evict(alloc, alloc.size)  # free: the cache's entries and the requests' pages
+        while held:
             alloc.free_slots(held.pop())
         return "freed"
 
@@ -157,6 +165,21 @@ def test_a_prefill_admitted_is_allocated_whatever_the_other_process_does(patched
     a.ask("free")
     assert b.ask("admit", 2) == "yes" and b.ask("extend") == "ok"
     b.ask("free")
+
+
+@pytest.mark.parametrize("patch", [False, True], ids=["stock", "patched"])
+def test_pages_evicted_for_an_admitted_request_stay_its_own(tmp_path, patch):
+    """The budget is full; the admitted request is served from what its pass evicts of this
+    process's cache. Stock, the pages evicted go back to the budget and the other process takes
+    them before the allocation; patched, they keep their charge for it."""
+    for a, b in pair(tmp_path, patched=patch):
+        assert a.ask("cache", 2) == "ok" and b.ask("alloc", LEFT - 2) == "ok"  # budget full
+        assert a.ask("admit", 2) == "yes"  # on what the cache can evict
+        assert a.ask("evict") == "evicted"
+        assert b.ask("alloc", 2) == ("miss" if patch else "ok")
+        assert a.ask("extend") == ("ok" if patch else "raise")
+        a.ask("free")
+        b.ask("free")
 
 
 def test_a_decode_step_checked_is_allocated_and_a_short_one_fails_its_check(patched):

@@ -8,8 +8,10 @@ miss. Here each admission first holds the pages it will map charged to the budge
 (:meth:`LedgerSlots.admit`, the pass's running total): a request whose charge misses is not
 admitted this pass (``NO_TOKEN``, as SGLang answers when memory is short), a decode step whose
 charge misses fails the check (SGLang retracts, as for any shortfall). The charge is consumed by
-the allocation that follows; what is left is credited back then, when a request is not
-admitted, or when the next admission pass starts.
+the allocation that follows, and pages SGLang evicts for it meanwhile keep their charge for it
+(freed to the budget, another process could map them before the allocation); what is left is
+credited back after the allocation, when a request is not admitted, or when the next admission
+pass starts.
 
 Engine-free: the wrappers read only the adder's and the batch's attributes that the plans'
 checks name; an allocator that is not the elastic one is left alone."""

@@ -68,8 +68,9 @@ class LedgerSlots:
         """Promise ``need_slots`` slots to the next allocation: True when they are there now,
         the pages they need beyond what is mapped held charged to the GPU budget (another
         process's charge cannot take them in between); False, the charge held before kept, when
-        they are not. Each call sets the whole promise (an admission pass calls it with its
-        running total), so a growing promise never gives back what it holds in between."""
+        they are not. Pages released while a promise holds keep their charge for it. Each call
+        sets the whole promise (an admission pass calls it with its running total), so a growing
+        promise never gives back what it holds in between."""
         ledger = self.ledger
         need = -(-need_slots // self.page_size)
         self._room()  # (held-back blocks given back, a waiting kvctl request applied)
@@ -87,7 +88,11 @@ class LedgerSlots:
 
     def admit_up_to(self, total_slots: int) -> bool:
         """:meth:`admit` what of ``total_slots`` the pool's room serves now; SGLang takes the
-        rest from what it evicts first (blocks on pages already mapped and charged)."""
+        rest from what it evicts first, whose pages keep their charge for this promise (a promise
+        of nothing holds nothing)."""
+        if total_slots <= 0:
+            self.release_admission()
+            return True
         return self.admit(min(total_slots, self._room() * self.page_size))
 
     def release_admission(self) -> None:
