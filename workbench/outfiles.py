@@ -221,11 +221,11 @@ def write_text(path: str | os.PathLike, text: str, flag: str = "--out") -> Path:
     return write_all([(path, text)], flag)[0]
 
 
-def open_stream(path: str | os.PathLike, flag: str = "--out", binary: bool = False):
-    """``path`` opened to write a log as the run goes (truncated): a link or a non-file there is
-    refused in one line, never written through."""
+def open_stream(path: str | os.PathLike, flag: str = "--out", binary: bool = False,
+                append: bool = False):
+    """``path`` opened to write a log as the run goes (truncated, or appended to): a link or a
+    non-file there is refused in one line, never written through."""
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
     try:  # (non-blocking: a FIFO without a reader is refused, not waited on)
         fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
                      0o666 & ~_umask())
@@ -238,8 +238,12 @@ def open_stream(path: str | os.PathLike, flag: str = "--out", binary: bool = Fal
         os.close(fd)
         raise _refuse(flag, p, "is not a file", "give a file name")
     os.set_blocking(fd, True)
-    os.ftruncate(fd, 0)  # truncated only once it is known to be a file
-    return os.fdopen(fd, "wb" if binary else "w")
+    if append:
+        os.lseek(fd, 0, os.SEEK_END)
+    else:
+        os.ftruncate(fd, 0)  # truncated only once it is known to be a file
+    return os.fdopen(fd, ("a" if append else "w") + ("b" if binary else ""),
+                     **({} if binary else {"buffering": 1, "encoding": "utf-8"}))
 
 
 def write_repeat(out_dir: str | os.PathLike | None, rep: dict) -> Path | None:

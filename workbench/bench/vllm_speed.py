@@ -348,6 +348,7 @@ def coordinate(args) -> dict:
     from workbench.engines.real import shapes
 
     out = Outputs().folder(args.out or "vllm_speed_out", OUT_FILES, "--out")  # before the run
+    out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="vllm_speed_"))  # the model folder stays off OUT
     args.model_dir = str(shapes.write(work / f"{args.model}-dummy", work / "no-tokenizer",
                                       args.model, max_position=args.max_len))
