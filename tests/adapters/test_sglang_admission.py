@@ -202,7 +202,7 @@ def test_a_charge_not_used_is_credited_back(patched):
     assert b.ask("room") == str(LEFT)
 
 
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", range(4))
 def test_two_schedulers_racing_for_the_last_pages(patched, seed):
     """Both admit at once and both allocate at once (both requests written before either
     answer is read): the budget's lock orders them; the outcome is exact whichever is first."""

@@ -58,20 +58,24 @@ def make_adder_init(orig):
 
 def make_add_one_req(orig, no_token):
     """``PrefillAdder.add_one_req``: charged before SGLang decides, ``no_token`` if the charge
-    misses, the charge shrunk back to the admitted ones if SGLang does not take it."""
+    misses, the charge shrunk back to the admitted ones if SGLang does not take it. A request
+    whose tokens the room and the cache together cannot hold is not charged at all (SGLang
+    refuses it anyway), so it never holds headroom another process's admission needs."""
     def add_one_req(self, req, *args, **kwargs):
         slots = elastic(self)
         if slots is None:
             return orig(self, req, *args, **kwargs)
         admitted = getattr(self, ADMITTED, 0)
         want = admitted + request_slots(req, slots.page_size)
-        if not slots.admit_up_to(want):
+        could = want <= slots.room_slots() + self.tree_cache.evictable_size()
+        if could and not slots.admit_up_to(want):
             return no_token
         before = len(self.can_run_list)
         result = orig(self, req, *args, **kwargs)
         if len(self.can_run_list) > before:
-            setattr(self, ADMITTED, want)
-        else:
+            if could or slots.admit_up_to(want):  # (SGLang took more than the room showed)
+                setattr(self, ADMITTED, want)
+        elif could:
             slots.admit_up_to(admitted)
         return result
     return add_one_req

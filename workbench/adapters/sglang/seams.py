@@ -102,7 +102,8 @@ def check_adder(m: ModuleType) -> str | None:
             or need_source(req.__init__, "self.full_untruncated_fill_ids")
             or need_attrs(cls, "add_one_req", "add_chunked_req")
             or need_params(cls.add_one_req, "req") or need_params(cls.add_chunked_req, "req")
-            or need_source(cls.__init__, "self.token_to_kv_pool_allocator", "self.can_run_list")
+            or need_source(cls.__init__, "self.token_to_kv_pool_allocator", "self.can_run_list",
+                           "self.tree_cache")
             or need_source(cls.add_one_req, "NO_TOKEN")
             or need_source(cls.add_chunked_req, "can_run_list.append"))
 

@@ -93,7 +93,11 @@ class LedgerSlots:
         if total_slots <= 0:
             self.release_admission()
             return True
-        return self.admit(min(total_slots, self._room() * self.page_size))
+        return self.admit(min(total_slots, self.room_slots()))
+
+    def room_slots(self) -> int:
+        """Slots an allocation could take now."""
+        return self._room() * self.page_size
 
     def release_admission(self) -> None:
         """Credit back what an admission prepaid and its allocation did not use."""
