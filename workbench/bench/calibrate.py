@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {ascii(str(err))[1:-1]}", file=sys.stderr)
             return 2
         return 0
-    from workbench.labs.colocation.rows import reading_sweep
+    from workbench.labs.colocation.params import reading_sweep
 
     try:  # the sweep and bench files are outside input: a bad one is one line
         with reading_sweep(f"--sweep {' '.join(map(str, args.sweep))} --bench {args.bench}"):
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _calibrate(args: argparse.Namespace) -> None:
     from workbench.bench import simgpu
-    from workbench.labs.colocation.mini import load_repeats, read_json_file
+    from workbench.labs.colocation.params import load_repeats, read_json_file
 
     reps = [r for d in args.sweep for r in load_repeats(d)]
     steps: list = []
