@@ -34,10 +34,13 @@ import time
 from pathlib import Path
 
 from workbench.bench.stats import deciles
+from workbench.outfiles import Outputs, open_stream, run_main, write_all
 from workbench.settings import ENV_PREFIX
+from workbench.strictjson import dumps
 from workbench.units import GiB
 
 MODES = ("stock", "elastic")
+OUT_FILES = ["vllm_speed.json", "vllm_speed.md", "vllm_speed.jsonl", *(f"{m}.log" for m in MODES)]
 GOAL_RATIO, GOAL_FLOOR = 1.02, 1.5
 MARK = "@@"  # a protocol line among vLLM's own log lines on stdout
 
@@ -263,7 +266,7 @@ class Worker:
             env.update(WORKBENCH_KV_AUTOPATCH="1", WORKBENCH_KV_IPC_NAME=f"vspeed_{os.getpid()}")
         cmd = [sys.executable, "-m", "workbench.bench.vllm_speed", "--worker", mode,
                "--model-dir", args.model_dir, *_passthrough(args)]
-        self.mode, self.log = mode, open(log_dir / f"{mode}.log", "w")
+        self.mode, self.log = mode, open_stream(log_dir / f"{mode}.log")
         self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.log, text=True)
         self.facts = self._read("READY")
@@ -442,12 +445,12 @@ def markdown(result: dict) -> str:
 def coordinate(args) -> dict:
     from workbench.engines.real import shapes
 
-    out = Path(args.out or "vllm_speed_out")
+    out = Outputs().folder(args.out or "vllm_speed_out", OUT_FILES, "--out")  # before the run
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="vllm_speed_"))  # the model folder stays off OUT
     args.model_dir = str(shapes.write(work / f"{args.model}-dummy", work / "no-tokenizer",
                                       args.model, max_position=args.max_len))
-    log_file = open(out / "vllm_speed.jsonl", "w")
+    log_file = open_stream(out / "vllm_speed.jsonl")
 
     def log(s: str) -> None:
         print(s, flush=True)
@@ -481,8 +484,8 @@ def coordinate(args) -> dict:
               "bandwidth": bw, "facts": facts_, "errors": errors, "table": table,
               "verdicts": verdicts(table),
               "repeats": args.repeats, "warmup": args.warmup, "rows": rows}
-    (out / "vllm_speed.json").write_text(json.dumps(result, indent=1))
-    (out / "vllm_speed.md").write_text(markdown(result))
+    write_all([(out / "vllm_speed.json", dumps(result, indent=1)),
+               (out / "vllm_speed.md", markdown(result))])
     return result
 
 
@@ -523,4 +526,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))

@@ -25,14 +25,20 @@ from workbench.adapters.patching import (
 from workbench.adapters.registry import EnginePlan, Patch
 from workbench.adapters.sglang.seams import (
     ALLOC,
+    BATCH,
     CHECKER,
     CONFIGURATOR,
     FIX,
     MEM,
+    POLICY,
     RADIX,
+    apply_adder,
+    apply_decode,
     apply_leak,
     apply_mla,
     apply_pool,
+    check_adder,
+    check_decode,
     check_leak,
     check_mla,
     check_pool,
@@ -120,8 +126,9 @@ def _apply_budget(m: ModuleType):
 
 
 def build_plan() -> EnginePlan:
-    def p(name, module, apply, check, doc, required=True):
-        return Patch(name, module, RANGE, apply, check, fix=FIX, doc=doc, required=required)
+    def p(name, module, apply, check, doc, required=True, server_side=False):
+        return Patch(name, module, RANGE, apply, check, fix=FIX, doc=doc, required=required,
+                     server_side=server_side)
 
     return EnginePlan("sglang", "sglang", ("sglang",), [
         p("elastic-mha-pool", MEM, apply_pool, check_pool,
@@ -140,4 +147,10 @@ def build_plan() -> EnginePlan:
         p("leak-check-unheld", CHECKER, apply_leak, check_leak,
           "the idle leak check counts unheld slots, not what a limit lets allocate now",
           required=False),
+        p("admission-charge", POLICY, apply_adder, check_adder,
+          "PrefillAdder charges a request's pages to the shared GPU budget as it admits it",
+          server_side=True),
+        p("decode-charge", BATCH, apply_decode, check_decode,
+          "ScheduleBatch.check_decode_mem charges the step's pages to the shared GPU budget",
+          server_side=True),
     ])

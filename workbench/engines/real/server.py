@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -32,6 +31,7 @@ from workbench.engines.real.client import Outcome, Sampling, Sender
 from workbench.engines.real.procs import Reaper, install_handlers
 from workbench.engines.sched.request import Request
 from workbench.errors import ConfigError
+from workbench.outfiles import write_all
 from workbench.settings import ENV_PREFIX
 
 REPO = Path(__file__).resolve().parents[3]
@@ -300,9 +300,9 @@ class ServerEngine:
         if self._sampler is not None:  # a daemon thread inside a CUDA call aborts the exit
             self._sampler.join(5.0)
         if self.keep_log is not None and self.log.exists():
-            with contextlib.suppress(OSError):
-                self.keep_log.mkdir(parents=True, exist_ok=True)
-                shutil.copy(self.log, self.keep_log / f"{self.name}.log")
+            with contextlib.suppress(OSError, ConfigError):  # a log kept is a courtesy
+                write_all([(self.keep_log / f"{self.name}.log", self.log.read_bytes())],
+                          "log folder")
         if self._sender is not None:
             self._sender.close()
         self.reaper.close()
