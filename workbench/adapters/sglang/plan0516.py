@@ -25,23 +25,11 @@ from workbench.adapters.patching import (
 from workbench.adapters.registry import EnginePlan, Patch
 from workbench.adapters.sglang.seams import (
     ALLOC,
-    BATCH,
-    CHECKER,
     CONFIGURATOR,
     FIX,
-    MEM,
-    POLICY,
     RADIX,
-    apply_adder,
-    apply_decode,
-    apply_leak,
-    apply_mla,
-    apply_pool,
-    check_adder,
-    check_decode,
-    check_leak,
-    check_mla,
-    check_pool,
+    pool_patches,
+    scheduler_patches,
 )
 
 RANGE = ">=0.5.16,<0.5.17"
@@ -131,10 +119,7 @@ def build_plan() -> EnginePlan:
                      server_side=server_side)
 
     return EnginePlan("sglang", "sglang", ("sglang",), [
-        p("elastic-mha-pool", MEM, apply_pool, check_pool,
-          "MHATokenToKVPool -> ElasticMHATokenToKVPool (K/V views on a workbench pool)"),
-        p("elastic-mla-pool", MEM, apply_mla, check_mla,
-          "MLATokenToKVPool -> ElasticMLATokenToKVPool (latent views on a workbench pool)"),
+        *pool_patches(p),
         p("elastic-token-allocator", ALLOC, _apply_token, _check_token,
           "TokenToKVPoolAllocator -> elastic (page_size 1; miss -> None; 0.5.16 free groups)"),
         p("elastic-paged-allocator", ALLOC, _apply_paged, _check_paged,
@@ -144,13 +129,5 @@ def build_plan() -> EnginePlan:
         p("kv-budget", CONFIGURATOR, _apply_budget, _check_budget,
           "KV pool sized from a per-process virtual budget, not the GPU's free memory",
           required=False),
-        p("leak-check-unheld", CHECKER, apply_leak, check_leak,
-          "the idle leak check counts unheld slots, not what a limit lets allocate now",
-          required=False),
-        p("admission-charge", POLICY, apply_adder, check_adder,
-          "PrefillAdder charges a request's pages to the shared GPU budget as it admits it",
-          server_side=True),
-        p("decode-charge", BATCH, apply_decode, check_decode,
-          "ScheduleBatch.check_decode_mem charges the step's pages to the shared GPU budget",
-          server_side=True),
+        *scheduler_patches(p),
     ])

@@ -139,3 +139,30 @@ def apply_decode(m: ModuleType):
     from workbench.adapters.sglang.admission import make_check_decode_mem
 
     return wrap_method(m.ScheduleBatch, "check_decode_mem", make_check_decode_mem)
+
+
+def pool_patches(p) -> list:
+    """The KV-pool entries every SGLang version plan takes unchanged (``p`` builds a plan's
+    ``Patch`` with its own range and fix)."""
+    return [
+        p("elastic-mha-pool", MEM, apply_pool, check_pool,
+          "MHATokenToKVPool -> ElasticMHATokenToKVPool (K/V views on a workbench pool)"),
+        p("elastic-mla-pool", MEM, apply_mla, check_mla,
+          "MLATokenToKVPool -> ElasticMLATokenToKVPool (latent views on a workbench pool)"),
+    ]
+
+
+def scheduler_patches(p) -> list:
+    """The scheduler-side entries every version plan takes unchanged: the leak check (optional:
+    a test box without SGLang's server stack cannot import it) and the admission charges."""
+    return [
+        p("leak-check-unheld", CHECKER, apply_leak, check_leak,
+          "the idle leak check counts unheld slots, not what a limit lets allocate now",
+          required=False),
+        p("admission-charge", POLICY, apply_adder, check_adder,
+          "PrefillAdder charges a request's pages to the shared GPU budget as it admits it",
+          server_side=True),
+        p("decode-charge", BATCH, apply_decode, check_decode,
+          "ScheduleBatch.check_decode_mem charges the step's pages to the shared GPU budget",
+          server_side=True),
+    ]
