@@ -58,6 +58,7 @@ from workbench.labs.colocation.params import (
 from workbench.labs.colocation.sim import prediction_markdown, sim_beside_real
 from workbench.labs.kit import server_rig as rig
 from workbench.labs.kit.base import Progress
+from workbench.labs.kit.kvcached import PEAKS as KVCACHED_PEAKS
 from workbench.labs.kit.record import Manifest
 from workbench.outfiles import write_repeat
 from workbench.units import GiB, MiB
@@ -196,7 +197,8 @@ def start(cfg: VllmColoConfig, modes: tuple[str, ...], model: str, py: str, root
     (:class:`KvcachedNotRun`), and an eager retry would change the other modes' setting."""
     if "kvcached" in modes:
         try:
-            return start_once(cfg, modes, model, py, root, ballast or kvcached.Ballast())
+            return start_once(cfg, modes, model, py, root,
+                              kvcached.Ballast() if ballast is None else ballast)
         except KvcachedNotRun:
             raise
         except Exception as err:
@@ -566,9 +568,6 @@ def config_for(params: ColocationParams, backend: str) -> VllmColoConfig:
     return cfg
 
 
-KVCACHED_PEAKS = (12, 14, 16, 18, 20)  # kvcached's published PEAKs (docs/sources.md)
-
-
 def kvcached_setting(cfg: VllmColoConfig, params: ColocationParams) -> None:
     """kvcached's own setting on ``cfg``: its trace unscaled, the KV its A100-80G run left
     beside three weight sets, vLLM's serving defaults there (256 sequences, 2048 batched
@@ -578,7 +577,7 @@ def kvcached_setting(cfg: VllmColoConfig, params: ColocationParams) -> None:
     cfg.max_num_seqs, cfg.max_batched_tokens = 256, 2048
     cfg.together = False
     if not params.peaks:
-        cfg.peaks = KVCACHED_PEAKS
+        cfg.peaks = KVCACHED_PEAKS  # the PEAKs of kvcached's published table
 
 
 def run_server(params: ColocationParams, backend: str,
@@ -712,10 +711,80 @@ def memory_check(reps: list[dict]) -> list[str]:
         if fm and fs:
             lines.append(f"* {m} points: device free at their start {_gib(min(fs))}-"
                          f"{_gib(max(fs))} GiB, lowest during them {_gib(min(fm))} GiB.")
-    mp = [r["runs"][k].get("mapped_peak_bytes") or 0 for r in reps for k in r["runs"]]
-    if any(mp):
-        lines.append(f"* elastic: most mapped together {max(mp) / GiB:.2f} GiB (budget "
-                     f"{c['budget_bytes'] / GiB:.2f} GiB).")
+    for m in [m for m in c["modes"] if m != "static"]:
+        mp = [r["runs"][k].get("mapped_peak_bytes") or 0 for r in reps for k in r["runs"]
+              if k.endswith("/" + m)]
+        if any(mp):
+            lines.append(f"* {m}: most mapped together {max(mp) / GiB:.2f} GiB (budget "
+                         f"{c['budget_bytes'] / GiB:.2f} GiB).")
+    for u in [u for u in ups if u.get("kvcached")][:3]:
+        b = u["kvcached"]["ballast"]
+        lines.append(f"* kvcached's ballast: device free {_gib(b['free_before'])} GiB with its "
+                     f"engines up, {_gib(b['held'])} GiB held so that its 5 % headroom rule "
+                     f"leaves it {_gib(b['kvcached_may_map'])} GiB"
+                     + (f" (the device falls {_gib(-b['wanted'])} GiB short)"
+                        if b["wanted"] < 0 else "") + ".")
+    return lines + [""]
+
+
+def _q(values: list[float], q: float) -> float:
+    v = sorted(values)
+    return v[min(len(v) - 1, int(q * len(v)))]
+
+
+def map_cost_summary(reps: list[dict]) -> dict[str, dict | None]:
+    """Per elastic mode: p50, p99 and count of its per-page grow and shrink costs (us) over
+    every point of every repeat; None for a mode whose points measured none."""
+    out: dict[str, dict | None] = {}
+    for m in [m for m in reps[0]["config"]["modes"] if m != "static"]:
+        runs = [run for r in reps for key, run in r["runs"].items() if key.endswith("/" + m)
+                and run.get("map_costs") is not None]
+        if not runs:
+            out[m] = None
+            continue
+        out[m] = {}
+        for k in ("grow", "shrink"):
+            v = [x for run in runs for x in run["map_costs"].get(k, [])]
+            out[m][k] = {"p50": _q(v, 0.5), "p99": _q(v, 0.99), "n": len(v)} if v else \
+                {"p50": None, "p99": None, "n": 0}
+    return out
+
+
+def map_cost_lines(reps: list[dict]) -> list[str]:
+    """The per-page map cost of each elastic implementation, as the sweep measured it (p50 /
+    p99 over every point and repeat), and why a mode without one has none."""
+    lines = ["## Per-page map cost", "",
+             "us per page, p50 / p99 (count) over every point of every repeat: kvcached's from "
+             "its own log at INFO (grow: each batch its prealloc thread mapped ahead, checks and "
+             "locks included; a map on the allocating thread logs only at DEBUG; shrink: each "
+             "batch unmapped).", "", "| mode | grow p50 / p99 | shrink p50 / p99 |",
+             "|---|---|---|"]
+    for m, got in map_cost_summary(reps).items():
+        if got is None:
+            lines.append(f"| {m} | not measured by this sweep | not measured by this sweep |")
+            continue
+        lines.append(f"| {m} | " + " | ".join(
+            f"{v['p50']:,.0f} / {v['p99']:,.0f} ({v['n']})" if v["n"] else "none logged"
+            for v in got.values()) + " |")
+    return lines + [""]
+
+
+def not_run_of(reps: list[dict]) -> dict[str, dict]:
+    """Each mode that did not run, with its error in its own words (the first call's)."""
+    seen: dict[str, dict] = {}
+    for r in reps:
+        for m, why in (r.get("not_run") or {}).items():
+            seen.setdefault(m, why)
+    return seen
+
+
+def not_run_lines(reps: list[dict]) -> list[str]:
+    seen = not_run_of(reps)
+    if not seen:
+        return []
+    lines = ["## Modes that did not run", ""]
+    for m, why in seen.items():
+        lines.append(f"* {m} (repeat {why.get('repeat', '?')}): {why['reason']}")
     return lines + [""]
 
 
@@ -743,35 +812,45 @@ def from_repeats(reps: list[dict], backend: str) -> ColocationRun:
     peaks = [p for p in peaks if any((p, m) in overall for m in modes)]
     footer: list[str] = []
     low = peaks[0] if peaks else None
-    if low is not None and (low, "static") in overall and (low, "elastic") in overall:
-        s, e = overall[(low, "static")], overall[(low, "elastic")]
-        k = min(len(s), len(e))
-        ratio = spread([e[i]["ttft"]["mean"] / s[i]["ttft"]["mean"] for i in range(k)])
-        footer += [f"Low load (PEAK {low}): elastic/static mean TTFT {_sp(ratio)} (median "
+    for m in [m for m in modes if m != "static"]:
+        if low is None or (low, "static") not in overall or (low, m) not in overall:
+            continue
+        s, e = overall[(low, "static")], overall[(low, m)]
+        ratio = spread([b["ttft"]["mean"] / a["ttft"]["mean"] for a, b in zip(s, e,
+                                                                              strict=False)])
+        footer += [f"Low load (PEAK {low}): {m}/static mean TTFT {_sp(ratio)} (median "
                    "[min-max] over repeats).", ""]
     pred = _prediction(reps)
-    footer += memory_check(reps) + per_instance(reps, peaks, modes) + \
-        where_time_went(reps, peaks, modes) + (pred[1] if pred else [])
+    footer += not_run_lines(reps) + memory_check(reps) + per_instance(reps, peaks, modes) + \
+        where_time_went(reps, peaks, modes) + \
+        (map_cost_lines(reps) if len(modes) > 2 else []) + (pred[1] if pred else [])
     ver = next((r.get("vllm_version") for r in reps if r.get("vllm_version")), None)
     graphs = all(f["cuda_graphs"] and not f.get("eager", True) for r in reps
                  for u in r.get("startup", []) for f in u["engines"].values())
     scale = c["time_scale"]
+    own = c.get("setting") == "kvcached"
     out_len = max(2, round(c["completion_len"] / scale))
+    third = ("; kvcached: stock vLLM under kvcached 0.1.6's autopatch, capped at that total by a "
+             "ballast" if "kvcached" in modes else "")
+    trace = (f"kvcached's trace as its script sends it (no time scaling), prompts "
+             f"{c['prompt_len']}, completions {out_len} tokens, the KV total its A100-80G run "
+             "left beside three weight sets. PEAK in req/s" if own else
+             f"kvcached's ramp time-compressed x{scale:g}, prompts {c['prompt_len']}, "
+             f"completions {out_len} tokens. PEAK (x scale = req/s)")
     setup = [f"{c['instances']} vLLM {ver or '?'} servers, one process each, of the {c['model']} "
              f"shape with random weights (load_format dummy), prompts by token id; KV "
              f"{c['budget_bytes'] / GiB:.2f} GiB in all (static: a third each through "
              "num_gpu_blocks_override; elastic: autopatch, one shared GPU budget of that "
-             f"total). kvcached's ramp time-compressed x{scale:g}, prompts {c['prompt_len']}, "
-             f"completions {out_len} tokens. PEAK (x scale = req/s); TTFT in ms, as the "
+             f"total{third}). {trace}; TTFT in ms, as the "
              f"streaming client saw it. {'Decode in CUDA graphs' if graphs else 'Eager'} in "
-             f"both modes; prefix caching off. "
+             f"{'every mode' if len(modes) > 2 else 'both modes'}; prefix caching off. "
              + ("Both modes stayed up for the whole call" if c["together"] else
                 "Fresh engines per repeat and mode")
              + f"; PEAKs in the order {', '.join(map(str, c['peaks']))}; {len(reps)} repeat(s), "
              "mode orders: " + "; ".join(f"{r['repeat']}: {' then '.join(r['order'])}"
                                          for r in reps) + ".", ""]
     return ColocationRun(
-        backend=backend, peaks=peaks, overall=overall, time_scale=scale,
+        backend=backend, peaks=peaks, overall=overall, time_scale=None if own else scale,
         title=f"Colocation on {reps[0]['device']}: {c['instances']} x {c['model']} (real vLLM)",
         setup=setup, footer=footer, record=_record_fields(reps, backend, ver, graphs),
         results={"config": c, "device": reps[0]["device"], "vllm_version": ver,
@@ -780,9 +859,12 @@ def from_repeats(reps: list[dict], backend: str) -> ColocationRun:
                                 "calls": sorted({(r.get("provenance") or {}).get("date", "?")
                                                  for r in reps})},
                  "startup": startups(reps)[:6], "prediction": pred[0] if pred else None,
+                 **({"map_costs_us": map_cost_summary(reps), "not_run": not_run_of(reps)}
+                    if "kvcached" in modes else {}),
                  "repeats": [{"repeat": r["repeat"], "order": r["order"],
                               "runs": {k: {kk: vv for kk, vv in v.items()
-                                           if kk not in ("steps", "requests", "mapped_timeline")}
+                                           if kk not in ("steps", "requests", "mapped_timeline",
+                                                         "map_costs")}
                                        for k, v in r["runs"].items()}} for r in reps]})
 
 
@@ -805,7 +887,9 @@ def _record_fields(reps: list[dict], backend: str, ver: str | None, graphs: bool
                        "cuda_graphs": graphs, "attention": "TRITON_ATTN"},
         kvcached_config={"gpu_budget": c["budget_bytes"],
                          "min_reserved_pages": c["min_reserved_pages"],
-                         "max_reserved_pages": c["max_reserved_pages"]})
+                         "max_reserved_pages": c["max_reserved_pages"],
+                         **({f"kvcached {kvcached.VERSION}": asdict(kvcached.KvcachedSetting())}
+                            if "kvcached" in c["modes"] else {})})
     prov = reps[0].get("provenance") or {}
     # the software the sweep ran on (the report may be built on another machine)
     manifest.software.update({k: prov[k] for k in ("python", "torch") if k in prov}, vllm=ver,
@@ -821,8 +905,10 @@ def _record_fields(reps: list[dict], backend: str, ver: str | None, graphs: bool
                   "output_tokens": f"{out_len} (fixed; {c['completion_len']} / time_scale)",
                   "instances": c["instances"]},
         cache_state="prefix caching off",
-        load={"trace": "kvcached ramp, arrival times / time_scale", "time_scale": c["time_scale"],
-              "budget_bytes": c["budget_bytes"]},
+        load={"trace": "kvcached's ramp as its script sends it" if c.get("setting") == "kvcached"
+              else "kvcached ramp, arrival times / time_scale", "time_scale": c["time_scale"],
+              "budget_bytes": c["budget_bytes"], "setting": c.get("setting", "compressed"),
+              "modes": list(c["modes"])},
         samples={"runs_per_point": len(reps),
                  "order": {str(r["repeat"]): r["order"] for r in reps}},
         kv={"blocks": c["blocks"], "block_bytes": c["block_bytes"]},
