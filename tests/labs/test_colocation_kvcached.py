@@ -246,3 +246,48 @@ def test_a_partly_patched_kvcached_is_not_run_with_the_patches_it_lacks():
     assert rec["reason"].endswith("no successful patch of allocate_slots, gpu_model_runner, "
                                   "gpu_worker")
     assert rec["engines"][0]["patches"]["failed"] == ["gpu_worker"]
+
+
+class _Closable:
+    def __init__(self, closed: list, name: str):
+        self.closed, self.name = closed, name
+
+    def close(self) -> None:
+        self.closed.append(self.name)
+
+
+def test_the_sweep_records_kvcached_not_run_once_and_runs_the_pair(monkeypatch, tmp_path):
+    started, closed = [], []
+
+    def start(cfg, modes, model, py, root, log, ballast=None):
+        started.append(modes)
+        if "kvcached" in modes:
+            raise server.KvcachedNotRun("RuntimeError: kvcached0 exited (code 1)")
+        return {m: [_Closable(closed, f"{m}{i}") for i in range(3)] for m in modes}, \
+            {"modes": list(modes)}
+
+    def point(cfg, engines, mode, peak, root):
+        o = {"finished": 1, "requests": 1, "ttft": {"mean": 0.1, "p99": 0.1}, "preemptions": 0}
+        return {"overall": o, "wall_s": 1.0, "lost": 0}
+
+    root = tmp_path / "root"
+    root.mkdir()
+    monkeypatch.setattr(server.rig, "python_for", lambda lab: "py")
+    monkeypatch.setattr(server.rig, "workroot", lambda: root)
+    monkeypatch.setattr(server.rig, "model_dir", lambda py, root: "tok")
+    monkeypatch.setattr(server.shapes, "write", lambda where, tok, model: where)
+    monkeypatch.setattr(server, "start", start)
+    monkeypatch.setattr(server, "run_point", point)
+    monkeypatch.setattr(server, "vllm_version", lambda engines: "0.26.0")
+    cfg = server.config_for(ColocationParams(engine="vllm", setting="kvcached", peaks=(12, 16),
+                                             repeats=2), "host")
+    lines: list[str] = []
+    reps = server.sweep(cfg, log=lines.append)
+    assert started.count(("kvcached",)) == 1  # tried once per call
+    for rep in reps:
+        assert set(rep["runs"]) == {"12/static", "16/static", "12/elastic", "16/elastic"}
+        assert rep["not_run"]["kvcached"] == {"repeat": 0, "engines": None,
+                                              "reason": "RuntimeError: kvcached0 exited (code 1)"}
+    assert sorted(closed) == sorted(f"{m}{i}" for m in PAIR for i in range(3) for _ in range(2))
+    assert any("kvcached: not run (RuntimeError" in ln for ln in lines)
+    assert not root.exists()
