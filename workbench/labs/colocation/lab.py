@@ -25,12 +25,14 @@ from workbench.backends import capabilities
 from workbench.errors import ConfigError
 from workbench.labs.colocation.params import (
     MODES,
+    PAIR,
     ColocationParams,
     ColocationRun,
     reading_sweep,
     saved_family,
     server_kind,
     spread,
+    sweep_modes,
 )
 from workbench.labs.kit.base import Lab, LabResult, Progress
 from workbench.labs.kit.kvcached import KVCACHED
@@ -94,6 +96,35 @@ class ColocationLab(Lab):
             first = params.first_repeat
             Outputs().folder(params.out_dir, [f"repeat_{r}.json" for r in
                                               range(first, first + params.repeats)], "out_dir")
+        if not params.from_dir:
+            check_modes(params, run)
+
+
+def check_modes(params: ColocationParams, run: LabRun) -> None:
+    """Before anything starts: kvcached's setting and its mode exist on real vLLM only, the
+    report pairs every mode with static and elastic, and the kvcached mode needs an interpreter
+    that sees kvcached (:func:`workbench.engines.real.kvcached.kvcached_python`) and CUDA."""
+    modes, fields = sweep_modes(params), ColocationParams.__dataclass_fields__
+    wanted = f"setting={params.setting}, modes={','.join(modes)}"
+    if run.family != "server" and (params.setting != "compressed" or params.modes):
+        raise ConfigError(wanted, "are the real-vLLM sweep's choices",
+                          "add --param engine=vllm (backend gpu or host), or drop them")
+    if len(set(modes)) != len(modes) or not set(PAIR) <= set(modes):
+        raise ConfigError(f"modes={','.join(modes)}", "the report sets every mode beside static "
+                          "and elastic, each once", "use static,elastic or static,elastic,kvcached")
+    if params.setting == "kvcached" and any(getattr(params, k) != fields[k].default
+                                            for k in ("time_scale", "budget_gib")):
+        raise ConfigError(wanted, "fixes the time scale (1) and the KV total (the one kvcached's "
+                          "A100-80G run left)", "leave time_scale and budget_gib unset")
+    if "kvcached" in modes:
+        if params.together:
+            raise ConfigError(wanted, "starts kvcached's engines alone (its cap reads the "
+                              "device's free memory)", "leave together unset")
+        from workbench.engines.real.kvcached import kvcached_python
+
+        kvcached_python()
+        if not run.caps.cuda:
+            raise ConfigError(wanted, "kvcached maps CUDA memory", "run on backend gpu")
 
 
 # -- the report ----------------------------------------------------------------------------------
@@ -106,30 +137,42 @@ def _ttft(runs: list[dict], stat: str) -> dict[str, float]:
     return {k: _ms(x) for k, x in spread([r["ttft"][stat] for r in runs]).items()}
 
 
+def _ratio(pt: dict, key: str, num: list[dict], den: list[dict], stat: str) -> None:
+    """``pt[key]``: ``num`` / ``den`` TTFT of the same repeat, median over repeats, and its
+    range (``key_spread``)."""
+    sp = spread([a["ttft"][stat] / b["ttft"][stat] for a, b in zip(num, den, strict=False)])
+    pt[key] = round(sp["median"], 2)
+    pt[f"{key}_spread"] = {k: round(v, 2) for k, v in sp.items()}
+
+
 def make_points(run: ColocationRun) -> list[dict]:
     """One point per PEAK: medians over repeats (the plain keys) and their range (``*_spread``);
-    a speedup is static / elastic of the same repeat, then its median and range."""
+    a speedup is static / elastic of the same repeat, then its median and range. Where kvcached
+    0.1.6 ran as a third mode: its TTFT beside them, static / kvcached (``*_speedup_kvcached``)
+    and kvcached / workbench elastic (``*_elastic_vs_kvcached``: above 1, elastic is faster)."""
     points = []
     for p in run.peaks:
         if (p, "static") not in run.overall or (p, "elastic") not in run.overall:
             continue
-        s, e = run.overall[(p, "static")], run.overall[(p, "elastic")]
+        by = {m: run.overall[(p, m)] for m in MODES if (p, m) in run.overall}
+        s, e = by["static"], by["elastic"]
         n = min(len(s), len(e))
         pt: dict[str, Any] = {"peak": p, "repeats": n}
         if run.time_scale is not None:
             pt["effective_peak_rps"] = p * run.time_scale
         for stat in ("mean", "p50", "p99"):
-            sp = {"static": _ttft(s, stat), "elastic": _ttft(e, stat)}
-            pt[f"{stat}_ttft_ms"] = {m: sp[m]["median"] for m in MODES}
+            sp = {m: _ttft(runs, stat) for m, runs in by.items()}
+            pt[f"{stat}_ttft_ms"] = {m: sp[m]["median"] for m in by}
             pt[f"{stat}_ttft_spread_ms"] = sp
         for stat in ("mean", "p99"):
-            sp = spread([s[i]["ttft"][stat] / e[i]["ttft"][stat] for i in range(n)])
-            pt[f"{stat}_speedup"] = round(sp["median"], 2)
-            pt[f"{stat}_speedup_spread"] = {k: round(v, 2) for k, v in sp.items()}
+            _ratio(pt, f"{stat}_speedup", s, e, stat)
+            if "kvcached" in by:
+                _ratio(pt, f"{stat}_speedup_kvcached", s, by["kvcached"], stat)
+                _ratio(pt, f"{stat}_elastic_vs_kvcached", by["kvcached"], e, stat)
         pt["tpot_ms"] = {m: _ms(spread([r["tpot"]["mean"] for r in runs])["median"])
-                         for m, runs in (("static", s), ("elastic", e))}
+                         for m, runs in by.items()}
         pt["preemptions"] = {m: spread([r["preemptions"] for r in runs])["median"]
-                             for m, runs in (("static", s), ("elastic", e))}
+                             for m, runs in by.items()}
         if run.time_scale is None:
             pt["kvcached"] = {k: KVCACHED[k].get(p) for k in KVCACHED}
         points.append(pt)
@@ -236,40 +279,89 @@ def markdown(run: ColocationRun, points: list[dict]) -> str:
     def peak(r: dict) -> str:
         return str(r["peak"]) if ref else f"{r['peak']} ({r['effective_peak_rps']:g})"
 
+    third = any("kvcached" in r["mean_ttft_ms"] for r in points)
+    if third:
+        lines += ["kvcached 0.1.6 ran as a third mode: its TTFT, static / kvcached ('its "
+                  "speedup') and kvcached / workbench elastic ('elastic vs it': above 1x, the "
+                  "workbench's pool is faster).", ""]
     for title, stat in (("Mean TTFT", "mean"), ("P99 TTFT", "p99")):
         head = "| PEAK | ours static | ours elastic | ours speedup |"
+        if third:
+            head += " kvcached 0.1.6 | its speedup | elastic vs it |"
         lines += [f"## {title}", "", head + (" kvcached static | kvcached elastic | kvcached "
                                              "speedup |" if ref else ""),
-                  "|---|---|---|---|" + ("---|---|---|" if ref else "")]
+                  "|---|---|---|---|" + ("---|---|---|" if third else "")
+                  + ("---|---|---|" if ref else "")]
         for r in points:
             sp = r[f"{stat}_ttft_spread_ms"]
             row = (f"| {peak(r)} | {_cell(sp['static'])} | {_cell(sp['elastic'])} | "
                    f"{_cell(r[f'{stat}_speedup_spread'], str, 'x')} |")
+            if third:
+                row += _third_cells(r, stat)
             if ref:
                 k = r["kvcached"]
                 row += (f" {_fmt(k[f'{stat}_static'])} | {_fmt(k[f'{stat}_elastic'])} | "
                         f"{k[f'{stat}_speedup']}x |")
             lines.append(row)
         lines.append("")
+    shown = [m for m in MODES if any(m in r["tpot_ms"] for r in points)] or list(PAIR)
+    names = " / ".join(shown)
     lines += ["## Other columns", "",
-              "| PEAK | TPOT static / elastic (ms, median) | preemptions static / elastic "
-              "(median) |", "|---|---|---|"]
+              f"| PEAK | TPOT {names} (ms, median) | preemptions {names} (median) |",
+              "|---|---|---|"]
     for r in points:
-        lines.append(f"| {peak(r)} | {r['tpot_ms']['static']} / {r['tpot_ms']['elastic']} | "
-                     f"{r['preemptions']['static']} / {r['preemptions']['elastic']} |")
+        lines.append(f"| {peak(r)} | {_each(r['tpot_ms'], shown)} | "
+                     f"{_each(r['preemptions'], shown)} |")
+    if third:
+        lines += ["", _elastic_vs_kvcached(points)]
     return "\n".join(lines + ["", *run.footer]) + "\n"
 
 
+def _each(values: dict, modes: list[str]) -> str:
+    return " / ".join("-" if values.get(m) is None else f"{values[m]}" for m in modes)
+
+
+def _third_cells(r: dict, stat: str) -> str:
+    """kvcached 0.1.6's cells of one row: its TTFT and its two ratios ('-' where it did not
+    run at that PEAK)."""
+    sp = r[f"{stat}_ttft_spread_ms"].get("kvcached")
+    if sp is None:
+        return " - | - | - |"
+    return (f" {_cell(sp)} | {_cell(r[f'{stat}_speedup_kvcached_spread'], str, 'x')} | "
+            f"{_cell(r[f'{stat}_elastic_vs_kvcached_spread'], str, 'x')} |")
+
+
+def kvcached_faster(r: dict) -> list[str]:
+    """The TTFT statistics (mean, p99) at which kvcached 0.1.6 beat the workbench's elastic
+    pool at point ``r`` beyond the spread (its slowest repeat faster than elastic's fastest)."""
+    out = []
+    for stat in ("mean", "p99"):
+        sp = r[f"{stat}_ttft_spread_ms"]
+        if "kvcached" in sp and sp["kvcached"]["max"] < sp["elastic"]["min"]:
+            out.append(stat)
+    return out
+
+
+def _elastic_vs_kvcached(points: list[dict]) -> str:
+    ran = [r for r in points if "kvcached" in r["mean_ttft_ms"]]
+    lost = [f"PEAK {r['peak']} ({', '.join(k)})" for r in ran if (k := kvcached_faster(r))]
+    verdict = ("met" if not lost and len(ran) == len(points) else "missed")
+    where = f"; kvcached faster beyond the spread at {'; '.join(lost)}" if lost else ""
+    gaps = "" if len(ran) == len(points) else f"; kvcached ran at {len(ran)} of {len(points)} PEAKs"
+    return (f"Workbench elastic at least as fast as kvcached 0.1.6 at every PEAK (mean and p99, "
+            f"beyond the spread): {verdict}{where}{gaps}.")
+
+
 def figures(points: list[dict]) -> dict[str, Any]:
-    """Mean and p99 TTFT per PEAK, static vs elastic: medians, bars to the min and max over
-    repeats (plotly; {} when it is not installed)."""
+    """Mean and p99 TTFT per PEAK of every mode run at each PEAK: medians, bars to the min and
+    max over repeats (plotly; {} when it is not installed)."""
     try:
         import plotly.graph_objects as go
     except ImportError:
         return {}
     fig = go.Figure()
     for stat in ("mean", "p99"):
-        for m in MODES:
+        for m in [m for m in MODES if points and all(m in p["mean_ttft_ms"] for p in points)]:
             sp = [p[f"{stat}_ttft_spread_ms"][m] for p in points]
             fig.add_scatter(x=[p["peak"] for p in points], y=[s["median"] for s in sp],
                             name=f"{stat} {m}",

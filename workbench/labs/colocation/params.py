@@ -16,10 +16,16 @@ from workbench.engines import kinds
 from workbench.engines.metrics import SLO
 from workbench.errors import ConfigError, WorkbenchError
 from workbench.labs.kit.params import ENGINE, GIB, MODEL, QUICK, SEED, STEPTIME, TOKENS
-from workbench.ranges import Flag, Ints, Num, Opt, Spec, Text
+from workbench.ranges import Choice, Choices, Flag, Ints, Num, Opt, Spec, Text
 from workbench.strictjson import read_file
 
-MODES = ("static", "elastic")
+# every way the lab holds the KV total: a static split, the workbench's elastic pool, and
+# kvcached 0.1.6 itself (real vLLM only); PAIR is what every family runs unless told
+MODES = ("static", "elastic", "kvcached")
+PAIR = MODES[:2]
+# the real-vLLM sweep's settings: kvcached's ramp time-compressed at a 2 GiB total, or
+# kvcached's own (unscaled ramp, 256/256 tokens, the KV its A100-80G run left)
+SETTINGS = ("compressed", "kvcached")
 
 
 @dataclass(slots=True)
@@ -30,8 +36,8 @@ class ColocationParams:
     steptime: str | None = None  # sim: a calibration name or key=value,... overrides
     workers: int | None = None  # sim: processes for the sweep
     model: str | None = None  # gpu/host: registry name (default llama-3.1-8b; host: tiny)
-    budget_gib: float = 2.0  # gpu/host: GiB of KV all instances hold together
-    time_scale: float = 4.0  # gpu/host: arrival times / scale, completions / scale
+    budget_gib: float = 2.0  # gpu/host: GiB of KV all instances hold together (compressed)
+    time_scale: float = 4.0  # gpu/host: arrival times / scale, completions / scale (compressed)
     prompt_len: int = 256
     completion_len: int = 256  # before scaling
     repeats: int = 1  # gpu/host: runs of every (PEAK, mode); sim: seeds seed..seed+repeats-1
@@ -43,6 +49,8 @@ class ColocationParams:
     engine: str | None = None  # none: sim-vllm on sim, mini on host/gpu; vllm: real vLLMs
     together: bool | None = None  # vllm: both modes' engines up all run (None: gpu yes, host no)
     deadline_s: float | None = None  # vllm: start no point past this many seconds of wall time
+    setting: str = "compressed"  # vllm: one of SETTINGS (kvcached: its budget, no time scale)
+    modes: tuple[str, ...] | None = None  # vllm: None: PAIR (compressed), MODES (kvcached)
     RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
         "peaks": Opt(Ints(1, 10000)), "quick": QUICK, "seed": SEED, "steptime": Opt(STEPTIME),
         "workers": Opt(Num(int, 1, 32)), "model": Opt(MODEL), "budget_gib": GIB,
@@ -52,7 +60,13 @@ class ColocationParams:
         "cuda_graphs": Opt(Flag()), "together": Opt(Flag()),
         "engine": Opt(ENGINE("sim-vllm", "mini", "vllm")),  # None: sim-vllm on sim, else mini
         "deadline_s": Opt(Num(float, 1.0, 86400.0, "s")),
+        "setting": Choice(SETTINGS), "modes": Opt(Choices(MODES, len(MODES))),
     }
+
+
+def sweep_modes(params: ColocationParams) -> tuple[str, ...]:
+    """The modes a run sweeps: those named, else the pair, or all three at kvcached's setting."""
+    return params.modes or (MODES if params.setting == "kvcached" else PAIR)
 
 
 @dataclass(slots=True)

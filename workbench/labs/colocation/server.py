@@ -7,7 +7,16 @@ time went, the simulator beside it, the record fields only a real-vLLM run knows
 * ``static``: stock vLLM, each a fixed ``1/instances`` of the KV total
   (``num_gpu_blocks_override``);
 * ``elastic``: autopatched vLLM, each able to address the whole total, every map charged to one
-  ``WORKBENCH_KV_GPU_BUDGET`` of that total shared by the processes (a map past it is a miss).
+  ``WORKBENCH_KV_GPU_BUDGET`` of that total shared by the processes (a map past it is a miss);
+* ``kvcached``: stock vLLM under kvcached 0.1.6's own autopatch
+  (:mod:`workbench.engines.real.kvcached`), each able to address the whole total, capped at it by
+  a ballast this process holds; a start-up whose log lacks one of kvcached's patches, or that
+  fails, is recorded as not run with its error (never replaced by another mode).
+
+Two settings: ``compressed`` (kvcached's ramp time-compressed, a 2 GiB total) and ``kvcached``
+(its trace as its script sends it, unscaled, and the KV its A100-80G run left beside three
+weight sets, :func:`~workbench.engines.real.kvcached_budget.setting_budget`); there one mode's
+engines run at a time (nine 8B weight sets do not fit one card).
 
 Both modes skip vLLM's memory profiling (``kv_cache_memory_bytes``), so engines started side by
 side cannot misread each other's weights as their own. ``together``: both modes' engines are
@@ -32,21 +41,24 @@ from pathlib import Path
 
 from workbench.backends import capabilities
 from workbench.engines.metrics import summarize
-from workbench.engines.real import shapes
+from workbench.engines.real import kvcached, shapes
+from workbench.engines.real.kvcached_budget import setting_budget
 from workbench.engines.sched.request import Request
-from workbench.engines.sim.workloads import ramp_trace
+from workbench.engines.sim.workloads import kvcached_ramp_delay, kvcached_ramp_traces, ramp_trace
 from workbench.errors import ConfigError
 from workbench.labs.colocation.params import (
-    MODES,
+    PAIR,
     ColocationParams,
     ColocationRun,
     merged,
     reading_sweep,
     spread,
+    sweep_modes,
 )
 from workbench.labs.colocation.sim import prediction_markdown, sim_beside_real
 from workbench.labs.kit import server_rig as rig
 from workbench.labs.kit.base import Progress
+from workbench.labs.kit.kvcached import PEAKS as KVCACHED_PEAKS
 from workbench.labs.kit.record import Manifest
 from workbench.outfiles import write_repeat
 from workbench.units import GiB, MiB
@@ -66,7 +78,8 @@ class VllmColoConfig:
     min_reserved_pages: int = 0  # elastic: page ids mapped ahead / parked after a free
     max_reserved_pages: int = 1
     seed: int = 0
-    modes: tuple[str, ...] = MODES
+    modes: tuple[str, ...] = PAIR
+    setting: str = "compressed"  # or "kvcached": its unscaled trace (time_scale 1)
     repeats: int = 1
     first_repeat: int = 0  # repeat r runs the modes in order (r even) or reversed (r odd)
     out_dir: str | None = None
@@ -95,27 +108,35 @@ class VllmColoConfig:
         return int(self.budget_gib * GiB) // (2 * MiB) * (2 * MiB)
 
     def blocks(self, mode: str) -> int:
+        """A static engine's third of the total; an elastic or kvcached one may address all."""
         total = self.budget_bytes // self.block_bytes
-        return total if mode == "elastic" else total // self.instances
+        return total // self.instances if mode == "static" else total
 
     def mode_order(self, repeat: int) -> tuple[str, ...]:
         return self.modes if repeat % 2 == 0 else tuple(reversed(self.modes))
 
     def run_seconds(self, peak: int) -> float:
-        """The last arrival of a point (scaled), a guide to how long it runs."""
+        """The last arrival of a point (scaled), a guide to how long it runs. kvcached's script:
+        every model's last request comes instances * delay + 2 * PEAK - 2 s in (model i starts
+        at i * delay, its ramp's last request 2 * PEAK - 2 s later, then (N - i) * delay more)."""
+        if self.setting == "kvcached":
+            return self.instances * kvcached_ramp_delay(peak) + 2 * peak - 2
         return (8.75 * peak - 1) / self.time_scale
 
 
 def traces(cfg: VllmColoConfig, peak: int) -> list[list[Request]]:
-    """Per instance: kvcached's ramp at ``peak``, time-compressed, token ids the tokenizer has."""
+    """Per instance: kvcached's ramp at ``peak`` (time-compressed, or as its script sends it at
+    kvcached's setting), token ids the tokenizer has."""
     span = rig.VOCAB_HI - rig.VOCAB_LO
-    out = []
-    for i in range(cfg.instances):
-        reqs = ramp_trace(peak, i, num_models=cfg.instances, prompt_len=cfg.prompt_len,
+    if cfg.setting == "kvcached":
+        per = kvcached_ramp_traces(peak, cfg.instances, prompt_len=cfg.prompt_len,
+                                   output_len=cfg.output_len, seed=cfg.seed)
+    else:
+        per = [ramp_trace(peak, i, num_models=cfg.instances, prompt_len=cfg.prompt_len,
                           output_len=cfg.output_len, seed=cfg.seed)
-        out.append([Request(r.rid, [rig.VOCAB_LO + t % span for t in r.prompt], cfg.output_len,
-                            r.arrival / cfg.time_scale, r.group) for r in reqs])
-    return out
+               for i in range(cfg.instances)]
+    return [[Request(r.rid, [rig.VOCAB_LO + t % span for t in r.prompt], cfg.output_len,
+                     r.arrival / cfg.time_scale, r.group) for r in reqs] for reqs in per]
 
 
 def _step_log_knob() -> str | None:
@@ -127,7 +148,22 @@ def _step_log_knob() -> str | None:
     return var("step_log") if "step_log" in KNOBS else None
 
 
+def spec_fields(cfg: VllmColoConfig, mode: str) -> dict:
+    """The spec fields every mode's engines share (the KV sized for ``mode``)."""
+    cuda = cfg.device != "cpu"
+    return dict(max_num_seqs=cfg.max_num_seqs, max_model_len=cfg.prompt_len + cfg.output_len + 64,
+                prefix_caching=False, num_gpu_blocks=cfg.blocks(mode), block_size=cfg.block_size,
+                kv_cache_bytes=cfg.blocks(mode) * cfg.block_bytes if cuda else None,
+                max_num_batched_tokens=cfg.max_batched_tokens, load_format="dummy",
+                cuda_graphs=cfg.cuda_graphs and cuda, gpu_memory_utilization=0.2 if cuda else 0.3)
+
+
 def make_engines(cfg: VllmColoConfig, mode: str, model: str, py: str, root: Path) -> list:
+    """``mode``'s engines, not started: kvcached's under its own interpreter and switches (no
+    workbench knob, no step log: kvcached's process runs none of the workbench's code)."""
+    if mode == "kvcached":
+        return [kvcached.engine(f"{mode}{i}", model, root, device=cfg.device,
+                                **spec_fields(cfg, mode)) for i in range(cfg.instances)]
     knob = _step_log_knob() if cfg.step_logs else None
     engines = []
     for i in range(cfg.instances):
@@ -138,23 +174,35 @@ def make_engines(cfg: VllmColoConfig, mode: str, model: str, py: str, root: Path
             knobs = {"gpu_budget": str(cfg.budget_bytes),
                      "min_reserved_pages": str(cfg.min_reserved_pages),
                      "max_reserved_pages": str(cfg.max_reserved_pages)}
-        cuda = cfg.device != "cpu"
         engines.append(rig.engine(
-            name, "gpu" if cuda else "host", model, py, root, elastic=mode == "elastic",
-            knobs=knobs, env=env, max_num_seqs=cfg.max_num_seqs,
-            max_model_len=cfg.prompt_len + cfg.output_len + 64, prefix_caching=False,
-            num_gpu_blocks=cfg.blocks(mode), block_size=cfg.block_size,
-            kv_cache_bytes=cfg.blocks(mode) * cfg.block_bytes if cuda else None,
-            max_num_batched_tokens=cfg.max_batched_tokens, load_format="dummy",
-            cuda_graphs=cfg.cuda_graphs and cuda, gpu_memory_utilization=0.2 if cuda else 0.3))
+            name, "gpu" if cfg.device != "cpu" else "host", model, py, root,
+            elastic=mode == "elastic", knobs=knobs, env=env, **spec_fields(cfg, mode)))
     return engines
 
 
+class KvcachedNotRun(Exception):
+    """kvcached's engines did not run as kvcached: why, in its words, and what they said."""
+
+    def __init__(self, reason: str, facts: list | None = None):
+        super().__init__(reason)
+        self.record = {"reason": reason, "engines": facts}
+
+
 def start(cfg: VllmColoConfig, modes: tuple[str, ...], model: str, py: str, root: Path,
-          log: Callable[[str], None] = print) -> tuple[dict[str, list], dict]:
+          log: Callable[[str], None] = print,
+          ballast: kvcached.Ballast | None = None) -> tuple[dict[str, list], dict]:
     """:func:`start_once`; where that fails, or its warm-up loses a request, once more without
     step logs (the recorder only observes: the sweep must not hang on it), then once more
-    eager (both modes alike)."""
+    eager (both modes alike). kvcached's engines get one try: a failure there is its result
+    (:class:`KvcachedNotRun`), and an eager retry would change the other modes' setting."""
+    if "kvcached" in modes:
+        try:
+            return start_once(cfg, modes, model, py, root,
+                              kvcached.Ballast() if ballast is None else ballast)
+        except KvcachedNotRun:
+            raise
+        except Exception as err:
+            raise KvcachedNotRun(" ".join(str(err).split())[:2000]) from err
     for attempt in range(3):
         try:
             clusters, info = start_once(cfg, modes, model, py, root)
@@ -180,9 +228,11 @@ def start(cfg: VllmColoConfig, modes: tuple[str, ...], model: str, py: str, root
 
 
 def start_once(cfg: VllmColoConfig, modes: tuple[str, ...], model: str, py: str,
-               root: Path) -> tuple[dict[str, list], dict]:
+               root: Path, ballast: kvcached.Ballast | None = None
+               ) -> tuple[dict[str, list], dict]:
     """Every engine of ``modes`` started side by side; one clock for all of them; what the
-    device's free memory and each engine's log said about start-up."""
+    device's free memory and each engine's log said about start-up (kvcached's: its facts and
+    the ballast that caps it, :func:`kvcached_facts`, before its warm-up)."""
     (root / "steps").mkdir(exist_ok=True)
     free0 = rig.device_free(cfg.device)
     t = time.monotonic()
@@ -195,19 +245,59 @@ def start_once(cfg: VllmColoConfig, modes: tuple[str, ...], model: str, py: str,
     info = {"modes": list(modes), "start_s": round(t0 - t, 1), "free_before": free0,
             "free_after": rig.device_free(cfg.device),
             "engines": {e.name: startup_facts(e) for m in modes for e in clusters[m]}}
-    if cfg.warmup_peak:  # first-use costs (kernel compiles, allocator growth) off the record
-        info["warmup"] = {}
-        for m in modes:
-            w = run_point(cfg, clusters[m], m, cfg.warmup_peak, root)
-            info["warmup"][m] = {"ttft_mean": w["overall"]["ttft"]["mean"],
-                                 "finished": w["overall"]["finished"], "wall_s": w["wall_s"],
-                                 "lost": w["lost"] + w["overall"]["requests"]
-                                 - w["overall"]["finished"], "errors": w["errors"]}
+    try:  # a failure past here closes what started (and lets go of kvcached's ballast)
+        if "kvcached" in clusters:
+            info["kvcached"] = kvcached_facts(cfg, clusters["kvcached"], ballast)
+        if cfg.warmup_peak:  # first-use costs (kernel compiles, allocator growth) off the record
+            info["warmup"] = {m: warm_up(cfg, clusters[m], m, root) for m in modes}
+    except BaseException:
+        close_all(clusters, ballast)
+        raise
     return clusters, info
+
+
+def warm_up(cfg: VllmColoConfig, engines: list, mode: str, root: Path) -> dict:
+    """One unrecorded point at ``warmup_peak``: what the record keeps of it."""
+    w = run_point(cfg, engines, mode, cfg.warmup_peak, root)
+    return {"ttft_mean": w["overall"]["ttft"]["mean"], "finished": w["overall"]["finished"],
+            "wall_s": w["wall_s"], "errors": w["errors"],
+            "lost": w["lost"] + w["overall"]["requests"] - w["overall"]["finished"]}
+
+
+def kvcached_facts(cfg: VllmColoConfig, engines: list, ballast: kvcached.Ballast | None) -> dict:
+    """kvcached's engines once up: each one's facts, and the ballast that leaves them the
+    sweep's budget; :class:`KvcachedNotRun` where a log lacks one of its essential patches."""
+    facts = [e.facts() for e in engines]
+    missing = sorted({n for f in facts for n in f["patches"]["missing"]})
+    if missing:
+        raise KvcachedNotRun(f"kvcached {kvcached.VERSION} left vLLM partly stock: its log "
+                             f"has no successful patch of {', '.join(missing)}", facts)
+    return {"engines": facts, "ballast": kvcached.cap_at_budget(
+        engines, cfg.budget_bytes, ballast if ballast is not None else kvcached.Ballast())}
+
+
+def close_all(live: dict[str, list], ballast: kvcached.Ballast | None = None) -> None:
+    """Close every engine in ``live`` and let go of the ballast held for kvcached's."""
+    for es in live.values():
+        for e in es:
+            e.close()
+    if ballast is not None and "kvcached" in live:
+        ballast.release()
+
+
+def costs_since(before: list[dict], after: list[dict]) -> dict[str, list[float]]:
+    """The per-page map costs (us) the engines logged during a point: each engine's log is
+    cumulative, so its entries past the ones it held before."""
+    out: dict[str, list[float]] = {"grow": [], "shrink": []}
+    for b, a in zip(before, after, strict=True):
+        for k, costs in out.items():
+            costs.extend(round(x, 1) for x in a[k][len(b[k]):])
+    return out
 
 
 def run_point(cfg: VllmColoConfig, engines: list, mode: str, peak: int, root: Path) -> dict:
     """One (PEAK, mode) point on running engines: every instance its ramp, on one clock."""
+    costs0 = [e.map_costs() for e in engines] if mode == "kvcached" else None
     pre = [rig.counters(e).get("num_preemptions", 0.0) for e in engines]
     marks = [step_mark(root, e.name) for e in engines]
     base = engines[0].clock() + 0.5
@@ -224,17 +314,21 @@ def run_point(cfg: VllmColoConfig, engines: list, mode: str, peak: int, root: Pa
     wall = engines[0].clock() - base
     time.sleep(0.5)  # the last frees reach the pools before the next point
     post = [rig.counters(e).get("num_preemptions", 0.0) for e in engines]
-    return point_result(engines, reqs, base, wall, [b - a for a, b in zip(pre, post,
-                                                                               strict=True)],
-                             [read_steps(root, e.name, m, base)
-                              for e, m in zip(engines, marks, strict=True)],
-                             mode=mode, peak=peak)
+    res = point_result(engines, reqs, base, wall,
+                       [b - a for a, b in zip(pre, post, strict=True)],
+                       [read_steps(root, e.name, m, base)
+                        for e, m in zip(engines, marks, strict=True)], mode=mode, peak=peak)
+    if costs0 is not None:
+        res["map_costs"] = costs_since(costs0, [e.map_costs() for e in engines])
+    return res
 
 
 def sweep(cfg: VllmColoConfig, log: Callable[[str], None] = print) -> list[dict]:
     """The sweep: per repeat, per PEAK, every mode in the repeat's order (``together``), or per
     repeat, per mode, every PEAK on freshly started engines. One raw dict per repeat, each
-    rewritten to ``out_dir`` after every point, so a run cut short keeps what it finished."""
+    rewritten to ``out_dir`` after every point, so a run cut short keeps what it finished. A
+    mode whose engines did not run (kvcached: :class:`KvcachedNotRun`) is tried once per call;
+    every repeat records why under ``not_run``."""
     py = rig.python_for("colocation")
     root = rig.workroot()
     t_begin = time.monotonic()
@@ -247,6 +341,8 @@ def sweep(cfg: VllmColoConfig, log: Callable[[str], None] = print) -> list[dict]
             "provenance": provenance()}
     reps: list[dict] = []
     live: dict[str, list] = {}
+    ballast = kvcached.Ballast()  # held while kvcached's engines run
+    not_run: dict[str, dict] = {}
 
     def late(peak: int) -> bool:
         left = cfg.deadline_s is None or (time.monotonic() - t_begin + 1.5 * cfg.run_seconds(
@@ -255,7 +351,7 @@ def sweep(cfg: VllmColoConfig, log: Callable[[str], None] = print) -> list[dict]
 
     try:
         if cfg.together:
-            live, info = start(cfg, cfg.modes, model, py, root, log)
+            live, info = start(cfg, cfg.modes, model, py, root, log, ballast)
             head["startup"] = [info]
         for r in range(cfg.first_repeat, cfg.first_repeat + cfg.repeats):
             rep = {**head, "repeat": r, "order": list(cfg.mode_order(r)), "runs": {}}
@@ -264,14 +360,22 @@ def sweep(cfg: VllmColoConfig, log: Callable[[str], None] = print) -> list[dict]
             plan = ([(p, m) for p in cfg.peaks for m in rep["order"]] if cfg.together else
                     [(p, m) for m in rep["order"] for p in cfg.peaks])
             for peak, mode in plan:
-                if late(peak):
-                    log(f"repeat {r} PEAK {peak} {mode}: skipped, past deadline_s")
+                if late(peak) or mode in not_run:
+                    why = "past deadline_s" if mode not in not_run else "its engines did not run"
+                    log(f"repeat {r} PEAK {peak} {mode}: skipped, {why}")
+                    rep["not_run"] = dict(not_run)
                     continue
                 if mode not in live:  # per repeat and mode: its own engines
-                    for es in live.values():
-                        for e in es:
-                            e.close()
-                    live, info = start(cfg, (mode,), model, py, root, log)
+                    close_all(live, ballast)
+                    live = {}
+                    try:
+                        live, info = start(cfg, (mode,), model, py, root, log, ballast)
+                    except KvcachedNotRun as err:
+                        not_run[mode] = {"repeat": r, **err.record}
+                        rep["not_run"] = dict(not_run)
+                        write_repeat(cfg.out_dir, rep)
+                        log(f"repeat {r} {mode}: not run ({err.record['reason'][:400]})")
+                        continue
                     rep["startup"].append(info)
                 res = run_point(cfg, live[mode], mode, peak, root)
                 rep["runs"][f"{peak}/{mode}"] = res
@@ -280,12 +384,9 @@ def sweep(cfg: VllmColoConfig, log: Callable[[str], None] = print) -> list[dict]
                 write_repeat(cfg.out_dir, rep)
                 log(point_line(r, peak, mode, res))
                 if not cfg.together and (peak, mode) == [x for x in plan if x[1] == mode][-1]:
-                    for e in live.pop(mode):
-                        e.close()
+                    close_all({mode: live.pop(mode)}, ballast)
     finally:
-        for es in live.values():
-            for e in es:
-                e.close()
+        close_all(live, ballast)
         shutil.rmtree(root, ignore_errors=True)
     return reps
 
@@ -421,7 +522,7 @@ def point_result(engines: list, reqs: list[list[Request]], base: float, wall: fl
     lost = [e.outcome(r.rid).error for e, b in zip(engines, reqs, strict=True) for r in b
             if e.outcome(r.rid).error]
     free = [f for t, f in engines[0].free_samples if base <= t <= base + wall]
-    timeline, mapped_peak = _mapped(engines, base, base + wall) if engines[0].spec.elastic \
+    timeline, mapped_peak = _mapped(engines, base, base + wall) if mode != "static" \
         else ([], 0)
     return {"mode": mode, "peak": peak, "wall_s": round(wall, 3), "overall": overall,
             "instances": per, "preemptions": [int(p) for p in preemptions],
@@ -455,11 +556,28 @@ def config_for(params: ColocationParams, backend: str) -> VllmColoConfig:
         together=cuda if params.together is None else params.together,
         deadline_s=params.deadline_s, peaks=tuple(params.peaks or
                                                   (GPU_PEAKS if cuda else HOST_PEAKS)))
+    cfg.modes = sweep_modes(params)
+    if "kvcached" in cfg.modes:  # kvcached caps itself by the device's free memory: alone
+        cfg.together = False
+    if params.setting == "kvcached":
+        kvcached_setting(cfg, params)
     if not cuda:  # a smoke run on the CPU: few, short requests
         cfg.max_num_seqs, cfg.max_batched_tokens = 16, 512
     if params.quick:
         cfg.peaks = cfg.peaks[:2]
     return cfg
+
+
+def kvcached_setting(cfg: VllmColoConfig, params: ColocationParams) -> None:
+    """kvcached's own setting on ``cfg``: its trace unscaled, the KV its A100-80G run left
+    beside three weight sets, vLLM's serving defaults there (256 sequences, 2048 batched
+    tokens), and one mode's engines at a time."""
+    cfg.setting, cfg.time_scale = "kvcached", 1.0
+    cfg.budget_gib = setting_budget().total_bytes / GiB
+    cfg.max_num_seqs, cfg.max_batched_tokens = 256, 2048
+    cfg.together = False
+    if not params.peaks:
+        cfg.peaks = KVCACHED_PEAKS  # the PEAKs of kvcached's published table
 
 
 def run_server(params: ColocationParams, backend: str,
@@ -593,10 +711,80 @@ def memory_check(reps: list[dict]) -> list[str]:
         if fm and fs:
             lines.append(f"* {m} points: device free at their start {_gib(min(fs))}-"
                          f"{_gib(max(fs))} GiB, lowest during them {_gib(min(fm))} GiB.")
-    mp = [r["runs"][k].get("mapped_peak_bytes") or 0 for r in reps for k in r["runs"]]
-    if any(mp):
-        lines.append(f"* elastic: most mapped together {max(mp) / GiB:.2f} GiB (budget "
-                     f"{c['budget_bytes'] / GiB:.2f} GiB).")
+    for m in [m for m in c["modes"] if m != "static"]:
+        mp = [r["runs"][k].get("mapped_peak_bytes") or 0 for r in reps for k in r["runs"]
+              if k.endswith("/" + m)]
+        if any(mp):
+            lines.append(f"* {m}: most mapped together {max(mp) / GiB:.2f} GiB (budget "
+                         f"{c['budget_bytes'] / GiB:.2f} GiB).")
+    for u in [u for u in ups if u.get("kvcached")][:3]:
+        b = u["kvcached"]["ballast"]
+        lines.append(f"* kvcached's ballast: device free {_gib(b['free_before'])} GiB with its "
+                     f"engines up, {_gib(b['held'])} GiB held so that its 5 % headroom rule "
+                     f"leaves it {_gib(b['kvcached_may_map'])} GiB"
+                     + (f" (the device falls {_gib(-b['wanted'])} GiB short)"
+                        if b["wanted"] < 0 else "") + ".")
+    return lines + [""]
+
+
+def _q(values: list[float], q: float) -> float:
+    v = sorted(values)
+    return v[min(len(v) - 1, int(q * len(v)))]
+
+
+def map_cost_summary(reps: list[dict]) -> dict[str, dict | None]:
+    """Per elastic mode: p50, p99 and count of its per-page grow and shrink costs (us) over
+    every point of every repeat; None for a mode whose points measured none."""
+    out: dict[str, dict | None] = {}
+    for m in [m for m in reps[0]["config"]["modes"] if m != "static"]:
+        runs = [run for r in reps for key, run in r["runs"].items() if key.endswith("/" + m)
+                and run.get("map_costs") is not None]
+        if not runs:
+            out[m] = None
+            continue
+        out[m] = {}
+        for k in ("grow", "shrink"):
+            v = [x for run in runs for x in run["map_costs"].get(k, [])]
+            out[m][k] = {"p50": _q(v, 0.5), "p99": _q(v, 0.99), "n": len(v)} if v else \
+                {"p50": None, "p99": None, "n": 0}
+    return out
+
+
+def map_cost_lines(reps: list[dict]) -> list[str]:
+    """The per-page map cost of each elastic implementation, as the sweep measured it (p50 /
+    p99 over every point and repeat), and why a mode without one has none."""
+    lines = ["## Per-page map cost", "",
+             "us per page, p50 / p99 (count) over every point of every repeat: kvcached's from "
+             "its own log at INFO (grow: each batch its prealloc thread mapped ahead, checks and "
+             "locks included; a map on the allocating thread logs only at DEBUG; shrink: each "
+             "batch unmapped).", "", "| mode | grow p50 / p99 | shrink p50 / p99 |",
+             "|---|---|---|"]
+    for m, got in map_cost_summary(reps).items():
+        if got is None:
+            lines.append(f"| {m} | not measured by this sweep | not measured by this sweep |")
+            continue
+        lines.append(f"| {m} | " + " | ".join(
+            f"{v['p50']:,.0f} / {v['p99']:,.0f} ({v['n']})" if v["n"] else "none logged"
+            for v in got.values()) + " |")
+    return lines + [""]
+
+
+def not_run_of(reps: list[dict]) -> dict[str, dict]:
+    """Each mode that did not run, with its error in its own words (the first call's)."""
+    seen: dict[str, dict] = {}
+    for r in reps:
+        for m, why in (r.get("not_run") or {}).items():
+            seen.setdefault(m, why)
+    return seen
+
+
+def not_run_lines(reps: list[dict]) -> list[str]:
+    seen = not_run_of(reps)
+    if not seen:
+        return []
+    lines = ["## Modes that did not run", ""]
+    for m, why in seen.items():
+        lines.append(f"* {m} (repeat {why.get('repeat', '?')}): {why['reason']}")
     return lines + [""]
 
 
@@ -624,35 +812,45 @@ def from_repeats(reps: list[dict], backend: str) -> ColocationRun:
     peaks = [p for p in peaks if any((p, m) in overall for m in modes)]
     footer: list[str] = []
     low = peaks[0] if peaks else None
-    if low is not None and (low, "static") in overall and (low, "elastic") in overall:
-        s, e = overall[(low, "static")], overall[(low, "elastic")]
-        k = min(len(s), len(e))
-        ratio = spread([e[i]["ttft"]["mean"] / s[i]["ttft"]["mean"] for i in range(k)])
-        footer += [f"Low load (PEAK {low}): elastic/static mean TTFT {_sp(ratio)} (median "
+    for m in [m for m in modes if m != "static"]:
+        if low is None or (low, "static") not in overall or (low, m) not in overall:
+            continue
+        s, e = overall[(low, "static")], overall[(low, m)]
+        ratio = spread([b["ttft"]["mean"] / a["ttft"]["mean"] for a, b in zip(s, e,
+                                                                              strict=False)])
+        footer += [f"Low load (PEAK {low}): {m}/static mean TTFT {_sp(ratio)} (median "
                    "[min-max] over repeats).", ""]
     pred = _prediction(reps)
-    footer += memory_check(reps) + per_instance(reps, peaks, modes) + \
-        where_time_went(reps, peaks, modes) + (pred[1] if pred else [])
+    footer += not_run_lines(reps) + memory_check(reps) + per_instance(reps, peaks, modes) + \
+        where_time_went(reps, peaks, modes) + \
+        (map_cost_lines(reps) if len(modes) > 2 else []) + (pred[1] if pred else [])
     ver = next((r.get("vllm_version") for r in reps if r.get("vllm_version")), None)
     graphs = all(f["cuda_graphs"] and not f.get("eager", True) for r in reps
                  for u in r.get("startup", []) for f in u["engines"].values())
     scale = c["time_scale"]
+    own = c.get("setting") == "kvcached"
     out_len = max(2, round(c["completion_len"] / scale))
+    third = ("; kvcached: stock vLLM under kvcached 0.1.6's autopatch, capped at that total by a "
+             "ballast" if "kvcached" in modes else "")
+    trace = (f"kvcached's trace as its script sends it (no time scaling), prompts "
+             f"{c['prompt_len']}, completions {out_len} tokens, the KV total its A100-80G run "
+             "left beside three weight sets. PEAK in req/s" if own else
+             f"kvcached's ramp time-compressed x{scale:g}, prompts {c['prompt_len']}, "
+             f"completions {out_len} tokens. PEAK (x scale = req/s)")
     setup = [f"{c['instances']} vLLM {ver or '?'} servers, one process each, of the {c['model']} "
              f"shape with random weights (load_format dummy), prompts by token id; KV "
              f"{c['budget_bytes'] / GiB:.2f} GiB in all (static: a third each through "
              "num_gpu_blocks_override; elastic: autopatch, one shared GPU budget of that "
-             f"total). kvcached's ramp time-compressed x{scale:g}, prompts {c['prompt_len']}, "
-             f"completions {out_len} tokens. PEAK (x scale = req/s); TTFT in ms, as the "
+             f"total{third}). {trace}; TTFT in ms, as the "
              f"streaming client saw it. {'Decode in CUDA graphs' if graphs else 'Eager'} in "
-             f"both modes; prefix caching off. "
+             f"{'every mode' if len(modes) > 2 else 'both modes'}; prefix caching off. "
              + ("Both modes stayed up for the whole call" if c["together"] else
                 "Fresh engines per repeat and mode")
              + f"; PEAKs in the order {', '.join(map(str, c['peaks']))}; {len(reps)} repeat(s), "
              "mode orders: " + "; ".join(f"{r['repeat']}: {' then '.join(r['order'])}"
                                          for r in reps) + ".", ""]
     return ColocationRun(
-        backend=backend, peaks=peaks, overall=overall, time_scale=scale,
+        backend=backend, peaks=peaks, overall=overall, time_scale=None if own else scale,
         title=f"Colocation on {reps[0]['device']}: {c['instances']} x {c['model']} (real vLLM)",
         setup=setup, footer=footer, record=_record_fields(reps, backend, ver, graphs),
         results={"config": c, "device": reps[0]["device"], "vllm_version": ver,
@@ -661,9 +859,12 @@ def from_repeats(reps: list[dict], backend: str) -> ColocationRun:
                                 "calls": sorted({(r.get("provenance") or {}).get("date", "?")
                                                  for r in reps})},
                  "startup": startups(reps)[:6], "prediction": pred[0] if pred else None,
+                 **({"map_costs_us": map_cost_summary(reps), "not_run": not_run_of(reps)}
+                    if "kvcached" in modes else {}),
                  "repeats": [{"repeat": r["repeat"], "order": r["order"],
                               "runs": {k: {kk: vv for kk, vv in v.items()
-                                           if kk not in ("steps", "requests", "mapped_timeline")}
+                                           if kk not in ("steps", "requests", "mapped_timeline",
+                                                         "map_costs")}
                                        for k, v in r["runs"].items()}} for r in reps]})
 
 
@@ -686,7 +887,9 @@ def _record_fields(reps: list[dict], backend: str, ver: str | None, graphs: bool
                        "cuda_graphs": graphs, "attention": "TRITON_ATTN"},
         kvcached_config={"gpu_budget": c["budget_bytes"],
                          "min_reserved_pages": c["min_reserved_pages"],
-                         "max_reserved_pages": c["max_reserved_pages"]})
+                         "max_reserved_pages": c["max_reserved_pages"],
+                         **({f"kvcached {kvcached.VERSION}": asdict(kvcached.KvcachedSetting())}
+                            if "kvcached" in c["modes"] else {})})
     prov = reps[0].get("provenance") or {}
     # the software the sweep ran on (the report may be built on another machine)
     manifest.software.update({k: prov[k] for k in ("python", "torch") if k in prov}, vllm=ver,
@@ -702,8 +905,10 @@ def _record_fields(reps: list[dict], backend: str, ver: str | None, graphs: bool
                   "output_tokens": f"{out_len} (fixed; {c['completion_len']} / time_scale)",
                   "instances": c["instances"]},
         cache_state="prefix caching off",
-        load={"trace": "kvcached ramp, arrival times / time_scale", "time_scale": c["time_scale"],
-              "budget_bytes": c["budget_bytes"]},
+        load={"trace": "kvcached's ramp as its script sends it" if c.get("setting") == "kvcached"
+              else "kvcached ramp, arrival times / time_scale", "time_scale": c["time_scale"],
+              "budget_bytes": c["budget_bytes"], "setting": c.get("setting", "compressed"),
+              "modes": list(c["modes"])},
         samples={"runs_per_point": len(reps),
                  "order": {str(r["repeat"]): r["order"] for r in reps}},
         kv={"blocks": c["blocks"], "block_bytes": c["block_bytes"]},

@@ -40,7 +40,7 @@ from workbench.engines.sim.vllm_like import VLLMOptions
 from workbench.engines.sim.workloads import ramp_arrivals, ramp_delay, ramp_trace
 from workbench.errors import WorkbenchError
 from workbench.hardware import STEP_PROFILES
-from workbench.labs.colocation.params import MODES, ColocationParams, ColocationRun, merged, spread
+from workbench.labs.colocation.params import PAIR, ColocationParams, ColocationRun, merged, spread
 from workbench.labs.kit.base import Progress
 from workbench.labs.kit.kvcached import KVCACHED, PEAKS
 from workbench.labs.kit.record import Manifest
@@ -74,7 +74,7 @@ def run_point(peak: int, mode: str, seed: int = 0, timeline_every_s: float = 1.0
 def sweep(peaks: list[int], seed: int, steptime: dict, workers: int | None,
           progress: Progress | None) -> dict[tuple[int, str], dict]:
     """Every (PEAK, mode) point, in worker processes when there is more than one."""
-    jobs = [(p, m) for p in peaks for m in MODES]
+    jobs = [(p, m) for p in peaks for m in PAIR]
     workers = workers or min(len(jobs), max(1, min(2, os.cpu_count() or 1)))
     out: dict[tuple[int, str], dict] = {}
     if workers == 1:
@@ -124,7 +124,7 @@ def run_sim(params: ColocationParams, progress: Progress | None = None) -> Coloc
                  "sim_s": sim_s, "cpu_s": cpu_s,
                  "sim_s_per_cpu_s": sim_s / cpu_s if cpu_s else None,
                  "timelines": {f"{p}/{m}": out[(p, m)]["timeline"] for p in peaks
-                               for m in MODES}})
+                               for m in PAIR}})
 
 
 def _manifest(cfg: ClusterConfig, st: StepTimeModel, model_name: str) -> Manifest:
@@ -180,7 +180,7 @@ def _record_fields(out: dict, peaks: list[int], seed: int, steptime: dict,
                          "instances": [{k: i[k] for k in ("name", "kv_capacity_tokens",
                                                           "peak_mapped_bytes", "vmm_s", "stats")}
                                        for i in out[(p, m)]["instances"]]}
-                for p in peaks} for m in MODES},
+                for p in peaks} for m in PAIR},
         correctness=None,
         raw_data={"timelines": "results.timelines (mapped/reserved bytes per instance, 1 s)"},
         open_questions=["Step-time model is uncalibrated (roofline + guessed overheads); the "
@@ -289,11 +289,14 @@ def fitted_on_this(reps: list[dict], prov: dict) -> bool:
 
 
 def real_points(reps: list[dict]) -> dict[tuple[int, str], dict[int, dict]]:
-    """(PEAK, mode) -> repeat -> the point's overall TTFT (ms: p50, p99, mean)."""
+    """(PEAK, mode) -> repeat -> the point's overall TTFT (ms: p50, p99, mean), for the modes
+    the simulator models (static and elastic; not kvcached 0.1.6's)."""
     out: dict[tuple[int, str], dict[int, dict]] = {}
     for rep in reps:
         for key, run in rep["runs"].items():
             peak, mode = key.split("/")
+            if mode not in PAIR:
+                continue
             t = run["overall"]["ttft"]
             out.setdefault((int(peak), mode), {})[rep.get("repeat", 0)] = \
                 {s: 1e3 * t[s] for s in ("p50", "p99", "mean")}
