@@ -47,7 +47,7 @@ def test_an_out_dir_that_is_a_file_is_refused_before_the_run(never_run, tmp_path
 
 def test_an_out_dir_below_a_file_is_refused(never_run, tmp_path):
     (tmp_path / "f").write_text("")
-    assert "cannot be examined (Not a directory)" in _refused(str(tmp_path / "f" / "reps"))
+    assert f"{tmp_path / 'f'} is a file, not a folder" in _refused(str(tmp_path / "f" / "reps"))
 
 
 def test_a_repeat_file_that_is_a_folder_is_refused(never_run, tmp_path):
