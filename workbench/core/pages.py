@@ -115,6 +115,10 @@ class PageAllocator:
         """True while mapped pages remain at or above the limit (no new pages until they go)."""
         return self._tail_mapped > 0
 
+    def in_use(self, page: int) -> bool:
+        """Holding blocks now (backed, and not taken from the reserve by holding another)."""
+        return self.state[page] is IN_USE
+
     def headroom_pages(self) -> int:
         """New pages the device can back now, keeping ``(1 - gpu_utilization)`` of it free."""
         free, total = self.space.device.mem_info()

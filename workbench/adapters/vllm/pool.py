@@ -8,14 +8,15 @@ A physical shortfall is visible *before* vLLM mutates anything: ``get_num_free_b
 only blocks that can be backed now, and ``allocate_slots`` checks it first, so a miss takes
 vLLM's own "cannot schedule now" path (preemption). Without a limit the count is vLLM's own;
 under one it is arithmetic (free blocks on backed pages + cached ones + the blocks of pages
-there is room for). Either way ``get_new_blocks`` picks the blocks itself (free ones on backed
-pages, then pages opened one at a time, then cached ones) and moves them to the head of vLLM's
-free queue just before vLLM pops them: a request's blocks land on pages already mapped instead
-of wherever vLLM's rotating queue points after churn (on an H100 that scatter cost 6-8 page
-maps and 3-5 ms per 128-token prefill), and the cost of a step follows the blocks it touches,
-never the length of the free queue (vLLM's virtual capacity, 10^5-10^6 blocks). Cached (ref 0)
-blocks are evicted only when no free block is left, and those on pages past a shrinking limit
-so those pages can go.
+there is room for). ``get_new_blocks`` keeps vLLM's order (its prefix caching tests check it)
+where every block vLLM would pop is on a page in use; otherwise, and always under a limit, it
+picks the blocks itself (free ones on backed pages, then pages opened one at a time, then
+cached ones) and moves them to the head of vLLM's free queue just before vLLM pops them.
+vLLM's queue rotates, so after churn it can point a request at pages nothing backs (on an H100
+that cost a 128-token prefill 6-8 page maps and 1.43x stock's time); and the cost of a step
+follows the blocks it touches, never the length of the free queue (vLLM's virtual capacity,
+10^5-10^6 blocks). Cached (ref 0) blocks on pages past a shrinking limit are evicted so those
+pages can go.
 """
 
 from __future__ import annotations
@@ -72,6 +73,18 @@ class ElasticBlockPool(BlockPool):
         registry.pools.add(self)
 
     # -- what vLLM will hand out next --------------------------------------------------------
+    def _peek(self, n: int) -> list[int]:
+        out, node = [], self.free_block_queue.fake_free_list_head.next_free_block
+        tail = self.free_block_queue.fake_free_list_tail
+        while len(out) < n and node is not None and node is not tail:
+            out.append(node.block_id)
+            node = node.next_free_block
+        return out
+
+    def _on_pages_in_use(self, ids: list[int]) -> bool:
+        pages, page = self.backing.pages, self.backing.geometry.block_page
+        return all(pages.in_use(page(i)) for i in ids)
+
     def _evict_past_limit(self) -> None:
         """While the ledger shrinks, cached (ref 0) blocks on tail pages are evicted: nothing
         else would ever let those pages go."""
@@ -111,7 +124,12 @@ class ElasticBlockPool(BlockPool):
             raise PoolExhausted(f"Cannot get {num_blocks} free blocks from the pool: "
                                 f"{self.get_num_free_blocks()} are free; free blocks (or preempt "
                                 "a request) before asking for more")
-        fresh = self._hold_backable(num_blocks)
+        ids = [] if self._limited else self._peek(num_blocks)
+        if ids and self._on_pages_in_use(ids):  # vLLM's own order costs no map: it stands
+            fresh = [i for i in ids if not self.backing.is_held(i)]
+            self.backing.hold(ids)  # all or nothing; raises PoolExhausted before any change
+        else:
+            fresh = self._hold_backable(num_blocks)
         self._allocating = True
         try:
             blocks = super().get_new_blocks(num_blocks)
