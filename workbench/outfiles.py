@@ -1,6 +1,10 @@
 """Every file the workbench writes for a user (``--out``, ``--html``, a lab's record and report,
 its repeat files), and its stdout.
 
+A ``python -m`` tool's main runs through :func:`run_main`, which refuses as the console script
+does. A log written as the run goes (:func:`open_stream`) cannot be atomic: it is checked before
+the run like the rest and opened without following a link.
+
 A destination is checked before the run (:class:`Outputs`): its folder, or the nearest one that
 exists, is a folder this process can create a file in (a probe file is made and removed, so a
 read-only mount or a missing permission is found as root and non-root alike) on a file system
@@ -25,12 +29,12 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from workbench.errors import ConfigError
+from workbench.errors import ConfigError, WorkbenchError
 from workbench.strictjson import dumps
 from workbench.terminal import plain
 
-__all__ = ["Outputs", "StdoutLost", "check", "drop_stdout", "guard_stdout", "write_all",
-           "write_repeat", "write_text"]
+__all__ = ["Outputs", "StdoutLost", "check", "drop_stdout", "guard_stdout", "open_stream",
+           "run_main", "write_all", "write_repeat", "write_text"]
 
 NAME_MAX = 255  # bytes in one path component on Linux's file systems
 FIX = "give a path in a folder you can write, on a file system with space left"
@@ -153,7 +157,7 @@ class Outputs:
         d = Path(path)
         try:
             st = os.stat(d)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # (a file on the way: told by add)
             st = None
         except OSError as err:
             raise _refuse(flag, d, f"cannot be examined ({err.strerror})") from None
@@ -215,6 +219,31 @@ def write_all(files: Iterable[tuple[str | os.PathLike, str | bytes]],
 
 def write_text(path: str | os.PathLike, text: str, flag: str = "--out") -> Path:
     return write_all([(path, text)], flag)[0]
+
+
+def open_stream(path: str | os.PathLike, flag: str = "--out", binary: bool = False,
+                append: bool = False):
+    """``path`` opened to write a log as the run goes (truncated, or appended to): a link or a
+    non-file there is refused in one line, never written through."""
+    p = Path(path)
+    try:  # (non-blocking: a FIFO without a reader is refused, not waited on)
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+                     0o666 & ~_umask())
+    except OSError as err:
+        why = ("is a symbolic link" if err.errno == errno.ELOOP else
+               f"could not be opened ({errno.errorcode.get(err.errno or 0, '?')}: "
+               f"{err.strerror})")
+        raise _refuse(flag, p, why) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise _refuse(flag, p, "is not a file", "give a file name")
+    os.set_blocking(fd, True)
+    if append:
+        os.lseek(fd, 0, os.SEEK_END)
+    else:
+        os.ftruncate(fd, 0)  # truncated only once it is known to be a file
+    return os.fdopen(fd, ("a" if append else "w") + ("b" if binary else ""),
+                     **({} if binary else {"buffering": 1, "encoding": "utf-8"}))
 
 
 def write_repeat(out_dir: str | os.PathLike | None, rep: dict) -> Path | None:
@@ -287,6 +316,24 @@ def guard_stdout() -> None:
         io.BufferedWriter(raw), encoding=getattr(old, "encoding", None) or "utf-8",
         errors=getattr(old, "errors", None) or "strict", write_through=unbuffered,
         line_buffering=unbuffered or bool(getattr(old, "line_buffering", False)))
+
+
+def run_main(main, argv: list[str] | None = None) -> int:
+    """A ``python -m`` tool's ``main(argv)`` run as the console script runs a command: a
+    WorkbenchError is one ``error:`` line (exit 2), stdout that takes nothing more ends it
+    quietly (exit 1)."""
+    guard_stdout()
+    try:
+        try:
+            return main(argv) or 0
+        finally:
+            sys.stdout.flush()
+    except StdoutLost:
+        drop_stdout()
+        return 1
+    except WorkbenchError as err:
+        print(f"error: {plain(' '.join(str(err).split()))}", file=sys.stderr)
+        return 2
 
 
 def drop_stdout() -> None:

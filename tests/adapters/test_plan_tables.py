@@ -35,7 +35,8 @@ def test_the_installed_sglang_picks_its_plan(monkeypatch, installed, want):
     assert {p.versions for p in plan.patches} == {want}
     assert [p.name for p in plan.patches] == [
         "elastic-mha-pool", "elastic-mla-pool", "elastic-token-allocator",
-        "elastic-paged-allocator", "radix-cache-bound", "kv-budget", "leak-check-unheld"]
+        "elastic-paged-allocator", "radix-cache-bound", "kv-budget", "leak-check-unheld",
+        "admission-charge", "decode-charge"]
 
 
 @pytest.mark.parametrize(("installed", "module"), [

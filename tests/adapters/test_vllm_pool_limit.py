@@ -126,3 +126,24 @@ def test_a_short_count_follows_headroom_another_process_frees(steps):
     kv.check_invariants()
     dev.mem_info = real
     kv.close()
+
+
+def test_a_pool_at_its_limit_counts_without_asking_the_device(steps):
+    """At the limit the device's headroom changes nothing, so a short count never reads it (a
+    host device reads /proc/meminfo for it: a read per request per step under a limit)."""
+    pool = steps.elastic_pool(4096, 8 * MiB, min_reserved=0, max_reserved=0)
+    kv = pool.backing
+    got = pool.get_new_blocks(pool.get_num_free_blocks())  # every page the limit allows
+    assert kv.pages.mapped_pages == kv.pages.limit_pages
+    dev = kv.pages.space.device
+    real, reads = dev.mem_info, []
+    dev.mem_info = lambda: reads.append(1) or real()
+    for b in got[:3]:  # counts asked between frees and allocs, as vLLM's steps ask them
+        assert pool.get_num_free_blocks() == 0
+        pool.free_blocks([b])
+        assert pool.get_num_free_blocks() == 1
+        pool.get_new_blocks(1)
+    assert reads == []
+    dev.mem_info = real
+    kv.check_invariants()
+    kv.close()

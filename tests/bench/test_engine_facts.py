@@ -37,7 +37,7 @@ def test_client_share_is_ttft_less_the_prefill_step():
 
 @pytest.mark.skipif(not FIT.exists(), reason="the fit sweep is not in this checkout")
 def test_the_fit_sweep_facts():
-    from workbench.labs.colocation.saved import read_sweep
+    from workbench.labs.colocation.params import read_sweep
 
     f = engine_facts.facts(read_sweep(FIT), "llama-3.1-8b")
     assert f["engine"]["kv_blocks_first"] and f["engine"]["async_scheduling"]
@@ -48,7 +48,7 @@ def test_the_fit_sweep_facts():
 @pytest.mark.skipif(not FIT.exists(), reason="the fit sweep is not in this checkout")
 def test_the_gpus_turn_read_from_decodes_beside_decodes():
     from workbench.bench import steprows
-    from workbench.labs.colocation.saved import read_sweep
+    from workbench.labs.colocation.params import read_sweep
 
     reps = read_sweep(FIT)
     points = [p for r in reps for k in r["runs"] if (p := steprows.record_steps(r, k))]

@@ -8,7 +8,7 @@ import argparse
 from workbench.bench import vllm_speed
 
 ARGS = argparse.Namespace(prompt_lens=[128, 512], batches=[1, 16], context=128, decode=128,
-                          model="llama-3.1-8b")
+                          model="llama-3.1-8b", lowload=0)
 FACTS = {m: {"weight_bytes": 16_000_000_000, "build": "compiled ops", "runner": "R",
              "attention": ["FLASH_ATTN"], "compile_mode": "VLLM_COMPILE", "compile_s": 30.0,
              "cudagraph_mode": "FULL_AND_PIECEWISE", "custom_ops": ["none"]}
@@ -71,3 +71,48 @@ def test_stock_alone_still_gives_its_figures_and_no_ratio_verdict():
     md = vllm_speed.markdown({"model": "m", "bandwidth": BW, "facts": facts, "table": table,
                               "verdicts": v, "command": "c", "errors": {"elastic": "boom"}})
     assert "**elastic did not start**: boom" in md
+
+
+def test_the_low_load_point_judges_mean_and_p99_and_stays_out_of_the_1_02_goal():
+    args = argparse.Namespace(**{**vars(ARGS), "lowload": 32})
+    stock = {("prefill", 128): 0.02, ("prefill", 512): 0.05, ("tpot", 1): 0.007,
+             ("tpot", 16): 0.008, ("lowload", 32): 0.03}
+    rows = _rows(stock, {**stock, ("lowload", 32): 0.0303})
+    for r in rows:  # p99 is the judged tail: elastic's equal to stock's
+        if r["kind"] == "lowload":
+            r["p99_s"] = 0.05
+            r["pool"] = {"causes": {"map": 2, "reuse": 1} if r["mode"] == "elastic" else {},
+                         "map_ms": 1.5, "unmap_ms": 0.5}
+    table = vllm_speed.summarize(rows, FACTS, BW, args)
+    low = table[-1]
+    assert low["kind"] == "lowload" and abs(low["ratio"]["median"] - 1.01) < 1e-9
+    assert low["ratio_p99"]["median"] == 1.0 and not low["lowload_goal_met"]  # the mean missed
+    v = vllm_speed.verdicts(table)
+    assert v["elastic_over_stock_le_1_02"] and v["lowload_ttft_mean_and_p99_le_1_00"] is False
+    md = vllm_speed.markdown({"model": "m", "bandwidth": BW, "facts": FACTS, "table": table,
+                              "verdicts": v, "command": "cmd", "rows": rows})
+    assert "| low-load TTFT p99 |" in md
+    assert "- lowload 32: {'map': 2, 'reuse': 1}; map 1.50 ms, unmap 0.50 ms" in md
+
+
+def test_the_map_clock_counts_a_ledgers_transitions_and_its_map_time():
+    from workbench.adapters.vllm.ledger import BlockLedger
+    from workbench.backends import make_device
+    from workbench.config import PoolConfig
+    from workbench.core.geometry import KVGeometry, Layout
+    from workbench.units import MiB
+
+    geo = KVGeometry(num_layers=1, kv_heads=1, head_dim=128 * 1024, block_size=1, num_blocks=64,
+                     num_buffers=1, dtype_bytes=1, page_size=2 * MiB, layout=Layout.CONTIGUOUS)
+    kv = BlockLedger(geo, make_device("sim", name="clock", capacity=16 * MiB), name="clock",
+                     config=PoolConfig(min_reserved_pages=0, max_reserved_pages=0))
+    try:
+        clock = vllm_speed.MapClock(kv)
+        before = clock.snapshot()
+        kv.hold(range(16, 48))  # pages 1 and 2
+        kv.release(range(16, 48))
+        got = clock.since(before)
+        assert got["causes"] == {"map": 2, "unmap": 2}
+        assert got["map_ms"] > 0 and got["unmap_ms"] > 0 and got["mapped_bytes"] == 2 * MiB
+    finally:
+        kv.close()

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from workbench.labs.colocation.saved import RECORDS, beside, machine, saved_record, table
+from workbench.labs.colocation.lab import RECORDS, beside, machine, saved_record, table
 
 from .nbrun import CHAPTERS
 

@@ -1,12 +1,16 @@
 """BudgetedDevice over a batching device (CudaDevice on the fake driver): one charge per page
-id, a miss answered None, a create the driver refuses mid-page credited back in full."""
+id, a miss answered None, a create the driver refuses mid-page credited back in full; the charge
+taken at admission over any order of calls."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from workbench.backends import make_device
 from workbench.config import PoolConfig
 from workbench.core.budget_device import BudgetedBatchDevice, budgeted, device_identity
 from workbench.core.geometry import KVGeometry, Layout
@@ -102,3 +106,47 @@ def test_a_dead_holders_bytes_do_not_hide_the_headroom_a_charge_reclaims(tmp_pat
         assert dev.budget.reclaimed == 4 * page
         assert dev.budget.state().held == 4 * page  # now all this process's
     dead.close()
+
+
+# -- the charge taken at admission: prepay, pages created and released, refund --------------------
+PAGE = 2 * MiB
+TOTAL_PAGES = 6
+
+
+@settings(max_examples=80, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(st.tuples(st.sampled_from(["prepay", "create", "release", "refund"]),
+                              st.integers(0, TOTAL_PAGES + 1)), max_size=30))
+def test_admission_charges_never_pass_the_total_and_all_come_back(tmp_path_factory, ops):
+    """Whatever the order: the budget holds exactly the live pages plus what is prepaid, never
+    more than its total; a prepay is all or nothing and sets the hold; a page created draws
+    from the hold first; a page released while a hold is open keeps its charge for it; a
+    refund gives every unbacked byte back and closes the hold."""
+    dev = budgeted(make_device("host"), TOTAL_PAGES * PAGE, shm_dir=tmp_path_factory.mktemp("b"))
+    live: list[int] = []
+    for op, n in ops:
+        held_before, prepaid_before = dev.budget.totals()[1], dev.prepaid
+        if op == "prepay":
+            ok = dev.prepay(n * PAGE)
+            room = TOTAL_PAGES * PAGE - held_before + prepaid_before
+            assert ok == (n * PAGE <= room)
+            assert dev.prepaid == (n * PAGE if ok else prepaid_before)
+            assert dev.admitting or not ok
+        elif op == "create":
+            try:
+                live.append(dev.create(PAGE))
+            except Exception:  # noqa: BLE001 - a miss past the total: nothing taken
+                assert dev.budget.totals()[1] == held_before and dev.prepaid == prepaid_before
+        elif op == "release" and live:
+            holding = dev.admitting
+            dev.release(live.pop(n % len(live)))
+            assert dev.prepaid == prepaid_before + (PAGE if holding else 0)
+        elif op == "refund":
+            dev.refund()
+            assert dev.prepaid == 0 and not dev.admitting
+        held = dev.budget.totals()[1]
+        assert held == len(live) * PAGE + dev.prepaid <= TOTAL_PAGES * PAGE
+    for h in live:
+        dev.release(h)
+    dev.refund()
+    assert dev.budget.totals()[1] == 0

@@ -201,7 +201,7 @@ SGLANG_RUNS = {"output-equality", "dynamic-limit", "grow-reclaim", "same-engine-
 def test_a_lab_with_a_real_vllm_run_takes_engine_vllm():
     real = [name for name, target in LABS.items()
             if any(importlib.util.find_spec(target.split(":")[0].rsplit(".", 1)[0] + runner)
-                   for runner in (".server", ".vllm"))]  # the server runner (colocation's vllm)
+                   for runner in (".server", ".vllm"))]  # the server runner
     assert real  # kv-capacity, dynamic-limit, output-equality
     for name in real:
         values = set(_inner(_spec(name, "engine")).values)  # colocation: None = its default

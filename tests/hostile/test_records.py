@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from workbench import strictjson
 from workbench.errors import ConfigError
-from workbench.labs.colocation.saved import RECORDS, read_sweep, saved_record
+from workbench.labs.colocation.lab import RECORDS, saved_record
+from workbench.labs.colocation.params import read_sweep
 
 SAVED = sorted(RECORDS.glob("*.repeats.json.gz"))[0]
 TEXT = gzip.decompress(SAVED.read_bytes()).decode()
@@ -94,7 +95,7 @@ def test_a_gzip_bomb_is_refused_without_inflating_it(tmp_path):
             f.write(block)
     code = ("import resource, sys\n"
             "from workbench.errors import ConfigError\n"
-            "from workbench.labs.colocation.saved import read_sweep\n"
+            "from workbench.labs.colocation.params import read_sweep\n"
             "peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
             "before = peak()\n"
             "try:\n    read_sweep(sys.argv[1])\nexcept ConfigError as e:\n    print(e)\n"

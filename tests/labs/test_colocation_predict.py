@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.labs.colocation import predict
+from workbench.labs.colocation import sim
 
 FIELDS = {"flops_eff": 0.55, "bw_eff": 0.75, "step_overhead_s": 3e-3, "seq_overhead_s": 2e-5,
           "prefill_overhead_s": 4e-3}
@@ -28,7 +28,7 @@ def _profile(repeats="0"):
 
 @pytest.fixture(scope="module")
 def sims():
-    return {(p, m): predict.sim_point(CONFIG, p, m, FIELDS) for p in PEAKS
+    return {(p, m): sim.sim_point(CONFIG, p, m, FIELDS) for p in PEAKS
             for m in ("static", "elastic")}
 
 
@@ -43,31 +43,31 @@ def _record(sims, scale=lambda r, key: 1.0):
 
 
 def test_none_without_a_fitted_profile(monkeypatch, sims):
-    monkeypatch.setattr(predict, "STEP_PROFILES", {})
-    assert predict.sim_beside_real(_record(sims)) is None
+    monkeypatch.setattr(sim, "STEP_PROFILES", {})
+    assert sim.sim_beside_real(_record(sims)) is None
 
 
 def test_a_record_the_model_made_is_predicted_at_every_point(monkeypatch, sims):
-    monkeypatch.setattr(predict, "STEP_PROFILES", {"vllm26-test": _profile()})
-    pred = predict.sim_beside_real(_record(sims))
+    monkeypatch.setattr(sim, "STEP_PROFILES", {"vllm26-test": _profile()})
+    pred = sim.sim_beside_real(_record(sims))
     assert pred["profile"] == "vllm26-test" and pred["points"] == 4
     assert pred["both_ok"] == 4 and pred["held_out_points"] == 4 == pred["held_out_both_ok"]
     assert all(r["judged_on_repeats"] == [1, 2] for r in pred["rows"])
     (low, high) = pred["speedups"]
     assert low["mean"]["sim"] == pytest.approx(low["mean"]["real"]["median"])
     assert high["p99"]["sim"] > 1.5  # the overload point: elastic ahead in the sim
-    text = predict.markdown(pred)
+    text = sim.prediction_markdown(pred)
     assert "| 14 | elastic | yes |" in text and "held out, both: 4/4" in text
 
 
 def test_a_point_off_is_a_miss_judged_on_held_out_repeats(monkeypatch, sims):
-    monkeypatch.setattr(predict, "STEP_PROFILES", {"vllm26-test": _profile("0")})
+    monkeypatch.setattr(sim, "STEP_PROFILES", {"vllm26-test": _profile("0")})
     # repeat 0 (fitted on) is wildly off at PEAK 2 static: it is not judged
     rec = _record(sims, lambda r, key: 3.0 if (r, key) == (0, (2, "static")) else 1.0)
-    assert predict.sim_beside_real(rec)["both_ok"] == 4
+    assert sim.sim_beside_real(rec)["both_ok"] == 4
     # the held-out repeats are 40% slower at PEAK 14 elastic: a miss there
     rec = _record(sims, lambda r, key: 1.4 if r > 0 and key == (14, "elastic") else 1.0)
-    pred = predict.sim_beside_real(rec)
+    pred = sim.sim_beside_real(rec)
     miss = [r for r in pred["rows"] if not r["ok"]]
     assert [(r["peak"], r["mode"]) for r in miss] == [(14, "elastic")]
     assert miss[0]["p50"]["ratio"] == pytest.approx(1 / 1.4)
@@ -75,12 +75,12 @@ def test_a_point_off_is_a_miss_judged_on_held_out_repeats(monkeypatch, sims):
 
 
 def test_in_sample_points_are_marked(monkeypatch, sims):
-    monkeypatch.setattr(predict, "STEP_PROFILES", {"vllm26-test": _profile("all")})
-    pred = predict.sim_beside_real(_record(sims))
+    monkeypatch.setattr(sim, "STEP_PROFILES", {"vllm26-test": _profile("all")})
+    pred = sim.sim_beside_real(_record(sims))
     assert pred["held_out_points"] == 0 and pred["both_ok"] == 4
 
 
-RECORDS = Path(predict.__file__).parent / "records"
+RECORDS = Path(sim.__file__).parent / "records"
 RECORD = RECORDS / "h200-vllm026-20261201.json"
 HELD_OUT = RECORDS / "h200-vllm026-20261202.repeats.json.gz"
 
@@ -88,7 +88,7 @@ HELD_OUT = RECORDS / "h200-vllm026-20261202.repeats.json.gz"
 @pytest.mark.skipif(not RECORD.exists(), reason="the H200 sweep's record is not in this checkout")
 def test_the_fit_sweep_is_in_sample():
     # the committed profile was fitted on every repeat of this record: no point is held out
-    pred = predict.sim_beside_real(json.loads(RECORD.read_text()))
+    pred = sim.sim_beside_real(json.loads(RECORD.read_text()))
     assert pred is not None and pred["profile"] == "vllm026-h200"
     assert pred["points"] == 8 and pred["held_out_points"] == 0
     assert all(r["judged_on_repeats"] == [0, 1, 2] for r in pred["rows"])
@@ -97,10 +97,10 @@ def test_the_fit_sweep_is_in_sample():
 
 @pytest.mark.skipif(not HELD_OUT.exists(), reason="the held-out sweep is not in this checkout")
 def test_another_sweep_is_held_out_on_every_repeat():
-    from workbench.labs.colocation.saved import read_sweep
+    from workbench.labs.colocation.params import read_sweep
 
-    pred = predict.sim_beside_real(read_sweep(HELD_OUT))
+    pred = sim.sim_beside_real(read_sweep(HELD_OUT))
     assert pred is not None and pred["points"] == 10 == pred["held_out_points"]
     assert [r["judged_on_repeats"] for r in pred["rows"]].count([0, 1, 2]) == 9  # 8/elastic: 2
     assert 0 <= pred["held_out_both_ok"] <= 10
-    print(predict.markdown(pred))
+    print(sim.prediction_markdown(pred))

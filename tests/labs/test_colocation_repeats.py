@@ -12,8 +12,8 @@ import pytest
 pytest.importorskip("torch")
 
 from workbench.labs import get_lab, run_lab  # noqa: E402
-from workbench.labs.colocation.mini import load_repeats, run_diagnostics  # noqa: E402
-from workbench.labs.colocation.rows import spread  # noqa: E402
+from workbench.labs.colocation.mini import run_diagnostics  # noqa: E402
+from workbench.labs.colocation.params import load_repeats, spread  # noqa: E402
 from workbench.mini.colocation import ColoConfig  # noqa: E402
 
 
@@ -73,8 +73,8 @@ def _summary(mean: float, p99: float) -> dict:
 
 
 def test_points_pair_speedups_by_repeat_and_verdict():
-    from workbench.labs.colocation.report import _verdict, make_points
-    from workbench.labs.colocation.rows import ColocationRun
+    from workbench.labs.colocation.lab import _verdict, make_points
+    from workbench.labs.colocation.params import ColocationRun
 
     overall = {(1, "static"): [_summary(0.10, 0.2), _summary(0.12, 0.2), _summary(0.30, 0.2)],
                (1, "elastic"): [_summary(0.10, 0.2), _summary(0.10, 0.4), _summary(0.10, 0.1)],
@@ -100,8 +100,8 @@ def test_points_pair_speedups_by_repeat_and_verdict():
 def test_a_simulated_verdict_follows_the_shape_it_prints():
     """Beside kvcached's figures the verdict is a shape claim: supported only when every PEAK's
     mean and p99 speedups agree with kvcached's (both under 1.25x, or within 2x)."""
-    from workbench.labs.colocation.report import _verdict, agrees
-    from workbench.labs.colocation.rows import ColocationRun
+    from workbench.labs.colocation.lab import _verdict, agrees
+    from workbench.labs.colocation.params import ColocationRun
     from workbench.labs.kit.kvcached import KVCACHED
 
     assert agrees(1.0, 0.9) and agrees(4.0, 6.2) and not agrees(1.0, 6.2)

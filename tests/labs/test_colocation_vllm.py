@@ -18,9 +18,9 @@ from workbench.engines.real.vllm import VllmSpec
 from workbench.engines.sched.request import ReqState, Request
 from workbench.errors import ConfigError
 from workbench.labs import get_lab, run_lab
-from workbench.labs.colocation import vllm_rows as rows
-from workbench.labs.colocation.vllm import VllmColoConfig, traces
-from workbench.labs.colocation.vllm_lab import merged
+from workbench.labs.colocation import server
+from workbench.labs.colocation.params import merged
+from workbench.labs.colocation.server import VllmColoConfig, traces
 from workbench.labs.kit import server_rig as rig
 from workbench.outfiles import write_repeat
 from workbench.units import GiB, MiB
@@ -102,9 +102,9 @@ def _point(mode: str, peak: int, ttft: float, seed: int) -> dict:
         if e.elastic:
             e.samples = [MemorySample(10.0 + 0.1 * j, "x", (j + k) * 128 * MiB, 0, 0)
                          for j in range(10)]
-    steps = [{"t0": 5.0, "fields": list(rows.STEP_FIELDS), "rows": [[0.0, 0.01, 256, 3, 4]]},
+    steps = [{"t0": 5.0, "fields": list(server.STEP_FIELDS), "rows": [[0.0, 0.01, 256, 3, 4]]},
              None, None]
-    return rows.point_result(engines, reqs, 10.0, 4.0, [2.0, 0.0, 0.0], steps,
+    return server.point_result(engines, reqs, 10.0, 4.0, [2.0, 0.0, 0.0], steps,
                              mode=mode, peak=peak)
 
 
@@ -144,15 +144,15 @@ def test_step_logs_are_read_from_the_mark(tmp_path):
     log = tmp_path / "steps" / "e0.jsonl"
     old = {"t": 1.0, "dur_s": 0.5, "prefill_tokens": 1, "decode_tokens": 0, "seqs": 1}
     log.write_text(json.dumps(old) + "\n")
-    mark = rows.step_mark(tmp_path, "e0")
+    mark = server.step_mark(tmp_path, "e0")
     with log.open("a") as f:
         for i in range(3):
             f.write(json.dumps({"t": 10.0 + i, "dur_s": 0.01, "prefill_tokens": 256,
                                 "decode_tokens": i, "seqs": i + 1}) + "\n")
         f.write("{half a line")
-    got = rows.read_steps(tmp_path, "e0", mark, 0.0)
+    got = server.read_steps(tmp_path, "e0", mark, 0.0)
     assert got["t0"] == 10.0 and [s[0] for s in got["rows"]] == [0.0, 1.0, 2.0]
-    assert rows.read_steps(tmp_path, "nobody", 0, 0.0) is None
+    assert server.read_steps(tmp_path, "nobody", 0, 0.0) is None
 
 
 def test_two_calls_merge_into_one_report_with_the_sims_figure(tmp_path):

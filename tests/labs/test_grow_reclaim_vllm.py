@@ -131,7 +131,8 @@ def test_the_lab_routes_engine_vllm_to_its_runner(monkeypatch):
     monkeypatch.setattr(VllmEngine, "interpreter",
                         classmethod(lambda cls, what: "python-with-vllm"))
     monkeypatch.setattr(runner, "run",
-                        lambda backend, quick=False, kind="vllm": copy.deepcopy(canned()))
+                        lambda backend, quick=False, kind="vllm", runner=None:
+                        copy.deepcopy(canned()))
     res = lab.run(lab.parse_params({"engine": "vllm", "quick": "true"}), "host")
     assert res.record.verdict.startswith("supported")
     assert res.record.environment["engine"] == "vllm" and res.record.raw_data["wall_s"] >= 0

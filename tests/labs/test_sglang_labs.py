@@ -141,7 +141,7 @@ def test_the_labs_route_engine_sglang_to_their_runner(monkeypatch):
     monkeypatch.setattr(SglangEngine, "interpreter", classmethod(lambda cls, what: "python"))
     monkeypatch.setattr("workbench.backends.require", lambda backend: backend)
     for mod in (oe, dl):
-        monkeypatch.setattr(mod, "run", lambda backend, quick=False, kind="vllm":
+        monkeypatch.setattr(mod, "run", lambda backend, quick=False, kind="vllm", runner=None:
                             seen.append(kind) or (_ for _ in ()).throw(RuntimeError("routed")))
     for lab in ("output-equality", "dynamic-limit"):
         the = get_lab(lab)

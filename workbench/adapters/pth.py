@@ -13,6 +13,8 @@ import sys
 import sysconfig
 from pathlib import Path
 
+from workbench.outfiles import write_text
+
 NAME = "workbench_autopatch.pth"
 LINE = ("import os; (os.environ.get('WORKBENCH_KV_AUTOPATCH', '').strip().lower() in "
         "('1', 'true', 'yes', 'on') or bool(os.environ.get('WORKBENCH_KV_STEP_LOG'))) and "
@@ -25,8 +27,7 @@ def path() -> Path:
 
 def install() -> Path:
     p = path()
-    p.write_text(LINE)
-    return p
+    return write_text(p, LINE, "the .pth file")
 
 
 def uninstall() -> bool:

@@ -11,6 +11,8 @@ Rules:
   fix; if an apply fails midway, the patches already applied are undone first. Never half-patched.
 * Optional patches (``required=False``) that cannot apply are skipped and recorded as such,
   also when their target module cannot be imported here (a test box without the server stack).
+  A ``server_side`` patch is skipped only for that: where its module imports, a moved seam
+  refuses as a required patch's does.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class Patch:
     apply: Callable[[ModuleType], Undo]
     check: Callable[[ModuleType], str | None] | None = None  # None = fine, else why not
     required: bool = True
+    server_side: bool = False  # its module may not import without the server stack: skipped
     fix: str = ""
     doc: str = ""
 
@@ -175,7 +178,8 @@ class EnginePlan:
                 raise
             except Exception as err:  # noqa: BLE001 - reported per patch
                 why = f"cannot import {target}: {err!r}"
-                if any(p.required for p in self.patches if p.module == target):
+                if any(p.required and not p.server_side
+                       for p in self.patches if p.module == target):
                     problems.append((target, why, f"install a {self.engine} that has {target}"))
                 else:  # only optional patches live there: skip them, say why
                     optional_only[target] = why

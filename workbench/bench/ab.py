@@ -28,7 +28,6 @@ rounds once passed (what was measured is kept).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -42,6 +41,8 @@ from workbench.bench.stats import PausedGC
 from workbench.engines.sched.request import Request
 from workbench.mini.colocation import Cluster, ColoConfig
 from workbench.mini.model import build_model, get_config
+from workbench.outfiles import Outputs, run_main, write_text
+from workbench.strictjson import dumps
 from workbench.units import GiB
 
 
@@ -213,14 +214,13 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     start = time.perf_counter()
-    args.out.mkdir(parents=True, exist_ok=True)
+    path = Outputs().folder(args.out, ["ab.json"], "--out") / "ab.json"  # before the run
     on_gpu = args.device.startswith("cuda")
     res: dict = {"device": torch.cuda.get_device_name() if on_gpu else "cpu",
                  "torch": torch.__version__, "args": {k: str(v) for k, v in vars(args).items()}}
-    path = args.out / "ab.json"
 
     def save() -> None:
-        path.write_text(json.dumps(res, indent=1))
+        write_text(path, dumps(res, indent=1))
 
     def log(msg: str) -> None:
         print(f"[{time.perf_counter() - start:6.1f}s] {msg}", flush=True)
@@ -324,4 +324,4 @@ def summary(res: dict) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))

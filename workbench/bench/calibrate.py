@@ -27,6 +27,8 @@ from pathlib import Path
 
 from workbench.bench import calibrate_real
 from workbench.bench.stepfit import fit_steptime
+from workbench.outfiles import check, run_main, write_text
+from workbench.strictjson import dumps
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
               "record, --sweep DIR (a colocation sweep's out_dir) or --bench FILE (bench mini's "
               "JSON)", file=sys.stderr)
         return 2
+    if args.out:
+        check(args.out)  # before the fit
     from workbench.errors import WorkbenchError
 
     if args.inputs:
@@ -75,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {ascii(str(err))[1:-1]}", file=sys.stderr)
             return 2
         return 0
-    from workbench.labs.colocation.rows import reading_sweep
+    from workbench.labs.colocation.params import reading_sweep
 
     try:  # the sweep and bench files are outside input: a bad one is one line
         with reading_sweep(f"--sweep {' '.join(map(str, args.sweep))} --bench {args.bench}"):
@@ -91,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _calibrate(args: argparse.Namespace) -> None:
     from workbench.bench import simgpu
-    from workbench.labs.colocation.mini import load_repeats, read_json_file
+    from workbench.labs.colocation.params import load_repeats, read_json_file
 
     reps = [r for d in args.sweep for r in load_repeats(d)]
     steps: list = []
@@ -124,8 +128,8 @@ def _calibrate(args: argparse.Namespace) -> None:
             print(f"\nSim, what if {args.what_if}:")
             print(simgpu.speedups_md(alt))
     if args.out:
-        args.out.write_text(json.dumps(out, indent=1, default=str))
+        write_text(args.out, dumps(out, indent=1, default=str))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))

@@ -136,11 +136,28 @@ def write_trace(ops: list[dict], path: str) -> None:
     """Save ``ops`` as a JSON-lines trace that ``workbench replay`` reads."""
     import json
 
-    with open(path, "w") as f:
-        f.writelines(json.dumps(op) + "\n" for op in ops)
+    from workbench.outfiles import write_text
+
+    write_text(path, "".join(json.dumps(op) + "\n" for op in ops), "PATH")
 
 
-if __name__ == "__main__":  # python -m workbench.bench.difftrace SEED PATH
+def main(argv: list[str]) -> int:
+    """``python -m workbench.bench.difftrace SEED PATH``: a random trace, for ``replay``."""
+    from workbench.errors import ConfigError
+    from workbench.outfiles import check
+
+    if len(argv) != 2 or not argv[0].isascii() or not argv[0].isdigit():
+        raise ConfigError("difftrace", f"takes SEED PATH, got {len(argv)} arguments"
+                          if len(argv) != 2 else f"SEED {argv[0]!r} is not a whole number",
+                          "run python -m workbench.bench.difftrace 7 trace.jsonl")
+    check(argv[1], "PATH")
+    write_trace(random_trace(int(argv[0])), argv[1])
+    return 0
+
+
+if __name__ == "__main__":
     import sys
 
-    write_trace(random_trace(int(sys.argv[1])), sys.argv[2])
+    from workbench.outfiles import run_main
+
+    sys.exit(run_main(main, sys.argv[1:]))

@@ -15,7 +15,6 @@ one failure still leaves the others' numbers.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -28,6 +27,8 @@ from workbench.mini.attention import paged_decode, reference_decode, softmax_sca
 from workbench.mini.engine import Engine, EngineConfig
 from workbench.mini.kv import KVSpec
 from workbench.mini.model import build_model, get_config
+from workbench.outfiles import Outputs, run_main, write_text
+from workbench.strictjson import dumps
 from workbench.units import GiB
 
 
@@ -167,14 +168,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kv-gib", type=float, default=24.0)
     ap.add_argument("--device", default="cuda")
     args = ap.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
+    path = Outputs().folder(args.out, ["bench.json"], "--out") / "bench.json"  # before the run
     on_gpu = args.device.startswith("cuda")
     res: dict = {"device": torch.cuda.get_device_name() if on_gpu else "cpu",
                  "torch": torch.__version__}
-    path = args.out / "bench.json"
 
     def save() -> None:
-        path.write_text(json.dumps(res, indent=1))
+        write_text(path, dumps(res, indent=1))
 
     parts = args.parts.split(",")
     if "kernel" in parts and on_gpu:
@@ -223,4 +223,4 @@ def print_summary(res: dict) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))

@@ -12,6 +12,7 @@ import ast
 from pathlib import Path
 
 from workbench.errors import ConfigError
+from workbench.outfiles import write_text
 
 BEGIN, END = "# >>> step profiles\n", "# <<< step profiles\n"
 HEAD = "STEP_PROFILES: dict[str, dict] = "
@@ -86,5 +87,4 @@ def write_profile(name: str, profile: dict, path: Path = DEFAULT) -> Path:
     profiles[name] = profile
     new = head + render(profiles) + tail
     compile(new, str(path), "exec")  # never leave the module broken
-    path.write_text(new)
-    return path
+    return write_text(path, new, "profiles file")  # atomic: an import mid-write sees one

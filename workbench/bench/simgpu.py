@@ -8,7 +8,7 @@ synthetic input; :func:`sim_overall` runs the simulator (SimPy, CPU only)."""
 
 from __future__ import annotations
 
-from workbench.labs.colocation.rows import spread
+from workbench.labs.colocation.params import spread
 
 STEP_FIELDS = ("flops_eff", "bw_eff", "step_overhead_s", "seq_overhead_s", "prefill_overhead_s")
 
@@ -101,7 +101,7 @@ def sim_overall(c: dict, peak: int, mode: str, steptime: dict,
     step's host part also holds the GPU turn; ``one_thread`` (default: ``serial_host``) also
     schedules each step inside that turn (``engines.sim.driver.HOST_MODES``)."""
     from workbench.engines.sim.cluster import run_cluster
-    from workbench.labs.colocation.predict import sweep_cluster
+    from workbench.labs.colocation.sim import sweep_cluster
 
     host = ("one_thread" if (serial_host if one_thread is None else one_thread)
             else "serial" if serial_host else "parallel")

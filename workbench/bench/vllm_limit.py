@@ -24,9 +24,10 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
+from workbench.outfiles import Outputs, run_main, write_text
 from workbench.settings import ENV_PREFIX
+from workbench.strictjson import dumps
 from workbench.units import GiB
 
 
@@ -259,6 +260,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    record = None
+    if args.out and not args.child:  # checked before the run
+        name = "vllm_steps.json" if args.steps else f"vllm_limit_{args.device}" \
+            f"{'_graphs' if args.graphs else ''}.json"
+        record = Outputs().folder(args.out, [name], "--out") / name
     if args.child:
         print("RESULT " + json.dumps(child(args)), flush=True)
         return 0
@@ -272,13 +278,10 @@ def main(argv: list[str] | None = None) -> int:
                               "--steps for the step-cost sweep")
         result = wave(args)
         print(json.dumps(result["summary"]))
-    if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        name = "vllm_steps.json" if args.steps else f"vllm_limit_{args.device}" \
-            f"{'_graphs' if args.graphs else ''}.json"
-        (Path(args.out) / name).write_text(json.dumps(result, indent=1))
+    if record is not None:
+        write_text(record, dumps(result, indent=1))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))

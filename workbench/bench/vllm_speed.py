@@ -13,7 +13,11 @@ record names the vLLM build (compiled ops or stand-in), the runner and the atten
 
 A prefill point is one request of L tokens asking for one token (time to its first token); a
 TPOT point is B requests of ``--context`` tokens asking for ``1 + --decode`` tokens: the time
-from every request's first token to the last one's finish, over ``--decode``.
+from every request's first token to the last one's finish, over ``--decode``. A low-load point
+(``--lowload N``) is N requests of ``--context`` tokens sent one at a time, ``--gap-ms`` apart
+with the engine idle in between, each asking for ``--lowload-tokens``: their mean and p99 time
+to first token. Every elastic point also says what the pool did on its path: page transitions
+by cause and the host time spent in maps and unmaps.
 """
 
 from __future__ import annotations
@@ -30,10 +34,13 @@ import time
 from pathlib import Path
 
 from workbench.bench.stats import deciles
+from workbench.outfiles import Outputs, open_stream, run_main, write_all
 from workbench.settings import ENV_PREFIX
+from workbench.strictjson import dumps
 from workbench.units import GiB
 
 MODES = ("stock", "elastic")
+OUT_FILES = ["vllm_speed.json", "vllm_speed.md", "vllm_speed.jsonl", *(f"{m}.log" for m in MODES)]
 GOAL_RATIO, GOAL_FLOOR = 1.02, 1.5
 MARK = "@@"  # a protocol line among vLLM's own log lines on stdout
 
@@ -126,39 +133,95 @@ def drive(engine, prompts: list[list[int]], new_tokens: int, tag: str) -> dict:
             .hexdigest()[:12]}
 
 
-def point(llm, kind: str, n: int, args, seq: int) -> dict:
+def lowload(engine, n: int, args, seq: int) -> dict:
+    """``n`` requests one at a time, ``args.gap_ms`` apart (the engine idle): TTFT of each."""
+    ttfts, shas, tokens = [], [], 0
+    for i in range(n):
+        time.sleep(args.gap_ms / 1e3)
+        r = drive(engine, _ids(1, args.context, seq * 1000 + i), args.lowload_tokens,
+                  f"l{seq}.{i}")
+        ttfts.append(r["t_first"])
+        shas.append(r["tokens_sha"])
+        tokens += r["tokens"]
+    ttfts.sort()
+    return {"seconds": statistics.fmean(ttfts), "p99_s": ttfts[min(n - 1, int(0.99 * n))],
+            "t_first": ttfts[0], "tokens": tokens,
+            "tokens_sha": hashlib.sha256("".join(shas).encode()).hexdigest()[:12]}
+
+
+def point(llm, kind: str, n: int, args, seq: int, clock: MapClock | None) -> dict:
     engine = llm.llm_engine
+    before = clock.snapshot() if clock else {}
     if kind == "prefill":
         r = drive(engine, _ids(1, n, seq), 1, f"p{seq}")
         out = {"seconds": r["t_first"]}
+    elif kind == "lowload":
+        r = lowload(engine, n, args, seq)
+        out = {"seconds": r["seconds"], "p99_s": r["p99_s"]}
     else:
         r = drive(engine, _ids(n, args.context, seq), 1 + args.decode, f"d{seq}")
         out = {"seconds": (r["t_end"] - r["t_first"]) / args.decode, "ttft_s": r["t_first"]}
     out.update(tokens=r["tokens"], tokens_sha=r["tokens_sha"])
-    out.update(_ledger_state())
+    if clock:
+        out["pool"] = clock.since(before)
     return out
 
 
-def _ledger_state() -> dict:
-    try:
-        from workbench.adapters.vllm import registry
-    except ImportError:
-        return {}
-    if not registry.ledgers:
-        return {}
-    kv = registry.ledgers[-1][1]
-    return {"mapped_bytes": kv.mapped_bytes, "maps": kv.count_events("map")}
+class MapClock:
+    """The elastic pool's work on the request path, observed: the ledger's page transitions by
+    cause (map, prealloc, reuse, park, retire, unmap, ...) and the host seconds inside the
+    virtual range's map and unmap calls (wrapped here; the library is unchanged)."""
+
+    def __init__(self, kv):
+        self.kv, self.seconds = kv, {"map_s": 0.0, "unmap_s": 0.0}
+        space = kv.pages.space
+        for name, key in (("map_page", "map_s"), ("prepare_unmap", "unmap_s"),
+                          ("commit_unmap", "unmap_s")):
+            setattr(space, name, self._timed(getattr(space, name), key))
+
+    def _timed(self, fn, key):
+        def timed(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                self.seconds[key] += time.perf_counter() - t0
+        return timed
+
+    @staticmethod
+    def attach() -> MapClock | None:
+        try:
+            from workbench.adapters.vllm import registry
+        except ImportError:
+            return None
+        return MapClock(registry.ledgers[-1][1]) if registry.ledgers else None
+
+    def snapshot(self) -> dict:
+        causes: dict[str, int] = {}
+        for e in self.kv.events:
+            if e.page >= 0:
+                causes[e.cause.split("@")[0]] = causes.get(e.cause.split("@")[0], 0) + 1
+        return {"causes": causes, **self.seconds}
+
+    def since(self, before: dict) -> dict:
+        now = self.snapshot()
+        causes = {c: k - before["causes"].get(c, 0) for c, k in now["causes"].items()}
+        return {"causes": {c: k for c, k in causes.items() if k},
+                "map_ms": round((now["map_s"] - before["map_s"]) * 1e3, 3),
+                "unmap_ms": round((now["unmap_s"] - before["unmap_s"]) * 1e3, 3),
+                "mapped_bytes": self.kv.mapped_bytes}
 
 
 def worker(args) -> int:
     t0 = time.time()
     llm = _engine(args)
     _say("READY", facts(llm, time.time() - t0))
+    clock = MapClock.attach()
     for seq, line in enumerate(sys.stdin):
         ask = json.loads(line)
         if ask.get("stop"):
             break
-        _say("RESULT", point(llm, ask["kind"], ask["n"], args, seq))
+        _say("RESULT", point(llm, ask["kind"], ask["n"], args, seq, clock))
     return 0
 
 
@@ -203,7 +266,7 @@ class Worker:
             env.update(WORKBENCH_KV_AUTOPATCH="1", WORKBENCH_KV_IPC_NAME=f"vspeed_{os.getpid()}")
         cmd = [sys.executable, "-m", "workbench.bench.vllm_speed", "--worker", mode,
                "--model-dir", args.model_dir, *_passthrough(args)]
-        self.mode, self.log = mode, open(log_dir / f"{mode}.log", "w")
+        self.mode, self.log = mode, open_stream(log_dir / f"{mode}.log")
         self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.log, text=True)
         self.facts = self._read("READY")
@@ -232,11 +295,13 @@ class Worker:
 def _passthrough(args) -> list[str]:
     return ["--context", str(args.context), "--decode", str(args.decode),
             "--max-len", str(args.max_len), "--util", str(args.util),
-            "--batches", ",".join(map(str, args.batches))]
+            "--batches", ",".join(map(str, args.batches)), "--gap-ms", str(args.gap_ms),
+            "--lowload-tokens", str(args.lowload_tokens)]
 
 
 def points(args) -> list[tuple[str, int]]:
-    return [("prefill", n) for n in args.prompt_lens] + [("tpot", b) for b in args.batches]
+    return ([("prefill", n) for n in args.prompt_lens] + [("tpot", b) for b in args.batches]
+            + ([("lowload", args.lowload)] if args.lowload else []))
 
 
 def sweep(workers: dict, args, log) -> list[dict]:
@@ -283,6 +348,12 @@ def summarize(rows: list[dict], facts: dict, bw: list[dict], args) -> list[dict]
                "ratio_goal_met": statistics.median(ratios) <= GOAL_RATIO if ratios else None,
                "tokens_equal": sum(by["stock"][i]["tokens_sha"] == by["elastic"][i]["tokens_sha"]
                                    for i in reps) if ratios else None, "pairs": len(reps)}
+        if kind == "lowload" and ratios:
+            p99 = [by["elastic"][i]["p99_s"] / by["stock"][i]["p99_s"] for i in reps]
+            row.update({f"{m}_p99_s": _spread([by[m][i]["p99_s"] for i in reps]) for m in modes},
+                       ratio_p99=_spread(p99, 4),
+                       lowload_goal_met=max(row["ratio"]["median"], statistics.median(p99))
+                       <= 1.0)
         if kind == "tpot":
             kv = n * (args.context + args.decode / 2) * shapes.kv_bytes_per_token(args.model)
             row.update(floor_s=round(weights / best_bw, 6),
@@ -297,13 +368,34 @@ def verdicts(table: list[dict]) -> dict:
     b1 = next((r for r in table if r["kind"] == "tpot" and r["n"] == 1), None)
     paired = [r for r in table if r["ratio"]]
     worst = max(paired, key=lambda r: r["ratio"]["median"]) if paired else None
-    return {"elastic_over_stock_le_1_02": all(r["ratio_goal_met"] for r in table)
+    low = next((r for r in table if r["kind"] == "lowload" and r["ratio"]), None)
+    return {"elastic_over_stock_le_1_02": all(r["ratio_goal_met"] for r in table
+                                              if r["kind"] != "lowload")
             if len(paired) == len(table) else None,
             "worst_ratio": {**worst["ratio"], "kind": worst["kind"], "at": worst["n"]}
             if worst else None,
             "prefill_grows_with_tokens": all(a < b for a, b in zip(pre, pre[1:], strict=False)),
             "tpot_b1_over_floor": b1["stock_over_floor"] if b1 else None,
-            "tpot_b1_within_1_5x_floor": bool(b1 and b1["stock_over_floor"] <= GOAL_FLOOR)}
+            "tpot_b1_within_1_5x_floor": bool(b1 and b1["stock_over_floor"] <= GOAL_FLOOR),
+            "lowload_ttft_mean_and_p99_le_1_00": low["lowload_goal_met"] if low else None}
+
+
+def pool_on_path(rows: list[dict]) -> dict[str, str]:
+    """Per point, the elastic pool's median transitions and map/unmap ms over the repeats."""
+    out: dict[str, str] = {}
+    for r0 in rows:
+        key = f"{r0['kind']} {r0['n']}"
+        if r0["mode"] != "elastic" or r0["repeat"] < 0 or key in out:
+            continue
+        same = [r["pool"] for r in rows if r["mode"] == "elastic" and r["repeat"] >= 0
+                and (r["kind"], r["n"]) == (r0["kind"], r0["n"]) and "pool" in r]
+        if not same:
+            continue
+        causes = sorted({c for p in same for c in p["causes"]})
+        med = {c: statistics.median(p["causes"].get(c, 0) for p in same) for c in causes}
+        out[key] = (f"{med}; map {statistics.median(p['map_ms'] for p in same):.2f} ms, "
+                    f"unmap {statistics.median(p['unmap_ms'] for p in same):.2f} ms")
+    return out
 
 
 def _ms(d: dict | None, key: str = "median") -> str:
@@ -329,12 +421,21 @@ def markdown(result: dict) -> str:
              "median [min, max] | floor | tokens equal |", "|---|---|---|---|---|---|"]
     for r in result["table"]:
         q = r["ratio"]
-        name = f"prefill {r['n']} tok" if r["kind"] == "prefill" else f"TPOT batch {r['n']}"
+        name = {"prefill": f"prefill {r['n']} tok", "tpot": f"TPOT batch {r['n']}",
+                "lowload": f"low-load TTFT mean, {r['n']} requests"}[r["kind"]]
         floor = f"{r['floor_s'] * 1e3:.2f} ms ({r['stock_over_floor']}x)" if "floor_s" in r \
             else ""
         ratio = "-" if q is None else f"{q['median']:.4f} [{q['min']:.4f}, {q['max']:.4f}]"
         lines.append(f"| {name} | {_cell(r['stock_s'])} | {_cell(r.get('elastic_s'))} | "
                      f"{ratio} | {floor} | {r['tokens_equal']}/{r['pairs']} |")
+        if "ratio_p99" in r:
+            q = r["ratio_p99"]
+            lines.append(f"| low-load TTFT p99 | {_cell(r['stock_p99_s'])} | "
+                         f"{_cell(r['elastic_p99_s'])} | {q['median']:.4f} [{q['min']:.4f}, "
+                         f"{q['max']:.4f}] |  |  |")
+    lines += ["", "Elastic pool on each point's path (median over repeats: page transitions by "
+              "cause, host ms in maps / unmaps):", ""]
+    lines += [f"- {k}: {v}" for k, v in pool_on_path(result.get("rows", [])).items()]
     for mode, err in result.get("errors", {}).items():
         lines += ["", f"**{mode} did not start**: {err}"]
     lines += ["", f"Verdicts: {json.dumps(v)}", "", f"Command: `{result['command']}`", ""]
@@ -344,12 +445,12 @@ def markdown(result: dict) -> str:
 def coordinate(args) -> dict:
     from workbench.engines.real import shapes
 
-    out = Path(args.out or "vllm_speed_out")
+    out = Outputs().folder(args.out or "vllm_speed_out", OUT_FILES, "--out")  # before the run
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="vllm_speed_"))  # the model folder stays off OUT
     args.model_dir = str(shapes.write(work / f"{args.model}-dummy", work / "no-tokenizer",
                                       args.model, max_position=args.max_len))
-    log_file = open(out / "vllm_speed.jsonl", "w")
+    log_file = open_stream(out / "vllm_speed.jsonl")
 
     def log(s: str) -> None:
         print(s, flush=True)
@@ -383,8 +484,8 @@ def coordinate(args) -> dict:
               "bandwidth": bw, "facts": facts_, "errors": errors, "table": table,
               "verdicts": verdicts(table),
               "repeats": args.repeats, "warmup": args.warmup, "rows": rows}
-    (out / "vllm_speed.json").write_text(json.dumps(result, indent=1))
-    (out / "vllm_speed.md").write_text(markdown(result))
+    write_all([(out / "vllm_speed.json", dumps(result, indent=1)),
+               (out / "vllm_speed.md", markdown(result))])
     return result
 
 
@@ -399,6 +500,12 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--batches", type=_ints, default=[1, 16, 64])
     ap.add_argument("--context", type=int, default=128, help="prompt tokens of a TPOT point")
     ap.add_argument("--decode", type=int, default=128, help="decode steps of a TPOT point")
+    ap.add_argument("--lowload", type=int, default=0,
+                    help="requests of the low-load point (0: no such point)")
+    ap.add_argument("--lowload-tokens", type=int, default=16,
+                    help="tokens each low-load request asks for")
+    ap.add_argument("--gap-ms", type=float, default=50.0,
+                    help="idle time before each low-load request")
     ap.add_argument("--max-len", type=int, default=8448)
     ap.add_argument("--util", type=float, default=0.4, help="gpu_memory_utilization, each")
     ap.add_argument("--repeats", type=int, default=5)
@@ -419,4 +526,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))

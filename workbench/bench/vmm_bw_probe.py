@@ -37,7 +37,6 @@ a non-zero offset into a handle (``hpage``, ``hregion_2m``) is refused (CUDA_ERR
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from typing import Any
@@ -48,6 +47,8 @@ from workbench.bench.vmm_bw_plan import PIECE, Handle, check_plan, per_page, pla
 from workbench.core.geometry import Layout
 from workbench.errors import DeviceError
 from workbench.gpu.driver import call, driver
+from workbench.outfiles import check, run_main, write_text
+from workbench.strictjson import dumps
 from workbench.units import GiB
 
 REGIONS = 64  # 32 layers x (K, V)
@@ -304,6 +305,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="other pieces-per-region values, for sum and add")
     ap.add_argument("--out", default=None, help="write the full results as JSON here")
     a = ap.parse_args(argv)
+    if a.out:
+        check(a.out)  # before the run
     res: dict[str, list] = {"runs": []}
     runs = [(a.pages, MAIN, KERNELS, a.reps)] + [(p, SWEEP, ("sum", "add"), max(5, a.reps // 2))
                                                  for p in a.sweep]
@@ -312,10 +315,9 @@ def main(argv: list[str] | None = None) -> int:
         for line in summary_lines({"runs": res["runs"][-1:]}):
             print(line)
         if a.out:
-            with open(a.out, "w") as f:
-                json.dump(res, f, indent=1)
+            write_text(a.out, dumps(res, indent=1))
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main))

@@ -23,7 +23,6 @@ after the zero piece's set-access (now released first, as the bare calls do).
 from __future__ import annotations
 
 import gc
-import json
 import statistics
 import sys
 import time
@@ -34,7 +33,9 @@ from workbench.bench.vmm import _abab, _Raw, _Workbench, model_geometry
 from workbench.core.geometry import Layout
 from workbench.gpu.device import CudaDevice
 from workbench.gpu.driver import call, driver, use_driver
+from workbench.outfiles import check, run_main, write_text
 from workbench.sim.device import SimDevice
+from workbench.strictjson import dumps
 from workbench.units import GiB
 
 HOT = ("cuMemCreate", "cuMemMap", "cuMemSetAccess", "cuMemUnmap", "cuMemRelease",
@@ -224,7 +225,11 @@ def probe(layout: Layout, pages: int = 40, rounds: int = 10) -> dict:
             d.close()
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
+    """``python -m workbench.bench.vmm_probe [OUT.json]``."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv:
+        check(argv[0], "OUT")  # before the run
     out = {lay.value: probe(lay, rounds=10 if lay is Layout.CONTIGUOUS else 4)
            for lay in (Layout.CONTIGUOUS, Layout.PER_LAYER)}
     for lay, r in out.items():
@@ -234,10 +239,10 @@ def main() -> None:
                 print(f"{phase:<17} {k:<11} grow {v['grow_us']:9.1f}  shrink {v['shrink_us']:9.1f}")
         for k, v in r["driver_call_us"].items():
             print(f"driver calls {k:<11} " + "  ".join(f"{n}={x}" for n, x in v.items()))
-    if len(sys.argv) > 1:
-        with open(sys.argv[1], "w") as f:
-            json.dump(out, f, indent=1)
+    if argv:
+        write_text(argv[0], dumps(out, indent=1), "OUT")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_main(main))

@@ -13,7 +13,8 @@ check and an engine's free-memory probe see the budget too.
 An engine that admits work on the headroom it sees (SGLang) takes its charge at admission:
 :meth:`BudgetedDevice.prepay` charges the bytes of the pages the admitted work will map, so no
 other process can take that headroom before the allocation; the pages' ``create`` draws from
-what was prepaid, and :meth:`~BudgetedDevice.refund` credits what the allocation left.
+what was prepaid, a page released meanwhile (the engine evicting for it) keeps its charge for it,
+and :meth:`~BudgetedDevice.refund` credits what the allocation left.
 
 A device whose class batches a page id's calls (``CudaDevice``) gets :class:`BudgetedBatchDevice`,
 which charges a page id once and keeps the C fast path.
@@ -67,20 +68,24 @@ class BudgetedDevice(DeviceWrapper):
         self.budget = budget
         self.sizes: dict[int, int] = {}  # live handle -> bytes charged for it
         self.prepaid = 0  # bytes charged at admission that no page backs yet
+        self.admitting = False  # an admission holds: a page released keeps its charge for it
 
     def prepay(self, nbytes: int) -> bool:
-        """Charge ``nbytes`` now, all or nothing, for pages about to be mapped; False (nothing
-        charged) if the budget has not that much left."""
-        if nbytes <= 0:
-            return True
-        if not self.budget.charge(nbytes):
+        """Hold ``nbytes`` prepaid for pages about to be mapped: charge what is missing (all or
+        nothing; False, the hold unchanged, if the budget has not that much left) or credit
+        back what is over. Topping up never gives back what an earlier admission holds."""
+        more = max(0, nbytes) - self.prepaid
+        if more > 0 and not self.budget.charge(more):
             return False
-        self.prepaid += nbytes
+        if more < 0:
+            self.budget.credit(-more)
+        self.prepaid += more
+        self.admitting = True
         return True
 
     def refund(self) -> int:
         """Credit back what was prepaid and not used; returns the bytes credited."""
-        left, self.prepaid = self.prepaid, 0
+        left, self.prepaid, self.admitting = self.prepaid, 0, False
         if left:
             self.budget.credit(left)
         return left
@@ -109,9 +114,17 @@ class BudgetedDevice(DeviceWrapper):
         self.sizes[handle] = size
         return handle
 
+    def _give_back(self, nbytes: int) -> None:
+        """A released page's bytes: credited, or kept for the admission that holds (the pages
+        an engine evicts for an admitted allocation are that allocation's, not another's)."""
+        if self.admitting:
+            self.prepaid += nbytes
+        elif nbytes:
+            self.budget.credit(nbytes)
+
     def release(self, handle: int) -> None:
         self.inner.release(handle)
-        self.budget.credit(self.sizes.pop(handle, 0))
+        self._give_back(self.sizes.pop(handle, 0))
 
     def mem_info(self) -> MemInfo:
         free, total = self.inner.mem_info()
@@ -152,7 +165,7 @@ class BudgetedBatchDevice(BudgetedDevice):
         return kept
 
     def _credit(self, handles) -> None:
-        self.budget.credit(sum(self.sizes.pop(h, 0) for h in handles))
+        self._give_back(sum(self.sizes.pop(h, 0) for h in handles))
 
     def unmap_targets(self, targets) -> None:
         self.inner.unmap_targets(targets)

@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+from workbench.outfiles import check, run_main, write_text
 from workbench.quiz.schema import parse_quiz
 from workbench.quiz.seal import open_quiz, seal_quiz
 
@@ -20,14 +21,14 @@ def main(argv: list[str]) -> int:
     if len(argv) == 3 and argv[0] == "close":
         d = json.loads(Path(argv[1]).read_text())
         parse_quiz(d, where=argv[1])  # a broken quiz is refused before it is sealed
-        target = Path(argv[2])
+        target = check(argv[2], "SEALED")
         old = json.loads(target.read_text()) if target.exists() else {}
         sealed = seal_quiz(d, old.get("salt") if isinstance(old, dict) else None)
-        target.write_text(json.dumps(sealed, indent=1, ensure_ascii=False) + "\n")
+        write_text(target, json.dumps(sealed, indent=1, ensure_ascii=False) + "\n", "SEALED")
         return 0
     print(__doc__, file=sys.stderr)
     return 2
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    raise SystemExit(run_main(main, sys.argv[1:]))

@@ -176,7 +176,8 @@ def test_the_real_lab_turns_a_runners_rows_into_a_record_and_markdown(monkeypatc
            "diverges_at": [5], "lost": 0, "stock_vs_stock": 1}
     raw = {"backend": "host", "device": "cpu", "small_blocks": 64, "limit": "4MiB",
            "rows": [row], "engines": {"small": {}}}
-    monkeypatch.setattr(output_equality, "run", lambda backend, quick=False, kind="vllm": raw)
+    monkeypatch.setattr(output_equality, "run",
+                        lambda backend, quick=False, kind="vllm", runner=None: raw)
     res = real.run(real.parse_params({"engine": "vllm", "quick": "true"}), "host")
     assert res.record.verdict.startswith("inconclusive") and "| the seed expects |" in res.markdown
     assert res.record.results["equality"] == [row]

@@ -58,7 +58,8 @@ def test_autopatch_applies_every_patch(stock, elastic):
     assert status == {"elastic-mha-pool": "applied", "elastic-mla-pool": "applied",
                       "elastic-token-allocator": "applied", "elastic-paged-allocator": "applied",
                       "radix-cache-bound": "applied", "kv-budget": "applied",
-                      "leak-check-unheld": "applied"}
+                      "leak-check-unheld": "applied", "admission-charge": "applied",
+                      "decode-charge": "applied"}
 
 
 @pytest.mark.parametrize("page_size", ["1", "16"])

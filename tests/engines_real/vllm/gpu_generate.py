@@ -103,8 +103,15 @@ def main(model: str) -> None:
     from workbench.adapters import boot
 
     out["patches"] = [r["patch"] + ":" + r["status"] for r in boot.status()]
-    kv = getattr(runner, "workbench_ledger", None)
     worker = llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker
+    out["runner"] = "v2" if worker.use_v2_model_runner else "v1"  # vLLM's own choice
+    out["runner_class"] = f"{type(runner).__module__}.{type(runner).__name__}"
+    out["workbench_runner"] = getattr(worker, "workbench_runner", None)  # the seam that fired
+    from workbench.adapters.vllm import registry
+
+    # V1's seam keeps the ledger on the runner; Model Runner V2's only registers it
+    kv = getattr(runner, "workbench_ledger", None) or registry.ledger_for(
+        runner.kv_cache_config.num_blocks)
     out["budget"] = getattr(worker, "workbench_budget", None)
     out["num_blocks"] = runner.kv_cache_config.num_blocks
     caches = list(runner.kv_caches)

@@ -16,17 +16,11 @@ from workbench.adapters.patching import (
 from workbench.adapters.registry import EnginePlan, Patch
 from workbench.adapters.sglang.seams import (
     ALLOC,
-    CHECKER,
     CONFIGURATOR,
     FIX,
-    MEM,
     RADIX,
-    apply_leak,
-    apply_mla,
-    apply_pool,
-    check_leak,
-    check_mla,
-    check_pool,
+    pool_patches,
+    scheduler_patches,
 )
 
 RANGE = ">=0.5.23,<0.5.24"
@@ -104,14 +98,12 @@ def _apply_radix(m: ModuleType):
 
 
 def build_plan() -> EnginePlan:
-    def p(name, module, apply, check, doc, required=True):
-        return Patch(name, module, RANGE, apply, check, fix=FIX, doc=doc, required=required)
+    def p(name, module, apply, check, doc, required=True, server_side=False):
+        return Patch(name, module, RANGE, apply, check, fix=FIX, doc=doc, required=required,
+                     server_side=server_side)
 
     return EnginePlan("sglang", "sglang", ("sglang",), [
-        p("elastic-mha-pool", MEM, apply_pool, check_pool,
-          "MHATokenToKVPool -> ElasticMHATokenToKVPool (K/V views on a workbench pool)"),
-        p("elastic-mla-pool", MEM, apply_mla, check_mla,
-          "MLATokenToKVPool -> ElasticMLATokenToKVPool (latent views on a workbench pool)"),
+        *pool_patches(p),
         p("elastic-token-allocator", ALLOC, _apply_token, _check_token,
           "TokenToKVPoolAllocator -> elastic (page_size 1; miss -> None)"),
         p("elastic-paged-allocator", ALLOC, _apply_paged, _check_paged,
@@ -122,7 +114,5 @@ def build_plan() -> EnginePlan:
         p("kv-budget", CONFIGURATOR, _apply_budget, _check_budget,
           "KV pool sized from a per-process virtual budget, not the GPU's free memory",
           required=False),
-        p("leak-check-unheld", CHECKER, apply_leak, check_leak,
-          "the idle leak check counts unheld slots, not what a limit lets allocate now",
-          required=False),
+        *scheduler_patches(p),
     ])

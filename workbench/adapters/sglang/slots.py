@@ -66,9 +66,11 @@ class LedgerSlots:
 
     def admit(self, need_slots: int) -> bool:
         """Promise ``need_slots`` slots to the next allocation: True when they are there now,
-        the pages they need beyond what is mapped charged to the GPU budget already (another
-        process's charge cannot take them in between); False, nothing kept, when they are not."""
-        self.release_admission()
+        the pages they need beyond what is mapped held charged to the GPU budget (another
+        process's charge cannot take them in between); False, the charge held before kept, when
+        they are not. Pages released while a promise holds keep their charge for it. Each call
+        sets the whole promise (an admission pass calls it with its running total), so a growing
+        promise never gives back what it holds in between."""
         ledger = self.ledger
         need = -(-need_slots // self.page_size)
         self._room()  # (held-back blocks given back, a waiting kvctl request applied)
@@ -83,6 +85,19 @@ class LedgerSlots:
         mapped_room = max(0, room - pages.new_pages_within(headroom) * bpp)
         new_pages = -(-max(0, need - mapped_room) // bpp)
         return device.prepay(new_pages * ledger.geometry.page_id_bytes)
+
+    def admit_up_to(self, total_slots: int) -> bool:
+        """:meth:`admit` what of ``total_slots`` the pool's room serves now; SGLang takes the
+        rest from what it evicts first, whose pages keep their charge for this promise (a promise
+        of nothing holds nothing)."""
+        if total_slots <= 0:
+            self.release_admission()
+            return True
+        return self.admit(min(total_slots, self.room_slots()))
+
+    def room_slots(self) -> int:
+        """Slots an allocation could take now."""
+        return self._room() * self.page_size
 
     def release_admission(self) -> None:
         """Credit back what an admission prepaid and its allocation did not use."""

@@ -40,6 +40,7 @@ class BlockLedger(KVCacheManager):
     queued before it (the ones that may still touch the page) has finished."""
 
     fence = None
+    runner: str | None = None  # the vLLM model runner whose KV seam built it (v1, v2)
 
     def __init__(self, *args, **kwargs):
         self._fences: list[tuple[int, object]] = []  # (epoch marker, fence), oldest first

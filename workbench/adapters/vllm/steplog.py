@@ -32,6 +32,8 @@ from typing import IO, Any
 
 from workbench.adapters.patching import need_attrs, need_fields, wrap_method
 from workbench.adapters.registry import EnginePlan, Patch
+from workbench.errors import ConfigError
+from workbench.outfiles import open_stream
 
 SCHED = "vllm.v1.core.sched.scheduler"
 RANGES = (">=0.26.0,<0.27.0", ">=0.32.0,<0.34.0")  # the versions whose seam was read and run
@@ -96,10 +98,10 @@ class StepRecorder:
         t0, tail = got
         try:
             if self.file is None:
-                self.file = open(self.path, "a", buffering=1, encoding="ascii")  # noqa: SIM115
+                self.file = open_stream(self.path, "WORKBENCH_KV_STEP_LOG", append=True)
             self.file.write(f'{{"t": {t0:.6f}, "dur_s": {t1 - t0:.7f}, {tail}')
             self.lines += 1
-        except OSError as err:  # observe only: a log that cannot be written stops, not the engine
+        except (OSError, ConfigError) as err:  # observe only: a failed log stops, not the engine
             self.broken = True
             log.error("workbench step log %s: %s; no more steps are recorded", self.path, err)
 

@@ -1,12 +1,22 @@
-"""vLLM 0.26's model-runner seam: KV tensors as zero-copy views over a workbench ledger's range.
+"""vLLM 0.26's model-runner seams: KV tensors as zero-copy views over a workbench ledger's range,
+for both of its runners.
 
-0.26 has no ``vllm.v1.worker.utils.allocate_kv_cache``. ``GPUModelRunner`` builds its caches in
-``initialize_kv_cache_tensors``: ``_allocate_kv_cache_tensors`` (one ``torch.zeros`` per tensor),
-then ``_reshape_kv_cache_tensors`` (the attention backend's shape and stride order over it). We
-replace both: the first returns empty placeholders (nothing is allocated), the second builds the
-ledger, whose range is reserved once, before any CUDA graph is captured, so every address the
-graphs record stays valid while pages come and go; each layer's tensor is an ``as_strided`` view
-with the backend's logical shape.
+0.26 has no ``vllm.v1.worker.utils.allocate_kv_cache``. Each runner allocates, then reshapes:
+
+* **V1** (``GPUModelRunner`` in ``gpu_model_runner``): ``initialize_kv_cache_tensors`` calls the
+  methods ``_allocate_kv_cache_tensors`` (one ``torch.zeros`` per tensor) and
+  ``_reshape_kv_cache_tensors`` (the attention backend's shape and stride order over it).
+* **Model Runner V2** (``VLLM_USE_V2_MODEL_RUNNER=1``, ``vllm.v1.worker.gpu``): the runner's
+  ``initialize_kv_cache`` calls ``attn_utils.init_kv_cache``, which calls that module's functions
+  ``_allocate_kv_cache`` and ``_reshape_kv_cache`` (the same two steps over the flattened
+  attention groups; layers that share another's KV are aliased after).
+
+We replace both steps of each: the first returns empty placeholders (nothing is allocated), the
+second builds the ledger, whose range is reserved once, before any CUDA graph is captured, so every
+address the graphs record stays valid while pages come and go; each layer's tensor is an
+``as_strided`` view with the backend's logical shape. The block ids both runners' block tables
+hold are the scheduler's (V2 expands them to kernel blocks the same way), so one view builder
+serves both. The ledger records which runner's seam built it (``runner``).
 
 Layouts. A layer's block is ``spec.page_size_bytes`` (K and V). Blocks-first backends (Triton:
 ``[blocks, heads, block_size, 2*head]``) treat it as one opaque buffer; K/V-first ones
@@ -18,6 +28,7 @@ only ``PER_LAYER`` has, so that case takes ``PER_LAYER`` by itself.
 
 from __future__ import annotations
 
+import logging
 import math
 
 import torch
@@ -31,6 +42,8 @@ from workbench.core.geometry import KVGeometry, Layout
 from workbench.errors import ConfigError
 
 FIX = "unset WORKBENCH_KV_AUTOPATCH for this model"
+RUNNER_NAMES = {"v1": "model runner V1", "v2": "Model Runner V2"}
+log = logging.getLogger("workbench.autopatch")
 
 
 def allocate_placeholders(orig):
@@ -43,9 +56,8 @@ def allocate_placeholders(orig):
     return _allocate_kv_cache_tensors
 
 
-def _only_group(runner, kernel_block_sizes):
-    groups = [g for g in runner._kv_cache_spec_attn_group_iterator()
-              if g.kv_cache_group_id < len(kernel_block_sizes)]
+def _only_group(attn_groups, kernel_block_sizes):
+    groups = [g for g in attn_groups if g.kv_cache_group_id < len(kernel_block_sizes)]
     ids = {g.kv_cache_group_id for g in groups}
     if len(ids) != 1:
         raise ConfigError(f"{len(ids)} KV cache groups", "the elastic runner handles one "
@@ -78,11 +90,12 @@ def _kv_shape(backend, num_blocks: int, spec, kernel_bs: int):
                       "neither blocks-first nor K/V-first", FIX)
 
 
-def build_views(runner, kernel_block_sizes):
-    groups, spec, kbs = _only_group(runner, kernel_block_sizes)
-    cfg_kv = runner.kv_cache_config
-    num_blocks, per = cfg_kv.num_blocks, spec.block_size // kbs
-    names = [n for g in groups for n in g.layer_names if n not in runner.runner_only_attn_layers]
+def build_views(attn_groups, kv_cache_config, device, kernel_block_sizes, skip, runner: str):
+    """Every attention layer's KV view (but those in ``skip``) over one new ledger's range;
+    ``runner`` (``v1``, ``v2``) names the seam that built it."""
+    groups, spec, kbs = _only_group(attn_groups, kernel_block_sizes)
+    num_blocks, per = kv_cache_config.num_blocks, spec.block_size // kbs
+    names = [n for g in groups for n in g.layer_names if n not in skip]
     shape, order, buffers = _kv_shape(groups[0].backend, num_blocks * per, spec, kbs)
     dtype = spec.dtype
     e = torch.empty((), dtype=dtype).element_size()
@@ -100,16 +113,18 @@ def build_views(runner, kernel_block_sizes):
     geo = KVGeometry(num_layers=len(names), kv_heads=1, head_dim=block // buffers // e,
                      block_size=1, num_blocks=num_blocks, num_buffers=buffers, dtype_bytes=e,
                      page_size=cfg.page_size, layout=layout)
-    dev = device_for(runner.device)
+    dev = device_for(device)
     kv = BlockLedger(geo, dev, name=f"vllm-kv-{len(registry.ledgers)}", config=cfg,
                      defer_release=fence_factory(dev) is not None)
     kv.fence = fence_factory(dev)
+    kv.runner = runner
     registry.register(num_blocks, kv)
     flat = dev.tensor(kv.space.base, kv.space.size, dtype)
     views = {n: _layer_view(kv, flat, li, shape, order, buffers, per)
              for li, n in enumerate(names)}
-    runner.workbench_ledger = kv
-    return views
+    log.info("workbench autopatch: %d KV views for vLLM's %s (%s, %d blocks)",
+             len(views), RUNNER_NAMES[runner], layout.name, num_blocks)
+    return kv, views
 
 
 def _layer_view(kv, flat, layer, shape, order, buffers, per):
@@ -139,8 +154,40 @@ def _layer_view(kv, flat, layer, shape, order, buffers, per):
     return t.permute(*inv)
 
 
+# -- V1: GPUModelRunner's methods ------------------------------------------------------------
 def reshape_views(orig):
     def _reshape_kv_cache_tensors(self, kv_cache_raw_tensors, kernel_block_sizes):
-        return build_views(self, kernel_block_sizes)
+        kv, views = build_views(self._kv_cache_spec_attn_group_iterator(), self.kv_cache_config,
+                                self.device, kernel_block_sizes, self.runner_only_attn_layers,
+                                "v1")
+        self.workbench_ledger = kv
+        return views
 
     return _reshape_kv_cache_tensors
+
+
+# -- Model Runner V2: attn_utils' functions --------------------------------------------------
+def allocate_placeholders_v2(orig):
+    def _allocate_kv_cache(kv_cache_config, shared_layers, device):
+        empty = torch.empty(0, dtype=torch.int8, device=device)
+        return {n: empty for g in kv_cache_config.kv_cache_groups for n in g.layer_names
+                if n not in shared_layers}
+
+    return _allocate_kv_cache
+
+
+def reshape_views_v2(orig):
+    def _reshape_kv_cache(attn_groups, kv_cache_raw_tensors, cache_dtype, kernel_block_sizes,
+                          shared_kv_cache_layers, kv_cache_config=None):
+        if kv_cache_config is None:
+            raise ConfigError("Model Runner V2's KV reshape without its kv_cache_config",
+                              "the view builder needs the block count", FIX)
+        device = next(iter(kv_cache_raw_tensors.values())).device
+        _, views = build_views(attn_groups, kv_cache_config, device, kernel_block_sizes,
+                               shared_kv_cache_layers, "v2")
+        for name, target in shared_kv_cache_layers.items():  # as vLLM's own reshape does
+            views[name] = views[target]
+        return views
+
+    return _reshape_kv_cache
+

@@ -16,14 +16,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -31,6 +30,8 @@ from workbench.engines.metrics import SLO, MemorySample, Summary, summarize
 from workbench.engines.real.client import Outcome, Sampling, Sender
 from workbench.engines.real.procs import Reaper, install_handlers
 from workbench.engines.sched.request import Request
+from workbench.errors import ConfigError
+from workbench.outfiles import write_all
 from workbench.settings import ENV_PREFIX
 
 REPO = Path(__file__).resolve().parents[3]
@@ -112,6 +113,9 @@ class ServerEngine:
     lab_knobs: ClassVar[dict[str, str]] = {}  # WORKBENCH_KV_* the labs start this kind with
     lab_pool: ClassVar[dict[str, Any]] = {}  # the labs' pool (spec fields), where it sizes one
     flushes_cache: ClassVar[bool] = False  # drops its prefix cache on request (flush_cache)
+    # model runner (a lab's runner= parameter) -> the server environment that picks it
+    runners: ClassVar[dict[str, dict[str, str]]] = {}
+    runner: str | None = None  # the model runner this server ran (read once it is ready)
     # what the labs' reports say of a run on this kind: its title, the server, the model
     title: ClassVar[str]
     server_text: ClassVar[str]
@@ -143,10 +147,27 @@ class ServerEngine:
 
     # -- the kind: its interpreter and how the labs start it -----------------------------
     @classmethod
-    def build_facts(cls, device: str) -> dict[str, str]:
-        """What a record says of this kind's build on ``device`` (its kernels, its runner);
-        nothing by default."""
+    def build_facts(cls, device: str, runner: str | None = None) -> dict[str, str]:
+        """What a record says of this kind's build on ``device`` (its kernels; ``runner``: the
+        model runner the run asked for and its engines ran); nothing by default."""
         return {}
+
+    @classmethod
+    def runner_env(cls, runner: str) -> dict[str, str]:
+        """The environment that starts this kind's server on model runner ``runner``, or a
+        one-line refusal for a runner it does not have."""
+        env = cls.runners.get(runner)
+        if env is None:
+            has = f"the runners {', '.join(cls.runners)}" if cls.runners else "one model runner"
+            raise ConfigError(f"runner={runner} for the {cls.label}", f"it has {has}",
+                              "leave runner unset" if not cls.runners
+                              else f"use runner={' or '.join(cls.runners)}")
+        return dict(env)
+
+    @classmethod
+    def asked_runner(cls, env: Mapping[str, str]) -> str | None:
+        """The model runner ``env`` picks (None: none of :attr:`runners`' settings)."""
+        return next((r for r, e in cls.runners.items() if e.items() <= env.items()), None)
 
     @classmethod
     def why_missing(cls) -> str | None:
@@ -182,6 +203,9 @@ class ServerEngine:
         stand_in = STAND_INS.get(cls.kind)
         if stand_in:
             kw.setdefault("server_cmd", stand_in)
+        runner = kw.pop("runner", None)
+        if runner is not None:
+            kw["env"] = {**kw.get("env", {}), **cls.runner_env(runner)}
         kw = {cls.renames.get(k, k): v for k, v in kw.items()}
         knobs = kw.setdefault("knobs", {})
         for k, v in cls.lab_knobs.items():
@@ -276,9 +300,9 @@ class ServerEngine:
         if self._sampler is not None:  # a daemon thread inside a CUDA call aborts the exit
             self._sampler.join(5.0)
         if self.keep_log is not None and self.log.exists():
-            with contextlib.suppress(OSError):
-                self.keep_log.mkdir(parents=True, exist_ok=True)
-                shutil.copy(self.log, self.keep_log / f"{self.name}.log")
+            with contextlib.suppress(OSError, ConfigError):  # a log kept is a courtesy
+                write_all([(self.keep_log / f"{self.name}.log", self.log.read_bytes())],
+                          "log folder")
         if self._sender is not None:
             self._sender.close()
         self.reaper.close()

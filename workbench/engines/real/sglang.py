@@ -23,6 +23,7 @@ from workbench.engines.real.client import Outcome, Sampling, Sender
 from workbench.engines.real.server import REPO, ServerEngine, block_bytes
 from workbench.engines.sched.request import Request
 from workbench.errors import ConfigError
+from workbench.outfiles import check, write_text
 
 HOST_VENVS = [REPO / ".venvs" / v / "bin" / "python" for v in ("sglang0516", "sglang")]
 HOW_TO_GET = ("on an H200 use the gpu/sglang0516 recipe (SGLang 0.5.16 for torch 2.11); "
@@ -221,8 +222,7 @@ def tiny_llama_config(path: str | Path, *, hidden: int = 1024, heads: int = 8,
                       vocab: int = 4096) -> Path:
     """A Llama-shaped ``config.json`` alone: SGLang makes random weights for it
     (``--load-format dummy``) and needs no tokenizer (``--skip-tokenizer-init``)."""
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
+    path = check(Path(path) / "config.json", "model folder").parent  # before any folder is made
     cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
            "num_hidden_layers": layers, "num_attention_heads": heads,
            "num_key_value_heads": kv_heads, "head_dim": head_dim,
@@ -230,5 +230,5 @@ def tiny_llama_config(path: str | Path, *, hidden: int = 1024, heads: int = 8,
            "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
            "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": False,
            "torch_dtype": "bfloat16"}
-    (path / "config.json").write_text(json.dumps(cfg, indent=1))
+    write_text(path / "config.json", json.dumps(cfg, indent=1), "model folder")
     return path

@@ -8,11 +8,11 @@ vocabulary are only ever detokenized (to nothing).
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 from workbench.engines.models import MODELS
 from workbench.errors import ConfigError
+from workbench.outfiles import check, write_all
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 # the CPU's stand-in: the tiny model's attention shape (CPU attention sizes), Llama-3.1's vocab
@@ -40,11 +40,9 @@ def write(out: str | Path, tokenizer_dir: str | Path, model: str,
           max_position: int = 8192) -> Path:
     """``out`` holding ``config.json`` of ``model``'s shape and the tokenizer of
     ``tokenizer_dir`` (its special ids become the config's)."""
-    out, src = Path(out), Path(tokenizer_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    for name in TOKENIZER_FILES:
-        if (src / name).exists():
-            shutil.copy(src / name, out / name)
+    out, src = check(Path(out) / "config.json", "model folder").parent, Path(tokenizer_dir)
+    files = [(out / name, (src / name).read_bytes()) for name in TOKENIZER_FILES
+             if (src / name).exists()]
     tok_cfg = json.loads((src / "config.json").read_text()) if (src / "config.json").exists() \
         else {}
     cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
@@ -53,7 +51,7 @@ def write(out: str | Path, tokenizer_dir: str | Path, model: str,
            "torch_dtype": "bfloat16", "attention_bias": False, "mlp_bias": False,
            "bos_token_id": tok_cfg.get("bos_token_id", 1),
            "eos_token_id": tok_cfg.get("eos_token_id", 2), **shape_of(model)}
-    (out / "config.json").write_text(json.dumps(cfg, indent=1))
+    write_all([*files, (out / "config.json", json.dumps(cfg, indent=1))], "model folder")
     return out
 
 

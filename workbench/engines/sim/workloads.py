@@ -9,6 +9,7 @@ from typing import NamedTuple
 import numpy as np
 
 from workbench.engines.sched.request import Request
+from workbench.errors import ConfigError
 
 VOCAB = 128_000
 
@@ -54,6 +55,78 @@ def ramp_trace(peak: int, model_index: int, *, num_models: int = 3, prompt_len: 
     rng = np.random.default_rng([seed, peak, model_index])
     return [Request(i, _tokens(rng, prompt_len), output_len, t, f"model{model_index}")
             for i, t in enumerate(ramp_arrivals(peak, model_index, num_models))]
+
+
+# -- kvcached's ramp as its own script sends it (docs/sources.md#upstream-kvcached-setting) -----
+RAMP_TAILS = ("script", "as_run")  # model i's 1 req/s tail: (N-i)*delay, or cumulative (as run)
+
+
+def kvcached_ramp_delay(peak: int) -> int:
+    """Seconds between two models' starts in kvcached's script: PEAK//4 + 2*PEAK (the shell's
+    integer arithmetic, so PEAK 13 gives 29, not 29.25)."""
+    return peak // 4 + 2 * peak
+
+
+def kvcached_ramp_rates(peak: int) -> list[int]:
+    """Requests in each second of the ramp: +1 req/s per second from 0 to PEAK, then -1 req/s per
+    second down to 1 (each phase at least one second long, as the client's schedule has it)."""
+    up = [min(s + 1, peak) for s in range(max(1, peak))]
+    return up + [max(peak - (s + 1), 1) for s in range(max(1, peak - 1))]
+
+
+def kvcached_ramp_counts(peak: int, num_models: int, tails: str = "script") -> list[int]:
+    """Requests per model: PEAK^2 on the ramp plus its 1 req/s tail. ``script``: model i's tail
+    is (N-i)*delay, what the script sends now; ``as_run``: each model's count adds to the one
+    before (model i gets PEAK^2 + sum over j<=i of (N-j)*delay), the script's arithmetic when
+    kvcached's published figures were made."""
+    d, base, out, extra = kvcached_ramp_delay(peak), peak * peak, [], 0
+    for i in range(num_models):
+        extra = (extra if tails == "as_run" else 0) + (num_models - i) * d
+        out.append(base + extra)
+    return out
+
+
+def kvcached_ramp_arrivals(peak: int, model_index: int, num_models: int = 3,
+                           tails: str = "script") -> list[float]:
+    """Arrival times (s) of model ``model_index``: it starts at i*delay; in second s of the ramp
+    its requests are evenly spaced; once the ramp is sent, the rest follow one a second, the
+    first one second after the ramp's last request. No time scaling."""
+    _check_ramp(peak, model_index, num_models, tails)
+    n = kvcached_ramp_counts(peak, num_models, tails)[model_index]
+    t0 = model_index * kvcached_ramp_delay(peak)
+    out: list[float] = []
+    for sec, rate in enumerate(kvcached_ramp_rates(peak)):
+        out.extend(t0 + sec + k / rate for k in range(rate))
+    out = out[:n]
+    last = out[-1]
+    return out + [last + k for k in range(1, n - len(out) + 1)]
+
+
+def kvcached_ramp_traces(peak: int, num_models: int = 3, *, prompt_len: int = 256,
+                         output_len: int = 256, seed: int = 0,
+                         tails: str = "script") -> list[list[Request]]:
+    """kvcached's colocation trace at ``peak``: per model its ramp, prompts of ``prompt_len``
+    random token ids (drawn from ``seed``, the PEAK and the model), ``output_len`` tokens each;
+    the group names the model."""
+    out = []
+    for i in range(num_models):
+        times = kvcached_ramp_arrivals(peak, i, num_models, tails)
+        rng = np.random.default_rng([seed, peak, i, prompt_len])
+        out.append([Request(k, _tokens(rng, prompt_len), output_len, t, f"model{i}")
+                    for k, t in enumerate(times)])
+    return out
+
+
+def _check_ramp(peak: int, model_index: int, num_models: int, tails: str) -> None:
+    if not isinstance(peak, int) or isinstance(peak, bool) or peak < 1:
+        raise ConfigError(f"PEAK {peak!r}", "kvcached's ramp climbs by 1 req/s per second",
+                          "give a whole number of req/s, 1 or more")
+    if num_models < 1 or not 0 <= model_index < num_models:
+        raise ConfigError(f"model {model_index} of {num_models}", "is not one of the models",
+                          "give 0 <= model_index < num_models")
+    if tails not in RAMP_TAILS:
+        raise ConfigError(f"tails {tails!r}", "is not a tail rule of kvcached's script",
+                          f"use one of {', '.join(RAMP_TAILS)}")
 
 
 # -- prefix groups A-D (seed 003 §6) ---------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""The colocation lab (:mod:`.lab`: its params and its Lab; the runners and the report
-beside it)."""
+"""The colocation lab (:mod:`.lab`: the Lab, its checks and its report; :mod:`.params` below the
+runners :mod:`.sim`, :mod:`.mini` and :mod:`.server`)."""
 
 from workbench.labs.colocation.lab import ColocationLab
 

@@ -1,24 +1,23 @@
-"""The colocation lab's ``gpu``/``host`` backends: run the sweep (or read its per-repeat JSON
-back), then hand the lab its summaries, the setup text, the footer that says where the time went,
-and the record fields only this backend knows. The engines, the budget and the sweep itself are
+"""The colocation lab's ``mini`` runner (``gpu``/``host``): run the sweep (or read its per-repeat
+JSON back, :func:`~workbench.labs.colocation.params.load_repeats`), then hand the lab its
+summaries, the setup text, the footer that says where the time went, and the record fields only
+this backend knows. The engines, the budget and the sweep itself are
 :mod:`workbench.mini.colocation`."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TYPE_CHECKING
-
 from workbench.backends import capabilities
-from workbench.errors import ConfigError
-from workbench.labs.colocation.rows import ColocationRun, reading_sweep, spread
+from workbench.labs.colocation.params import (
+    ColocationParams,
+    ColocationRun,
+    load_repeats,
+    reading_sweep,
+    spread,
+)
 from workbench.labs.kit.base import Progress
 from workbench.labs.kit.record import Manifest
 from workbench.mini.colocation import ColoConfig, run
-from workbench.strictjson import read_file
 from workbench.units import GiB
-
-if TYPE_CHECKING:
-    from workbench.labs.colocation.params import ColocationParams
 
 
 def _decode(reps: list[dict]) -> str:
@@ -43,42 +42,6 @@ def config_for(params: ColocationParams, backend: str) -> ColoConfig:
     if params.quick:
         cfg.peaks = cfg.peaks[:2]
     return cfg
-
-
-MAX_REPEAT_BYTES = 256 << 20  # a repeat file of the sweep is a few MB
-
-
-def load_repeats(folder: str | Path) -> list[dict]:
-    """The ``repeat_<r>.json`` files a sweep wrote (several calls' folders may be merged into
-    one), in repeat order. The files come from outside this process: each must be a regular
-    file of sane size holding a JSON object with ``config`` and ``runs``; anything else is one
-    ConfigError line (what else a record lacks, :func:`reading_sweep` turns into one too)."""
-    found = []
-    for p in Path(folder).glob("repeat_*.json"):
-        index = p.stem[len("repeat_"):]
-        if index.isdigit() and len(index) <= 6:
-            found.append((int(index), p))
-    if not found:
-        raise ConfigError(f"from_dir={str(folder)!r}", "holds no repeat_<r>.json",
-                          "point it at the out_dir of a gpu/host sweep")
-    return [_read_repeat(p) for _, p in sorted(found)]
-
-
-def read_json_file(path: Path, what: str, fix: str) -> object:
-    """A JSON file from outside the process, strictly (:func:`workbench.strictjson.read_file`):
-    a regular file (no link) of sane size that parses, or one ConfigError line (``what``: how
-    the error names it)."""
-    return read_file(path, what, fix, MAX_REPEAT_BYTES)
-
-
-def _read_repeat(path: Path) -> dict:
-    fix = "point from_dir (or --sweep) at the out_dir of a gpu/host sweep"
-    data = read_json_file(path, "sweep file", fix)
-    if not (isinstance(data, dict) and isinstance(data.get("config"), dict)
-            and isinstance(data.get("runs"), dict)):
-        raise ConfigError(f"sweep file {path}", "is not a repeat record (no config and runs)",
-                          fix)
-    return data
 
 
 def run_mini(params: ColocationParams, backend: str,

@@ -8,6 +8,7 @@ from workbench.labs.dynamic_limit.sim import (
     run_seed,
 )
 from workbench.labs.kit.base import Lab, LabResult, Progress
+from workbench.labs.kit.params import check_runner
 from workbench.labs.kit.resolve import LabRun
 from workbench.labs.kit.server_report import real_result
 
@@ -34,7 +35,7 @@ def run_server(params: DynamicLimitParams, run: LabRun,
     from workbench.labs.dynamic_limit.server import run as run_vllm
 
     return real_result(vllm_report, lambda: run_vllm(run.backend, quick=params.quick,
-                                                     kind=run.kind))
+                                                     kind=run.kind, runner=params.runner))
 
 
 class DynamicLimitLab(Lab):
@@ -44,3 +45,6 @@ class DynamicLimitLab(Lab):
                    "on host/gpu while a real vLLM serves, on gpu a real SGLang (engine=sglang)")
     params_type = DynamicLimitParams
     runners = {"simulated": run_sim, "server": run_server}
+
+    def check_run(self, params: DynamicLimitParams, run: LabRun) -> None:
+        check_runner(self.name, params.runner, run)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from workbench.labs.kit.params import ENGINE, QUICK, RATE, SEED, TOKENS
+from workbench.labs.kit.params import ENGINE, QUICK, RATE, RUNNER, SEED, TOKENS
 from workbench.ranges import Num, Spec
 
 
@@ -19,8 +19,9 @@ class DynamicLimitParams:
     output_len: int = 256
     chunk_s: float = 0.5  # simulated seconds stepped between looks at the control plane
     engine: str = "vllm"  # sim-vllm on sim, a real vLLM on host/gpu; sglang: gpu only
+    runner: str | None = None  # a real vLLM's model runner: v1, v2 (None: as its env picks)
     RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
         "quick": QUICK, "seed": SEED, "rate": RATE, "prompt_len": TOKENS, "output_len": TOKENS,
         "chunk_s": Num(float, 0.01, 60.0, "s"),
-        "engine": ENGINE("sim-vllm", "server"),
+        "runner": RUNNER, "engine": ENGINE("sim-vllm", "server"),
     }

@@ -121,18 +121,20 @@ def flush_step(eng, size: int, free_of) -> dict[str, Any]:
             "mapped_settled": eng.kv_pool.mapped_bytes, "limit_after": eng.kv_pool.limit_bytes}
 
 
-def _engine(kind: str, backend: str, py: str, root, n: int):
+def _engine(kind: str, backend: str, py: str, root, n: int, runner: str | None):
     knobs = {"min_reserved_pages": "0", "max_reserved_pages": "0"}
     return rig.engine("dl-elastic", backend, rig.model_dir(py, root, kind), py, root,
-                      elastic=True, kind=kind, max_num_seqs=n, knobs=knobs, **rig.lab_pool(kind))
+                      elastic=True, kind=kind, max_num_seqs=n, knobs=knobs, runner=runner,
+                      **rig.lab_pool(kind))
 
 
-def run(backend: str, quick: bool = False, kind: str = "vllm") -> dict[str, Any]:
+def run(backend: str, quick: bool = False, kind: str = "vllm",
+        runner: str | None = None) -> dict[str, Any]:
     py = rig.python_for("dynamic-limit", kind)
     root = rig.workroot()
     dev = rig.device_of(backend)
     n, tokens = (8, 96) if quick else (32, 224)
-    eng = _engine(kind, backend, py, root, n)
+    eng = _engine(kind, backend, py, root, n, runner)
     try:
         rig.start_all([eng])
         info = eng.kv_pool.info()
@@ -149,7 +151,8 @@ def run(backend: str, quick: bool = False, kind: str = "vllm") -> dict[str, Any]
         if eng.flushes_cache:  # the radix cache dropped: its slots go back too
             steps.append(flush_step(eng, steps[0]["requested"], lambda: rig.device_free(dev)))
         done = [eng.outcome(r.rid) for r in feed.reqs]
-        return {"backend": backend, "device": dev, "engine": kind, "requests": len(done),
+        return {"backend": backend, "device": dev, "engine": kind, "runner": eng.runner,
+                "requests": len(done),
                 "max_tokens": tokens,
                 "in_flight": n, "page_id_bytes": page, "capacity": info.capacity,
                 "mapped_idle": mapped_idle, "free_idle": free_idle,

@@ -7,6 +7,7 @@ from workbench.labs.grow_reclaim.params import GrowReclaimParams
 from workbench.labs.grow_reclaim.report import checks, markdown, record
 from workbench.labs.grow_reclaim.sim import VARIANTS, sweep
 from workbench.labs.kit.base import Lab, LabResult, Progress
+from workbench.labs.kit.params import check_runner
 from workbench.labs.kit.phase_figs import phase_rows, timeline_figure
 from workbench.labs.kit.resolve import LabRun
 from workbench.labs.kit.server_report import real_result
@@ -38,7 +39,7 @@ def run_server(params: GrowReclaimParams, run: LabRun,
     from workbench.labs.grow_reclaim.server import run as run_vllm
 
     return real_result(vllm_report, lambda: run_vllm(run.backend, quick=params.quick,
-                                                     kind=run.kind))
+                                                     kind=run.kind, runner=params.runner))
 
 
 class GrowReclaimLab(Lab):
@@ -48,3 +49,6 @@ class GrowReclaimLab(Lab):
                    "host/gpu one real elastic vLLM")
     params_type = GrowReclaimParams
     runners = {"simulated": run_sim, "server": run_server}
+
+    def check_run(self, params: GrowReclaimParams, run: LabRun) -> None:
+        check_runner(self.name, params.runner, run)

@@ -13,6 +13,7 @@ from workbench.labs.kit.params import (
     QUICK,
     RATE,
     REPEATS,
+    RUNNER,
     SECONDS,
     SEED,
     TOKENS,
@@ -38,11 +39,12 @@ class GrowReclaimParams:
     # on sim the simulated vLLM-like engine (every field above); on host/gpu a real vLLM with
     # the tiny model, its own phases and a 1..2-page reserve (grow_reclaim.server)
     engine: str = "vllm"  # sim-vllm on sim, a real vLLM on host/gpu; sglang: gpu only
+    runner: str | None = None  # a real vLLM's model runner: v1, v2 (None: as its env picks)
     RANGES: ClassVar[dict[str, Spec]] = {  # every field's declared range (kit/params)
         "quick": QUICK, "seed": SEED, "repeats": REPEATS, "model": MODEL, "gpu": GPU,
         "phase_s": SECONDS, "short_rate": RATE, "short_len": TOKENS, "long_rate": RATE,
         "long_prompt": TOKENS, "long_output": TOKENS,
         "min_reserved_pages": Num(int, 0, 10000, "pages"),
         "max_reserved_pages": Num(int, 0, 10000, "pages"),
-        "engine": ENGINE("sim-vllm", "server"),
+        "runner": RUNNER, "engine": ENGINE("sim-vllm", "server"),
     }

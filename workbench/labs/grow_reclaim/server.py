@@ -94,7 +94,8 @@ def _serve(eng, sampler: Sampler, plan, idle_s: float) -> list[dict[str, Any]]:
     return out
 
 
-def run(backend: str, quick: bool = False, kind: str = "vllm") -> dict[str, Any]:
+def run(backend: str, quick: bool = False, kind: str = "vllm",
+        runner: str | None = None) -> dict[str, Any]:
     py = rig.python_for("grow-reclaim", kind)
     root = rig.workroot()
     dev = rig.device_of(backend)
@@ -102,7 +103,7 @@ def run(backend: str, quick: bool = False, kind: str = "vllm") -> dict[str, Any]
     eng = rig.engine("gr-elastic", backend, rig.model_dir(py, root, kind), py, root,
                      elastic=True, kind=kind, max_num_seqs=16, prefix_caching=False,
                      knobs={"min_reserved_pages": str(lo), "max_reserved_pages": str(hi)},
-                     **rig.lab_pool(kind))
+                     runner=runner, **rig.lab_pool(kind))
     sampler = None
     try:
         rig.start_all([eng])
@@ -113,7 +114,7 @@ def run(backend: str, quick: bool = False, kind: str = "vllm") -> dict[str, Any]
         sampler.stop.set()
         sampler.join(5.0)
         size, bpp = rig.blocks_per_page(eng, info.page_id_bytes)
-        return {"backend": backend, "device": dev, "engine": kind,
+        return {"backend": backend, "device": dev, "engine": kind, "runner": eng.runner,
                 "page_id_bytes": info.page_id_bytes,
                 "block_size": size, "capacity": info.capacity,
                 "min_reserved_pages": lo, "max_reserved_pages": hi, "prefix_caching": False,

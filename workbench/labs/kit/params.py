@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from workbench.engines.models import MODELS
+from workbench.engines.real.vllm import VllmEngine
 from workbench.engines.sim.steptime import GPUS
 from workbench.errors import ConfigError
 from workbench.labs.kit.resolve import EngineChoices
@@ -20,7 +21,7 @@ from workbench.ranges import Choice, Flag, Floats, Num, Opt, Pairs, Spec
 
 __all__ = ["specs", "check_value", "build", "check_params", "SEED", "QUICK", "REPEATS", "MODEL",
            "GPU", "ENGINE", "TOKENS", "RATE",
-           "RATES", "REQUESTS", "SECONDS", "GBPS", "GIB", "STEPTIME"]
+           "RATES", "REQUESTS", "SECONDS", "GBPS", "GIB", "STEPTIME", "RUNNER", "check_runner"]
 
 
 def specs(params_type: type) -> dict[str, Spec]:
@@ -65,6 +66,19 @@ def check_params(lab: str, params_type: type, params: Any) -> Any:
     return params_type(**typed)
 
 
+def check_runner(lab: str, runner: str | None, run: Any) -> None:
+    """``runner=`` picks a model runner of the run's server kinds: refused in one line, before
+    anything starts, on a run that starts no server or on a kind without that runner."""
+    if runner is None:
+        return
+    if run.family != "server" or not run.engines:
+        raise ConfigError(f"lab {lab!r} parameter runner={runner} on backend {run.backend!r}",
+                          "picks a real vLLM's model runner, and this run starts none",
+                          "drop runner=, or use engine=vllm on host or gpu")
+    for kind in run.engines:
+        kind.server().runner_env(runner)
+
+
 # Ranges several labs share. Upper bounds keep one run inside a small machine (a 2-core, 24 GiB
 # host): thousands of requests, not millions; minutes of simulated traffic, not days.
 SEED = Num(int, 0, 2**32 - 1)  # numpy's seed range
@@ -76,6 +90,8 @@ GPU = Choice(tuple(GPUS))
 
 # every lab's engine parameter: ENGINE(kinds or families it runs, preferred first)
 ENGINE = EngineChoices
+# vLLM's model runner (v1, v2) for a real vLLM; None: the one its environment picks
+RUNNER = Opt(Choice(tuple(VllmEngine.runners)))
 TOKENS = Num(int, 1, 32768, "tokens")  # one prompt or output, within the models' context
 RATE = Num(float, 0.01, 1000.0, "req/s")
 RATES = Floats(0.01, 1000.0, 16, "req/s")

@@ -48,7 +48,7 @@ def build_facts(out: dict) -> dict[str, str]:
     runner, its attention), as the records and reports name it."""
     facts: dict[str, str] = {}
     for s in _servers(kind_of(out)):
-        facts.update(s.build_facts(str(out.get("device", ""))))
+        facts.update(s.build_facts(str(out.get("device", "")), out.get("runner")))
     return facts
 
 

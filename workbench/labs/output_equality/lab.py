@@ -20,6 +20,7 @@ decoder with seeded random weights) on ``host`` (the CPU; elastic KV on the host
 from __future__ import annotations
 
 from workbench.labs.kit.base import Lab, LabResult, Progress
+from workbench.labs.kit.params import check_runner
 from workbench.labs.kit.resolve import LabRun
 from workbench.labs.kit.server_report import real_result
 from workbench.labs.output_equality.params import OutputEqualityParams
@@ -43,7 +44,7 @@ def run_server(params: OutputEqualityParams, run: LabRun,
     from workbench.labs.output_equality.server import run as run_vllm
 
     return real_result(vllm_report, lambda: run_vllm(run.backend, quick=params.quick,
-                                                     kind=run.kind))
+                                                     kind=run.kind, runner=params.runner))
 
 
 class OutputEqualityLab(Lab):
@@ -53,3 +54,6 @@ class OutputEqualityLab(Lab):
                    "engine=vllm / engine=sglang: a real vLLM / SGLang, elastic vs stock")
     params_type = OutputEqualityParams
     runners = {"mini": run_mini, "server": run_server}
+
+    def check_run(self, params: OutputEqualityParams, run: LabRun) -> None:
+        check_runner(self.name, params.runner, run)

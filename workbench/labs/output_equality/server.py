@@ -83,7 +83,7 @@ KIND_KW = {"vllm": _vllm_kw, "sglang": _sglang_kw}
 
 
 def run(backend: str, quick: bool = False, limit: str | None = None,
-        kind: str = "vllm") -> dict[str, Any]:
+        kind: str = "vllm", runner: str | None = None) -> dict[str, Any]:
     py = rig.python_for("output-equality", kind)
     root = rig.workroot()
     cpu = rig.device_of(backend) == "cpu"
@@ -98,7 +98,7 @@ def run(backend: str, quick: bool = False, limit: str | None = None,
 
         def eng(name: str, elastic: bool, **kw):
             return rig.engine(name, backend, model, py, root, elastic=elastic, kind=kind,
-                              **{**inv, **kw})
+                              runner=runner, **{**inv, **kw})
 
         engines = [eng("oe-default-stock", False), eng("oe-default-elastic", True),
                    eng("oe-small-stock", False, **small_kw),
@@ -110,7 +110,8 @@ def run(backend: str, quick: bool = False, limit: str | None = None,
                      control=engines[4] if not quick else None)
         small = _waves("small", *engines[2:4], prompts, 192, WAVES[:1])
         return {"backend": backend, "device": rig.device_of(backend), "model": "tiny-llama",
-                "engine": kind, "prompts": n_prompts, "max_tokens": n_tokens,
+                "engine": kind, "runner": engines[0].runner, "prompts": n_prompts,
+                "max_tokens": n_tokens,
                 "small_blocks": blocks, "limit": lim,
                 "batch_invariant": invariant,
                 "rows": big["rows"] + small["rows"],
