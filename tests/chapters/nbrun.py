@@ -61,3 +61,11 @@ def run_ahead(paths, *, timeout: int = 120, env: dict[str, str] | None = None) -
     of their time waiting on each other)."""
     for path in paths:
         _submit(path, timeout, env)
+
+
+def cancel_pending() -> None:
+    """Drop the queued runs that have not started (a session that stops early, ``-x`` or a
+    selection, does not wait for a notebook no test will open)."""
+    with _LOCK:
+        for future in _RUNS.values():
+            future.cancel()

@@ -35,7 +35,12 @@ from .browser import (  # noqa: E402
     wait_kernel_idle,
 )
 from .nbrun import CHAPTERS, NOTEBOOKS, run_ahead  # noqa: E402
-from .test_notebooks import ENV, LIMIT_S, run_chapter  # noqa: E402
+from .test_notebooks import (  # noqa: E402
+    ENV,
+    LIMIT_S,
+    queue_notebook_runs,  # noqa: F401 - tests/conftest.py queues the runs by it
+    run_chapter,
+)
 
 # Each chapter's main figure: the start of its plotly title (a stable string the chapter sets).
 MAIN_FIGURE = {

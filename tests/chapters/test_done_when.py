@@ -5,6 +5,7 @@ prediction before it shows the outcome."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from pathlib import Path
@@ -82,6 +83,16 @@ def test_a_lab_report_links_its_seed_references_in_one_place():
 
 
 LABS = sorted(ROOT.glob("labs/[0-9][0-9]_*.ipynb"))
+
+
+def queue_notebook_runs(selected=()):
+    """The lab notebooks' headless runs that the selected tests below read, queued as the
+    session starts (tests/conftest.py); none without the notebook stack."""
+    labs = [p for p in LABS if p in selected]
+    if labs and importlib.util.find_spec("nbformat") is not None:
+        from tests.labs.test_lab_notebooks import queue_notebook_runs as queue_labs
+
+        queue_labs(labs)
 
 
 @pytest.mark.parametrize("path", LABS, ids=lambda p: p.stem)

@@ -10,7 +10,7 @@ nbformat = pytest.importorskip("nbformat", reason="no notebook stack here (make 
 
 from workbench.quiz import quiz_names  # noqa: E402
 
-from .nbrun import CHAPTERS, NOTEBOOKS, executed, run_notebook  # noqa: E402
+from .nbrun import CHAPTERS, NOTEBOOKS, executed, run_ahead, run_notebook  # noqa: E402
 from .theme import assert_one_theme  # noqa: E402
 
 EXPECTED = ["00_start_here", "01_block_token_page", "02_elastic_memory",
@@ -19,6 +19,13 @@ EXPECTED = ["00_start_here", "01_block_token_page", "02_elastic_memory",
             "09_beyond_one_kv_group", "10_beyond_hbm", "11_driver_layer"]
 LIMIT_S = 120
 ENV = {"WORKBENCH_SCORES": ""}  # a chapter's kernel keeps quiz scores in memory
+
+
+def queue_notebook_runs(selected=()):
+    """The headless runs of the notebooks among ``selected`` (by path or stem), queued as the
+    session starts (tests/conftest.py)."""
+    named = [p for p in NOTEBOOKS if p in selected or p.stem in selected]
+    run_ahead(named, timeout=LIMIT_S, env=ENV)
 
 
 def run_chapter(path):

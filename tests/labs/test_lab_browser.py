@@ -44,6 +44,7 @@ from .test_lab_notebooks import (  # noqa: E402
     ROOT,
     figure_titles,
     lab_env,
+    queue_notebook_runs,  # noqa: F401 - tests/conftest.py queues the runs by it
     run_lab_notebook,
 )
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.chapters.nbrun import executed
+from tests.chapters.nbrun import executed, run_ahead
 from tests.chapters.theme import assert_one_theme
 from workbench.labs import get_lab
 
@@ -25,6 +25,13 @@ def lab_env() -> dict[str, str]:
     """A lab kernel's environment: scores in memory, this checkout's code first."""
     return {"WORKBENCH_SCORES": "", "PYTHONPATH": os.pathsep.join(
         p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+
+
+def queue_notebook_runs(selected=()):
+    """The headless runs of the notebooks among ``selected`` (by path or stem), queued as the
+    session starts (tests/conftest.py)."""
+    named = [p for p in NOTEBOOKS if p in selected or p.stem in selected]
+    run_ahead(named, timeout=LIMIT_S, env=lab_env())
 
 
 def run_lab_notebook(path: Path):
