@@ -167,6 +167,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          pool=True),
     _flagged("autopatch", False),
     _flagged("vllm_standalone", False),
+    _flagged("vllm_own_order", False),
     Knob("vllm_blocks_per_page", COUNT, 512, "an integer from 1 to 1048576 that divides the page "
          "size", lo=1, hi=1 << 20),
     _sized("vllm_budget", None, PiB, "40GiB", pool=False),

@@ -47,6 +47,7 @@ class Settings:
     ipc_name: str | None = default("ipc_name")
     autopatch: bool = default("autopatch")
     vllm_standalone: bool = default("vllm_standalone")
+    vllm_own_order: bool = default("vllm_own_order")  # vLLM's block order even where it maps
     vllm_blocks_per_page: int = default("vllm_blocks_per_page")
     vllm_budget: int | None = default("vllm_budget")
     gpu_budget: int = default("gpu_budget")  # one GPU's memory every process shares; 0: off

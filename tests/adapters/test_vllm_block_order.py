@@ -18,8 +18,9 @@ from workbench.units import MiB
 BLOCKS, BPP = 256, 16  # 16 pages of 16 blocks
 
 
-def _pool(monkeypatch, name):
+def _pool(monkeypatch, name, own_order=False):
     vllm_fake.install(monkeypatch)
+    monkeypatch.setenv("WORKBENCH_KV_VLLM_OWN_ORDER", "1" if own_order else "0")
     from workbench.adapters.vllm import registry
     from workbench.adapters.vllm.ledger import BlockLedger
     from workbench.adapters.vllm.pool import ElasticBlockPool
@@ -52,6 +53,28 @@ def test_a_free_block_on_a_backed_page_goes_before_vllms_head_on_an_unbacked_one
     (got,) = pool.get_new_blocks(1)
     assert got.block_id == z[-1].block_id and got.ref_cnt == 1
     assert kv.pages.mapped_pages == 2  # no map on the request path
+    kv.check_invariants()
+    kv.close()
+
+
+def test_with_vllms_own_order_the_head_is_popped_and_its_page_mapped(monkeypatch):
+    pool, kv = _pool(monkeypatch, "order-own", own_order=True)
+    x, y, z = (pool.get_new_blocks(n) for n in (15, 16, 16))
+    pool.free_blocks([z[-1]])
+    pool.free_blocks(y)
+    head = pool.free_block_queue.ids()[0]
+    (got,) = pool.get_new_blocks(1)
+    assert got.block_id == head and kv.pages.mapped_pages == 3  # vLLM's pick, mapped
+    kv.check_invariants()
+    kv.close()
+
+
+def test_vllms_order_stands_where_it_maps_nothing(monkeypatch):
+    pool, kv = _pool(monkeypatch, "order-stands")
+    first = pool.get_new_blocks(4)
+    pool.free_blocks(reversed(first))  # unhashed: back at vLLM's head, page 0 still in use
+    head = pool.free_block_queue.ids()[:4]
+    assert [b.block_id for b in pool.get_new_blocks(4)] == head
     kv.check_invariants()
     kv.close()
 

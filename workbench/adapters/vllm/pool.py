@@ -9,7 +9,8 @@ only blocks that can be backed now, and ``allocate_slots`` checks it first, so a
 vLLM's own "cannot schedule now" path (preemption). Without a limit the count is vLLM's own;
 under one it is arithmetic (free blocks on backed pages + cached ones + the blocks of pages
 there is room for). ``get_new_blocks`` keeps vLLM's order (its prefix caching tests check it)
-where every block vLLM would pop is on a page in use; otherwise, and always under a limit, it
+where every block vLLM would pop is on a page in use (or always, with
+``WORKBENCH_KV_VLLM_OWN_ORDER=1``); otherwise, and always under a limit, it
 picks the blocks itself (free ones on backed pages, then pages opened one at a time, then
 cached ones) and moves them to the head of vLLM's free queue just before vLLM pops them.
 vLLM's queue rotates, so after churn it can point a request at pages nothing backs (on an H100
@@ -70,6 +71,7 @@ class ElasticBlockPool(BlockPool):
         self._count = 0
         self._headroom: int | None = None  # the headroom a short count was computed with
         self._limited = False
+        self._own_order = registry.own_order()
         registry.pools.add(self)
 
     # -- what vLLM will hand out next --------------------------------------------------------
@@ -125,7 +127,7 @@ class ElasticBlockPool(BlockPool):
                                 f"{self.get_num_free_blocks()} are free; free blocks (or preempt "
                                 "a request) before asking for more")
         ids = [] if self._limited else self._peek(num_blocks)
-        if ids and self._on_pages_in_use(ids):  # vLLM's own order costs no map: it stands
+        if ids and (self._own_order or self._on_pages_in_use(ids)):  # vLLM's order stands
             fresh = [i for i in ids if not self.backing.is_held(i)]
             self.backing.hold(ids)  # all or nothing; raises PoolExhausted before any change
         else:

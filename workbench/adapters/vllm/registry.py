@@ -62,6 +62,11 @@ def standalone_ledger(num_blocks: int) -> BlockLedger:
     return BlockLedger(geo, _sim, name="vllm-standalone", config=cfg)
 
 
+def own_order() -> bool:
+    """``WORKBENCH_KV_VLLM_OWN_ORDER``: keep vLLM's block order even where it maps a page."""
+    return settings().vllm_own_order
+
+
 def max_cached_blocks(block_size: int) -> int:
     """``WORKBENCH_KV_MAX_CACHED_TOKENS``: -1 unbounded, 0 none, else at least one block."""
     tokens = runtime.pool_config().max_cached_tokens
