@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import random
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -23,6 +22,7 @@ from workbench.core import budget_segment as bs
 pytest.importorskip("torch")
 
 from tests.adapters import sgl_standin  # noqa: E402
+from tests.line_worker import LineWorker  # noqa: E402
 from workbench.adapters.registry import AutopatchError, EnginePlan, Patch  # noqa: E402
 from workbench.adapters.sglang import seams  # noqa: E402
 
@@ -101,30 +101,13 @@ WORKER = textwrap.dedent("""
 """)
 
 
-class Engine:
+class Engine(LineWorker):
     """One scheduler process, driven line by line."""
 
     def __init__(self, shm, patched: bool) -> None:
         here = str(Path(sgl_standin.__file__).parent)
-        self.p = subprocess.Popen(
-            [sys.executable, "-c", WORKER, str(shm), str(PAGES), str(BUDGET_PAGES), here,
-             "1" if patched else "0"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        assert self.p.stdout.readline().strip() == "ready"
-
-    def send(self, op: str, pages: int = 0) -> None:
-        self.p.stdin.write(f"{op} {pages}\n")
-        self.p.stdin.flush()
-
-    def answer(self) -> str:
-        return self.p.stdout.readline().strip()
-
-    def ask(self, op: str, pages: int = 0) -> str:
-        self.send(op, pages)
-        return self.answer()
-
-    def close(self) -> None:
-        self.p.stdin.close()
-        assert self.p.wait(timeout=60) == 0
+        super().__init__(WORKER, str(shm), str(PAGES), str(BUDGET_PAGES), here,
+                         "1" if patched else "0")
 
 
 def pair(tmp_path, patched: bool):

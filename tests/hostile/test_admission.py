@@ -8,12 +8,11 @@ other process does in between. Without it the hazard is real (the first test sho
 from __future__ import annotations
 
 import random
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
+from tests.line_worker import LineWorker
 from workbench.core import budget_segment as bs
 
 pytest.importorskip("torch")
@@ -62,29 +61,11 @@ WORKER = textwrap.dedent("""
 """)
 
 
-class Engine:
+class Engine(LineWorker):
     """One allocator process, driven line by line."""
 
     def __init__(self, shm) -> None:
-        self.p = subprocess.Popen([sys.executable, "-c", WORKER, str(shm), str(PAGES),
-                                   str(BUDGET_PAGES)], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, text=True)
-        assert self.p.stdout.readline().split()[0] == "ready"
-
-    def send(self, op: str, pages: int) -> None:
-        self.p.stdin.write(f"{op} {pages}\n")
-        self.p.stdin.flush()
-
-    def answer(self) -> str:
-        return self.p.stdout.readline().strip()
-
-    def ask(self, op: str, pages: int = 0) -> str:
-        self.send(op, pages)
-        return self.answer()
-
-    def close(self) -> None:
-        self.p.stdin.close()
-        assert self.p.wait(timeout=60) == 0
+        super().__init__(WORKER, str(shm), str(PAGES), str(BUDGET_PAGES))
 
 
 @pytest.fixture
