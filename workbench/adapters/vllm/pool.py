@@ -1,5 +1,6 @@
-"""``ElasticBlockPool``: vLLM's BlockPool, unchanged in what it decides (which block id comes next,
-prefix-cache hashes, ref counts, LRU order, group-aware keys), with physical memory underneath
+"""``ElasticBlockPool``: vLLM's BlockPool, unchanged in what it decides (prefix-cache hashes, ref
+counts, LRU order, group-aware keys, and which block id comes next wherever that needs no new
+page: see below), with physical memory underneath
 that follows it: a block is *held* while it is in use or cached, and its page of the KV range is
 backed only while some block on it is held (see ``ledger.py``: the core ledger, its page states,
 limits, reserve and control segment).
