@@ -46,10 +46,31 @@ def test_the_crossover_exists_when_recompute_is_slow(res):
     by = {(x["chunk"], x["concurrency"]): x for x in res["crossover"]}
     assert set(by) == {(c, k) for c in CFG.chunks for k in CFG.concurrency}
     assert by[16, 1]["lens_run"] == [32, 128, 256] and by[16, 2]["lens_run"] == [32, 128]
-    # 240 tokens moved as 60 KiB against 256 tokens through a 512-wide, 2048-MLP model
-    assert by[16, 1]["retrieve_wins_from"] is not None
+    # whether retrieval wins is the machine's timing (a loaded CI box can make the copy the
+    # slow side): the test holds the verdict to the rows it was drawn from, and the rule itself
+    # is checked on made-up rows below
+    for (c, k), x in by.items():
+        winners = {r["prompt_len"]: r["winner"] for r in res["rows"]
+                   if (r["chunk"], r["concurrency"]) == (c, k)}
+        at = x["retrieve_wins_from"]
+        assert at is None or all(w == "retrieve" for n, w in winners.items() if n >= at)
+        shorter = [n for n in winners if at is None or n < at]
+        assert at is None or not shorter or winners[max(shorter)] != "retrieve"
     fit = res["fit"]
     assert fit["h2d_gbps"] > 0 and fit["recompute_us_per_token"] > 0
+
+
+def test_the_crossover_is_the_shortest_prompt_from_which_retrieval_always_wins():
+    from workbench.bench.crossover import crossovers
+
+    cfg = CrossoverConfig(backend="host", model="tiny", lens=(32, 64, 128, 256), chunks=(16,),
+                          concurrency=(1, 2), repeats=1)
+    won = {1: ["recompute", "retrieve", "retrieve", "retrieve"],
+           2: ["retrieve", "recompute", "retrieve", "recompute"]}
+    rows = [{"chunk": 16, "concurrency": k, "prompt_len": n, "winner": w}
+            for k, ws in won.items() for n, w in zip(cfg.lens, ws, strict=True)]
+    got = {x["concurrency"]: x["retrieve_wins_from"] for x in crossovers(rows, cfg)}
+    assert got == {1: 64, 2: None}  # concurrency 2: the longest prompt recomputes
 
 
 def test_cli_writes_the_record(tmp_path):
