@@ -65,7 +65,7 @@ def num_values(spec: Num) -> st.SearchStrategy:
 
 def hostile(spec) -> st.SearchStrategy:
     """Values ``spec`` must refuse, typed or as text (the test passes both forms)."""
-    spec = _inner(spec)
+    optional, spec = isinstance(spec, Opt), _inner(spec)  # an optional one takes None
     words = st.sampled_from(WORDS)
     if isinstance(spec, Num):
         return st.one_of(num_values(spec), num_values(spec).map(repr), words,
@@ -85,7 +85,8 @@ def hostile(spec) -> st.SearchStrategy:
         lists = unknown.map(lambda v: (spec.values[0], v)) if isinstance(spec, Choices) \
             else st.just(3)
         return st.one_of(words.filter(lambda v: _not_accepted(spec, v)), unknown, lists,
-                         st.just(()), st.just(None) if isinstance(spec, Choices) else st.just(1))
+                         st.just(()), st.just(None) if isinstance(spec, Choices)
+                         and not optional else st.just(1))
     if isinstance(spec, Flag):
         return st.one_of(st.sampled_from(["maybe", "2", "-1", "nan", "", "truee", *CONTROL]),
                          st.sampled_from([2, 0.5, math.nan, [], "yes please"]))
