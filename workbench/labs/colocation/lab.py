@@ -71,7 +71,7 @@ def run_mini(params: ColocationParams, run: LabRun,
 
 def run_server(params: ColocationParams, run: LabRun,
                progress: Progress | None = None) -> LabResult:
-    from workbench.labs.colocation.server import run_server as sweep
+    from workbench.labs.colocation.server_run import run_server as sweep
 
     return _result(params, sweep(params, run.backend, progress))
 
