@@ -1,9 +1,9 @@
 """What every engine adapter shares: one device per GPU per process, config, ledgers, fences.
 
-* :func:`device_for` turns an engine's torch device (``"cpu"``, ``"cuda"``, ``"cuda:1"``,
-  ``torch.device``) into the process's one :class:`~workbench.core.device.Device` for it, built
-  by :func:`workbench.backends.shared_device`: the host device for ``cpu``, a ``CudaDevice`` per GPU
-  index for ``cuda:N``. Every pool on that GPU in this process shares it (as they share the GPU).
+* :func:`device_for` turns an engine's torch device into the process's one
+  :class:`~workbench.core.device.Device` for it; which device that is, is decided in one place,
+  :func:`workbench.backends.shared_device`. Every pool on that GPU in this process shares it (as
+  they share the GPU).
   The CUDA device maps its zero page read-write: an engine writes padded or warm-up tokens to
   slots whose pages are not backed yet, and such a write must land somewhere harmless.
 * :func:`make_ledger` builds a :class:`~workbench.core.ledger.KVCacheManager` from
