@@ -68,6 +68,16 @@ def _kernels(args) -> str:
     return COMPILED if compiled() else "stand-in"
 
 
+def _runner_name(llm) -> str:
+    """``v2`` where vLLM built Model Runner V2 (its ``vllm.v1.worker.gpu`` package), else ``v1``."""
+    from workbench.bench.vllm_speed import _runner
+
+    try:
+        return "v2" if type(_runner(llm)).__module__.startswith("vllm.v1.worker.gpu.") else "v1"
+    except AttributeError:  # a record field, never a failed run
+        return "unknown"
+
+
 def _build() -> str:
     from workbench.engines.real.vllm_build import build
 
@@ -114,16 +124,49 @@ def _kvctl_limit(kv, nbytes: int) -> dict:
     return {"rc": proc.returncode, "out": out.strip()[-300:], "err": err.strip()[-300:]}
 
 
+def _count_steps() -> dict:
+    """Scheduler steps and preemptions of this process, counted at vLLM's own two methods: a
+    limit that leaves fewer blocks than stock's N shows as more of both, whatever the device."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    seen = {"steps": 0, "preemptions": 0}
+    schedule, preempt = Scheduler.schedule, Scheduler._preempt_request
+
+    def counted_schedule(self, *a, **kw):
+        seen["steps"] += 1
+        return schedule(self, *a, **kw)
+
+    def counted_preempt(self, *a, **kw):
+        seen["preemptions"] += 1
+        return preempt(self, *a, **kw)
+
+    Scheduler.schedule, Scheduler._preempt_request = counted_schedule, counted_preempt
+    return seen
+
+
+def _profiler(args):
+    """``--profile DIR``: cProfile of the wave alone (start-up left out), one file per run, so
+    where a mode's extra time goes is read from the two modes' host work side by side."""
+    if not args.profile:
+        return None
+    import cProfile
+
+    prof = cProfile.Profile()
+    prof.enable()
+    return prof
+
+
 def child(args) -> dict:
     """One run in this process: build, (elastic: limit to N blocks' bytes), generate once."""
     from vllm import SamplingParams
 
     elastic = args.child == "elastic"
+    seen = _count_steps()
     t0 = time.time()
     llm = _llm(args, None if elastic else args.blocks)
     out: dict = {"mode": args.child, "init_s": round(time.time() - t0, 1),
                  "kernels": _kernels(args) if args.device == "cuda" else "cpu",
-                 "build": _build()}
+                 "build": _build(), "runner": _runner_name(llm)}
     kv = _ledger()
     if elastic:
         if kv is None:
@@ -140,9 +183,15 @@ def child(args) -> dict:
     vocab = llm.get_tokenizer().vocab_size
     prompts = [{"prompt_token_ids": p} for p in _prompt_ids(args.prompts, args.prompt_len, vocab)]
     sp = SamplingParams(max_tokens=args.tokens, temperature=0.0, ignore_eos=True)
+    before = dict(seen)
+    prof = _profiler(args)
     t0 = time.perf_counter()
     outs = llm.generate(prompts, sp, use_tqdm=False)
     out["gen_s"] = round(time.perf_counter() - t0, 3)
+    if prof is not None:
+        prof.disable()
+        prof.dump_stats(os.path.join(args.profile, f"{args.child}_{args.run}.prof"))
+    out.update({k: seen[k] - before[k] for k in seen})
     ids = [list(o.outputs[0].token_ids) for o in outs]
     out["tokens"] = sum(map(len, ids))
     out["tokens_sha"] = hashlib.sha256(json.dumps(ids).encode()).hexdigest()[:16]
@@ -172,7 +221,7 @@ def _spawn(args, mode: str, i: int) -> dict:
         env.update(VLLM_TARGET_DEVICE="cpu", VLLM_CPU_KVCACHE_SPACE=str(args.cpu_kv_gib))
     if mode == "elastic":
         env.update(WORKBENCH_KV_AUTOPATCH="1", WORKBENCH_KV_IPC_NAME=f"vlimit_{os.getpid()}_{i}")
-    cmd = [sys.executable, "-m", "workbench.bench.vllm_limit", "--child", mode,
+    cmd = [sys.executable, "-m", "workbench.bench.vllm_limit", "--child", mode, "--run", str(i),
            *_passthrough(args)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
     for line in proc.stdout.splitlines():
@@ -186,7 +235,8 @@ def _passthrough(args) -> list[str]:
     for k in ("blocks", "prompts", "prompt_len", "tokens", "block_size", "max_len", "util",
               "cpu_kv_gib"):
         out += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
-    return out + ["--kernels", args.kernels] + (["--graphs"] if args.graphs else [])
+    return (out + ["--kernels", args.kernels] + (["--graphs"] if args.graphs else [])
+            + (["--profile", args.profile] if args.profile else []))
 
 
 def wave(args) -> dict:
@@ -211,10 +261,14 @@ def wave(args) -> dict:
     summary = {"blocks": args.blocks, "repeats": args.repeats, "warmup": args.warmup,
                "graphs": args.graphs, "kernels": sorted({r.get("kernels", "") for r in ok}),
                "build": sorted({r.get("build", "") for r in ok}),
+               "runner": sorted({r.get("runner", "") for r in ok}),
                "device": args.device, "runs": len(runs), "failed": len(runs) - len(ok),
                "tokens_equal": len({r["tokens_sha"] for r in ok}) == 1 and len(ok) == len(runs),
                "stock_s": sorted(s for s, _ in pairs), "elastic_s": sorted(e for _, e in pairs),
                "ratios": [round(x, 3) for x in ratios]}
+    for key in ("steps", "preemptions"):  # per mode: where they differ, so does the work
+        summary[key] = {m: sorted({r.get(key) for r in ok if r["mode"] == m} - {None})
+                        for m in ("stock", "elastic")}
     if ratios:
         summary.update(ratio_median=round(statistics.median(ratios), 3),
                        ratio_min=round(min(ratios), 3), ratio_max=round(max(ratios), 3),
@@ -222,6 +276,27 @@ def wave(args) -> dict:
                        # best run of each: the estimate least moved by other load on the host
                        best_ratio=round(min(e for _, e in pairs) / min(s for s, _ in pairs), 3))
     return {"summary": summary, "runs": runs}
+
+
+def profile_diff(folder: str, top: int = 15) -> list[dict]:
+    """Where elastic's wave spent host time stock's did not: per function, the inner time of
+    every elastic run minus every stock run (counted runs only), largest first."""
+    import pstats
+
+    total: dict[str, list[float]] = {}
+    for name in sorted(os.listdir(folder)):
+        mode, _, run = name.removesuffix(".prof").partition("_")
+        if not name.endswith(".prof") or run.startswith("-"):  # warm-ups are -1, -2, ...
+            continue
+        sign = 1.0 if mode == "elastic" else -1.0
+        for (file, line, fn), row in pstats.Stats(os.path.join(folder, name)).stats.items():
+            key = f"{os.path.basename(file)}:{line}:{fn}"
+            t = total.setdefault(key, [0.0, 0.0])
+            t[0] += sign * row[2]  # inner time
+            t[1] += sign * row[1]  # calls
+    rows = sorted(total.items(), key=lambda kv: -kv[1][0])[:top]
+    return [{"function": k, "extra_s": round(v[0], 4), "extra_calls": int(v[1])}
+            for k, v in rows]
 
 
 def steps(args) -> dict:
@@ -254,7 +329,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--steps", action="store_true", help="the step-cost sweep instead")
     ap.add_argument("--capacities", default="0.0625,2,41", help="GiB, for --steps")
     ap.add_argument("--out", help="write the JSON result into this folder")
+    ap.add_argument("--profile", help="write a cProfile of each run's wave into this folder")
     ap.add_argument("--child", choices=("stock", "elastic"), help=argparse.SUPPRESS)
+    ap.add_argument("--run", type=int, default=0, help=argparse.SUPPRESS)
     return ap
 
 
@@ -265,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
         name = "vllm_steps.json" if args.steps else f"vllm_limit_{args.device}" \
             f"{'_graphs' if args.graphs else ''}.json"
         record = Outputs().folder(args.out, [name], "--out") / name
+    if args.profile and not args.child:
+        os.makedirs(Outputs().folder(args.profile, [], "--profile"), exist_ok=True)
     if args.child:
         print("RESULT " + json.dumps(child(args)), flush=True)
         return 0
@@ -277,6 +356,10 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError("--model", "is needed for a wave", "pass a model folder, or "
                               "--steps for the step-cost sweep")
         result = wave(args)
+        if args.profile:
+            result["profile_diff"] = profile_diff(args.profile)
+            for row in result["profile_diff"]:
+                print(json.dumps(row))
         print(json.dumps(result["summary"]))
     if record is not None:
         write_text(record, dumps(result, indent=1))
