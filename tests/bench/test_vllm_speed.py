@@ -14,6 +14,7 @@ FACTS = {m: {"weight_bytes": 16_000_000_000, "build": "compiled ops", "runner": 
              "cudagraph_mode": "FULL_AND_PIECEWISE", "custom_ops": ["none"]}
          for m in vllm_speed.MODES}
 BW = [{"gb_per_s": 3000.0, "device": "GPU"}, {"gb_per_s": 3200.0, "device": "GPU"}]
+RUN = {"repeats": 3, "warmup": 1, "samples": 7}  # how a record says its points were taken
 
 
 def _rows(stock: dict, elastic: dict, warm: float = 9.0) -> list[dict]:
@@ -25,6 +26,7 @@ def _rows(stock: dict, elastic: dict, warm: float = 9.0) -> list[dict]:
                              "seconds": warm if rep < 0 else s * (1 + rep / 100),
                              "tokens_sha": "a"})
     return rows
+
 
 
 def test_ratios_pair_repeats_and_leave_the_warmup_out():
@@ -44,8 +46,9 @@ def test_ratios_pair_repeats_and_leave_the_warmup_out():
     assert v["tpot_b1_over_floor"] == round(0.00707 / 0.005, 3)  # median repeat: 1.01 * 0.007
     assert v["tpot_b1_within_1_5x_floor"]
     md = vllm_speed.markdown({"model": "llama-3.1-8b", "bandwidth": BW, "facts": FACTS,
-                              "table": table, "verdicts": v, "command": "cmd"})
+                              "table": table, "verdicts": v, "command": "cmd", **RUN})
     assert "| TPOT batch 1 |" in md and "compiled ops" in md
+    assert "median of 7 requests" in md
 
 
 def test_a_slow_elastic_point_and_a_flat_prefill_miss_their_goals():
@@ -69,6 +72,7 @@ def test_stock_alone_still_gives_its_figures_and_no_ratio_verdict():
     assert v["elastic_over_stock_le_1_02"] is None and v["worst_ratio"] is None
     assert v["prefill_grows_with_tokens"] and v["tpot_b1_within_1_5x_floor"]
     md = vllm_speed.markdown({"model": "m", "bandwidth": BW, "facts": facts, "table": table,
+                              **RUN,
                               "verdicts": v, "command": "c", "errors": {"elastic": "boom"}})
     assert "**elastic did not start**: boom" in md
 
@@ -90,6 +94,7 @@ def test_the_low_load_point_judges_mean_and_p99_and_stays_out_of_the_1_02_goal()
     v = vllm_speed.verdicts(table)
     assert v["elastic_over_stock_le_1_02"] and v["lowload_ttft_mean_and_p99_le_1_00"] is False
     md = vllm_speed.markdown({"model": "m", "bandwidth": BW, "facts": FACTS, "table": table,
+                              **RUN,
                               "verdicts": v, "command": "cmd", "rows": rows})
     assert "| low-load TTFT p99 |" in md
     assert "- lowload 32: {'map': 2, 'reuse': 1}; map 1.50 ms, unmap 0.50 ms" in md
@@ -116,3 +121,16 @@ def test_the_map_clock_counts_a_ledgers_transitions_and_its_map_time():
         assert got["map_ms"] > 0 and got["unmap_ms"] > 0 and got["mapped_bytes"] == 2 * MiB
     finally:
         kv.close()
+
+
+def test_a_prefill_ratio_pairs_samples_taken_together_not_medians_taken_apart():
+    # the host slowed down for sample 0 of elastic alone (13 ms against 10): the pairs' median
+    # (1.01) reads past it, the medians' ratio (13 / 12) would not
+    stock, elastic = [0.010, 0.012, 0.030], [0.013, 0.0121, 0.0303]
+    rows = [{"repeat": 0, "sample": k, "mode": m, "kind": "prefill", "n": 128, "seconds": s,
+             "tokens_sha": f"t{k}"} for k in range(3)
+            for m, s in (("stock", stock[k]), ("elastic", elastic[k]))]
+    args = argparse.Namespace(**{**vars(ARGS), "prompt_lens": [128], "batches": []})
+    (row,) = vllm_speed.summarize(rows, FACTS, BW, args)
+    assert abs(row["ratio"]["median"] - 1.01) < 1e-4 and row["ratio_goal_met"]
+    assert row["stock_s"]["median"] == 0.012 and row["tokens_equal"] == 1

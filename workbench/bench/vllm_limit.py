@@ -20,6 +20,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -290,7 +291,7 @@ def profile_diff(folder: str, top: int = 15) -> list[dict]:
             continue
         sign = 1.0 if mode == "elastic" else -1.0
         for (file, line, fn), row in pstats.Stats(os.path.join(folder, name)).stats.items():
-            key = f"{os.path.basename(file)}:{line}:{fn}"
+            key = f"{os.path.basename(file)}:{line}:{re.sub(r' at 0x[0-9a-f]+', '', fn)}"
             t = total.setdefault(key, [0.0, 0.0])
             t[0] += sign * row[2]  # inner time
             t[1] += sign * row[1]  # calls

@@ -11,7 +11,8 @@ record names the vLLM build (compiled ops or stand-in), the runner and the atten
 
     python -m workbench.bench.vllm_speed [--model llama-3.1-8b] [--repeats 5] [--out DIR]
 
-A prefill point is one request of L tokens asking for one token (time to its first token); a
+A prefill point is one request of L tokens asking for one token (time to its first token),
+asked ``--samples`` times a repeat with the modes alternating sample by sample; a
 TPOT point is B requests of ``--context`` tokens asking for ``1 + --decode`` tokens: the time
 from every request's first token to the last one's finish, over ``--decode``. A low-load point
 (``--lowload N``) is N requests of ``--context`` tokens sent one at a time, ``--gap-ms`` apart
@@ -305,17 +306,41 @@ def points(args) -> list[tuple[str, int]]:
 
 
 def sweep(workers: dict, args, log) -> list[dict]:
-    """Every point in every repeat, the modes in alternating order; warm-up repeats first."""
+    """Every point in every repeat, the modes in alternating order; warm-up repeats first. A
+    prefill point is asked ``args.samples`` times, the order alternating sample by sample: the
+    host's and the GPU clock's drift over seconds (a 10 ms prefill moved by 30 % between one
+    point and the next on the H200) then falls on both modes of a pair alike."""
     rows = []
     for rep in range(-args.warmup, args.repeats):
-        order = [m for m in (MODES if rep % 2 == 0 else MODES[::-1]) if m in workers]
         for kind, n in points(args):
-            for mode in order:
-                r = {"repeat": rep, "mode": mode, "kind": kind, "n": n,
-                     **workers[mode].ask(kind, n)}
-                rows.append(r)
-                log(json.dumps(r))
+            for k in range(args.samples if kind == "prefill" else 1):
+                flip = (rep + k) % 2
+                for mode in [m for m in (MODES[::-1] if flip else MODES) if m in workers]:
+                    r = {"repeat": rep, "sample": k, "mode": mode, "kind": kind, "n": n,
+                         **workers[mode].ask(kind, n)}
+                    rows.append(r)
+                    log(json.dumps(r))
     return rows
+
+
+def _by_repeat(kept: list[dict], kind: str, n: int, mode: str) -> dict[int, dict]:
+    """A point's rows of one mode, one per repeat: its samples' median seconds, and each
+    sample's seconds by sample index (pairs are read from these)."""
+    out: dict[int, dict] = {}
+    for r in kept:
+        if (r["kind"], r["n"], r["mode"]) == (kind, n, mode):
+            row = out.setdefault(r["repeat"], {**r, "by_sample": {}, "shas": []})
+            row["by_sample"][r.get("sample", 0)] = r["seconds"]
+            row["shas"].append(r["tokens_sha"])
+    for row in out.values():
+        row["seconds"] = statistics.median(row["by_sample"].values())
+    return out
+
+
+def _pair_ratio(e: dict, s: dict) -> float:
+    """Elastic ÷ stock of one repeat: the median of its sample pairs' ratios."""
+    return statistics.median(e["by_sample"][k] / s["by_sample"][k]
+                             for k in e["by_sample"] if k in s["by_sample"])
 
 
 def _spread(xs: list[float], nd: int = 5) -> dict | None:
@@ -337,16 +362,15 @@ def summarize(rows: list[dict], facts: dict, bw: list[dict], args) -> list[dict]
     modes = [m for m in MODES if m in facts]  # an engine that failed to start is left out
     out = []
     for kind, n in points(args):
-        by = {m: {r["repeat"]: r for r in kept if (r["kind"], r["n"], r["mode"]) == (kind, n, m)}
-              for m in modes}
+        by = {m: _by_repeat(kept, kind, n, m) for m in modes}
         reps = sorted(set.intersection(*(set(v) for v in by.values())))
-        ratios = [by["elastic"][i]["seconds"] / by["stock"][i]["seconds"] for i in reps] \
+        ratios = [_pair_ratio(by["elastic"][i], by["stock"][i]) for i in reps] \
             if len(modes) == 2 else []
         row = {"kind": kind, "n": n,
                **{f"{m}_s": _spread([by[m][i]["seconds"] for i in reps]) for m in modes},
                "ratio": _spread(ratios, 4),
                "ratio_goal_met": statistics.median(ratios) <= GOAL_RATIO if ratios else None,
-               "tokens_equal": sum(by["stock"][i]["tokens_sha"] == by["elastic"][i]["tokens_sha"]
+               "tokens_equal": sum(by["stock"][i]["shas"] == by["elastic"][i]["shas"]
                                    for i in reps) if ratios else None, "pairs": len(reps)}
         if kind == "lowload" and ratios:
             p99 = [by["elastic"][i]["p99_s"] / by["stock"][i]["p99_s"] for i in reps]
@@ -381,7 +405,8 @@ def verdicts(table: list[dict]) -> dict:
 
 
 def pool_on_path(rows: list[dict]) -> dict[str, str]:
-    """Per point, the elastic pool's median transitions and map/unmap ms over the repeats."""
+    """Per point, the elastic pool's median transitions and map/unmap ms over its requests
+    (every sample of every counted repeat)."""
     out: dict[str, str] = {}
     for r0 in rows:
         key = f"{r0['kind']} {r0['n']}"
@@ -416,7 +441,11 @@ def markdown(result: dict) -> str:
              f"stock, {e.get('compile_s', '-')} s elastic); CUDA graphs "
              f"{f['cudagraph_mode']}; custom ops {f['custom_ops']}.",
              f"HBM copy bandwidth {[b['gb_per_s'] for b in result['bandwidth']]} GB/s (before, "
-             f"after); weights {f['weight_bytes'] / 1e9:.2f} GB.", "",
+             f"after); weights {f['weight_bytes'] / 1e9:.2f} GB.",
+             f"{result['repeats']} counted repeats after {result['warmup']} warm-up, modes "
+             f"alternating; a prefill point's time is the median of {result.get('samples', 1)} "
+             "requests a repeat, sent one at a time, the modes alternating request by request "
+             "(its ratio: the median of the pairs').", "",
              "| point | stock median [min, max] | elastic median [min, max] | elastic ÷ stock "
              "median [min, max] | floor | tokens equal |", "|---|---|---|---|---|---|"]
     for r in result["table"]:
@@ -483,7 +512,8 @@ def coordinate(args) -> dict:
                                                         *sys.argv[1:]]),
               "bandwidth": bw, "facts": facts_, "errors": errors, "table": table,
               "verdicts": verdicts(table),
-              "repeats": args.repeats, "warmup": args.warmup, "rows": rows}
+              "repeats": args.repeats, "warmup": args.warmup, "samples": args.samples,
+              "rows": rows}
     write_all([(out / "vllm_speed.json", dumps(result, indent=1)),
                (out / "vllm_speed.md", markdown(result))])
     return result
@@ -498,6 +528,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--model", default="llama-3.1-8b", help="a registry model's shape")
     ap.add_argument("--prompt-lens", type=_ints, default=[128, 512, 2048, 8192])
     ap.add_argument("--batches", type=_ints, default=[1, 16, 64])
+    ap.add_argument("--samples", type=int, default=7,
+                    help="requests of a prefill point a repeat, the modes alternating")
     ap.add_argument("--context", type=int, default=128, help="prompt tokens of a TPOT point")
     ap.add_argument("--decode", type=int, default=128, help="decode steps of a TPOT point")
     ap.add_argument("--lowload", type=int, default=0,

@@ -16,6 +16,7 @@ name) removes it once that process is gone. The file format and the reader's che
 from __future__ import annotations
 
 import fcntl
+import functools
 import mmap
 import os
 import secrets
@@ -58,6 +59,7 @@ __all__ = ["ControlSegment", "Scan", "SegmentInfo", "SegmentRefused", "delete_se
 STATE_CODES = {s: i for i, s in enumerate(PageState)}
 STATE_NAMES = list(PageState)
 HALF_WRITTEN = "half-written"
+_Q = struct.Struct("<q")
 
 
 class _Mapped:
@@ -66,12 +68,14 @@ class _Mapped:
     def __init__(self, fd: int, size: int):
         self.fd = fd
         self.mm = mmap.mmap(fd, size)
+        # the field every poll reads (an engine polls per request per step): one bound call
+        self.req_revision = functools.partial(_Q.unpack_from, self.mm, OFF["req_revision"])
 
     def get(self, name: str) -> int:
-        return struct.unpack_from("<q", self.mm, OFF[name])[0]
+        return _Q.unpack_from(self.mm, OFF[name])[0]
 
     def put(self, name: str, value: int) -> None:
-        struct.pack_into("<q", self.mm, OFF[name], int(value))
+        _Q.pack_into(self.mm, OFF[name], int(value))
 
     def close(self) -> None:
         self.mm.close()
@@ -140,8 +144,7 @@ class ControlSegment:
 
     def poll(self) -> None:
         """Apply a pending kvctl request, if any (cheap when none), and answer it."""
-        rev = self.seg.get("req_revision")
-        if rev <= self._seen or not try_flock(self.seg.fd, fcntl.LOCK_SH):
+        if self.seg.req_revision()[0] <= self._seen or not try_flock(self.seg.fd, fcntl.LOCK_SH):
             return  # nothing new, or a requester is writing: the next poll picks it up
         try:
             rev, limit, rid = (self.seg.get(k) for k in ("req_revision", "req_limit", "req_id"))
