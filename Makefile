@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.ready
 PYTEST_ARGS ?=
 LAB_ARGS ?=
 
-.PHONY: lab test test-gpu setup browser-deps lint clean vmmfast torch
+.PHONY: lab test test-browser test-gpu setup browser-deps lint clean vmmfast torch
 
 # --system-site-packages: on a GPU host the venv sees the host's CUDA torch and cuda-python.
 $(STAMP): pyproject.toml
@@ -56,7 +56,11 @@ lab: $(STAMP)
 # Plugin autoload off: only the plugins pyproject's addopts names (-p timeout, -p hypothesispytest)
 # load, not whatever a GPU host's system site-packages holds.
 test: $(STAMP) $(TORCH_STAMP) browser-deps
-	PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 $(PY) -m pytest -m "not gpu and not engine" $(PYTEST_ARGS)
+	PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 $(PY) -m pytest -m "not gpu and not engine and not every_notebook" $(PYTEST_ARGS)
+
+# Every chapter and lab notebook opened in Chromium (make test opens the first ones a learner does).
+test-browser: $(STAMP) $(TORCH_STAMP) browser-deps
+	PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 $(PY) -m pytest -m browser $(PYTEST_ARGS)
 
 # Uses the venv when there is one, else the host's python (a bare GPU box without network).
 test-gpu: vmmfast
