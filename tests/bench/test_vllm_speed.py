@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import argparse
 
+import pytest
+
 from workbench.bench import vllm_speed
+from workbench.errors import ConfigError
 
 ARGS = argparse.Namespace(prompt_lens=[128, 512], batches=[1, 16], context=128, decode=128,
                           model="llama-3.1-8b", lowload=0)
@@ -140,3 +143,21 @@ def test_a_prefill_ratio_cancels_the_cost_of_going_second():
     (row,) = vllm_speed.summarize(rows, FACTS, BW, args)
     assert abs(row["ratio"]["median"] - 1.01) < 1e-9 and row["ratio_goal_met"]
     assert row["tokens_equal"] == 1 and row["stock_s"]["n"] == 1
+
+
+def test_the_slowest_low_load_request_is_named_with_the_pool_work_on_its_path():
+    rows = [{"repeat": 0, "mode": "elastic", "kind": "lowload", "n": 3,
+             "requests": [{"ttft_s": 0.010, "pool": {}}, {"ttft_s": 0.0125, "pool": {"unmap": 19}},
+                          {"ttft_s": 0.011, "pool": {}}]},
+            {"repeat": 0, "mode": "stock", "kind": "lowload", "n": 3,
+             "requests": [{"ttft_s": 0.0101}, {"ttft_s": 0.0102}, {"ttft_s": 0.0100}]}]
+    assert vllm_speed.slowest_lowload(rows) == \
+        "elastic r0: #1 12.50 {'unmap': 19}; stock r0: #1 10.20"
+
+
+@pytest.mark.parametrize("bad", ["MAX_RESERVED_PAGES", "=3", "A B=1", "ÉTÉ=1", "a/b=2"])
+def test_a_pool_setting_that_is_not_name_equals_value_is_refused_in_one_line(bad):
+    with pytest.raises(ConfigError, match="NAME=VALUE"):
+        vllm_speed.pool_env([bad])
+    assert vllm_speed.pool_env(["max_reserved_pages=16"]) == \
+        {"WORKBENCH_KV_MAX_RESERVED_PAGES": "16"}

@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 from workbench.bench.stats import deciles
+from workbench.errors import ConfigError
 from workbench.outfiles import Outputs, open_stream, run_main, write_all
 from workbench.settings import ENV_PREFIX
 from workbench.strictjson import dumps
@@ -135,19 +136,23 @@ def drive(engine, prompts: list[list[int]], new_tokens: int, tag: str) -> dict:
             .hexdigest()[:12]}
 
 
-def lowload(engine, n: int, args, seq: int) -> dict:
-    """``n`` requests one at a time, ``args.gap_ms`` apart (the engine idle): TTFT of each."""
-    ttfts, shas, tokens = [], [], 0
+def lowload(engine, n: int, args, seq: int, clock: MapClock | None) -> dict:
+    """``n`` requests one at a time, ``args.gap_ms`` apart (the engine idle): TTFT of each, in
+    order, with the pool's page transitions on each one's path (elastic), so a p99 can be
+    traced to the request that set it."""
+    each, shas, tokens = [], [], 0
     for i in range(n):
         time.sleep(args.gap_ms / 1e3)
+        before = clock.snapshot() if clock else {}
         r = drive(engine, _ids(1, args.context, seq * 1000 + i), args.lowload_tokens,
                   f"l{seq}.{i}")
-        ttfts.append(r["t_first"])
+        each.append({"ttft_s": round(r["t_first"], 6),
+                     **({"pool": clock.since(before)["causes"]} if clock else {})})
         shas.append(r["tokens_sha"])
         tokens += r["tokens"]
-    ttfts.sort()
+    ttfts = sorted(e["ttft_s"] for e in each)
     return {"seconds": statistics.fmean(ttfts), "p99_s": ttfts[min(n - 1, int(0.99 * n))],
-            "t_first": ttfts[0], "tokens": tokens,
+            "t_first": ttfts[0], "requests": each, "tokens": tokens,
             "tokens_sha": hashlib.sha256("".join(shas).encode()).hexdigest()[:12]}
 
 
@@ -158,8 +163,8 @@ def point(llm, kind: str, n: int, args, seq: int, clock: MapClock | None) -> dic
         r = drive(engine, _ids(1, n, seq), 1, f"p{seq}")
         out = {"seconds": r["t_first"]}
     elif kind == "lowload":
-        r = lowload(engine, n, args, seq)
-        out = {"seconds": r["seconds"], "p99_s": r["p99_s"]}
+        r = lowload(engine, n, args, seq, clock)
+        out = {"seconds": r["seconds"], "p99_s": r["p99_s"], "requests": r["requests"]}
     else:
         r = drive(engine, _ids(n, args.context, seq), 1 + args.decode, f"d{seq}")
         out = {"seconds": (r["t_end"] - r["t_first"]) / args.decode, "ttft_s": r["t_first"]}
@@ -265,7 +270,8 @@ class Worker:
     def __init__(self, mode: str, args, log_dir: Path):
         env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
         if mode == "elastic":
-            env.update(WORKBENCH_KV_AUTOPATCH="1", WORKBENCH_KV_IPC_NAME=f"vspeed_{os.getpid()}")
+            env.update(WORKBENCH_KV_AUTOPATCH="1", WORKBENCH_KV_IPC_NAME=f"vspeed_{os.getpid()}",
+                       **pool_env(args.pool))
         cmd = [sys.executable, "-m", "workbench.bench.vllm_speed", "--worker", mode,
                "--model-dir", args.model_dir, *_passthrough(args)]
         self.mode, self.log = mode, open_stream(log_dir / f"{mode}.log")
@@ -292,6 +298,19 @@ class Worker:
             self.proc.stdin.close()
             self.proc.wait(timeout=120)
         self.log.close()
+
+
+def pool_env(pairs: list[str]) -> dict[str, str]:
+    """``--pool NAME=VALUE`` as the elastic worker's ``WORKBENCH_KV_NAME=VALUE`` (its settings
+    check the name and the value when it starts, as any engine's do)."""
+    out = {}
+    for pair in pairs:
+        name, eq, value = pair.partition("=")
+        if not eq or not name.replace("_", "").isalnum() or not name.isascii():
+            raise ConfigError(f"--pool {pair!r}", "is not NAME=VALUE with NAME of letters, "
+                              "digits and _", "e.g. --pool MAX_RESERVED_PAGES=16")
+        out[f"{ENV_PREFIX}{name.upper()}"] = value
+    return out
 
 
 def _passthrough(args) -> list[str]:
@@ -432,6 +451,18 @@ def pool_on_path(rows: list[dict]) -> dict[str, str]:
     return out
 
 
+def slowest_lowload(rows: list[dict]) -> str:
+    """Per counted repeat, each mode's slowest low-load request (the p99 of a few dozen) and,
+    for elastic, the page transitions on its path."""
+    out = []
+    for r in rows:
+        if r["kind"] == "lowload" and r["repeat"] >= 0 and r.get("requests"):
+            i, worst = max(enumerate(r["requests"]), key=lambda x: x[1]["ttft_s"])
+            pool = f" {worst['pool']}" if "pool" in worst else ""
+            out.append(f"{r['mode']} r{r['repeat']}: #{i} {worst['ttft_s'] * 1e3:.2f}{pool}")
+    return "; ".join(out)
+
+
 def _ms(d: dict | None, key: str = "median") -> str:
     return "-" if d is None else f"{d[key] * 1e3:.2f}"
 
@@ -472,9 +503,13 @@ def markdown(result: dict) -> str:
             lines.append(f"| low-load TTFT p99 | {_cell(r['stock_p99_s'])} | "
                          f"{_cell(r['elastic_p99_s'])} | {q['median']:.4f} [{q['min']:.4f}, "
                          f"{q['max']:.4f}] |  |  |")
-    lines += ["", "Elastic pool on each point's path (median over its requests: page transitions by "
-              "cause, host ms in maps / unmaps):", ""]
+    lines += ["", "Elastic pool on each point's path (median over its requests: page "
+              "transitions by cause, host ms in maps / unmaps):", ""]
     lines += [f"- {k}: {v}" for k, v in pool_on_path(result.get("rows", [])).items()]
+    lines += [f"- low-load, the slowest of each mode's requests (repeat: ms, pool work): {v}"
+              for v in [slowest_lowload(result.get("rows", []))] if v]
+    if result.get("pool_settings"):
+        lines += ["", f"Elastic pool settings: {result['pool_settings']}"]
     for mode, err in result.get("errors", {}).items():
         lines += ["", f"**{mode} did not start**: {err}"]
     lines += ["", f"Verdicts: {json.dumps(v)}", "", f"Command: `{result['command']}`", ""]
@@ -523,6 +558,7 @@ def coordinate(args) -> dict:
               "bandwidth": bw, "facts": facts_, "errors": errors, "table": table,
               "verdicts": verdicts(table),
               "repeats": args.repeats, "warmup": args.warmup, "samples": args.samples,
+              "pool_settings": pool_env(args.pool),
               "rows": rows}
     write_all([(out / "vllm_speed.json", dumps(result, indent=1)),
                (out / "vllm_speed.md", markdown(result))])
@@ -552,6 +588,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--util", type=float, default=0.4, help="gpu_memory_utilization, each")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1, help="repeats run first, not counted")
+    ap.add_argument("--pool", action="append", default=[], metavar="NAME=VALUE",
+                    help="a setting of the elastic pool (WORKBENCH_KV_NAME), repeatable")
     ap.add_argument("--out", help="folder for vllm_speed.{json,md,jsonl} and the logs")
     ap.add_argument("--worker", choices=MODES, help=argparse.SUPPRESS)
     ap.add_argument("--model-dir", help=argparse.SUPPRESS)
@@ -562,6 +600,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.worker:
         return worker(args)
+    pool_env(args.pool)  # refused before anything starts
     result = coordinate(args)
     print(markdown(result))
     return 0
