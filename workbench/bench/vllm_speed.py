@@ -359,8 +359,8 @@ def _by_repeat(kept: list[dict], kind: str, n: int, mode: str) -> dict[int, dict
 
 def _pair_ratio(e: dict, s: dict, rep: int) -> float:
     """Elastic ÷ stock of one repeat, from its sample pairs. Whichever mode goes second in a
-    pair runs slower (3.7 % at a 128-token prefill on the H100, 2026-12-07: one GPU switching
-    between the two engines' processes), so the pairs of each order are taken apart and the
+    pair runs slower (3.7 % at a 128-token prefill on the H100, 2026-12-07; why is not measured:
+    the two engines' processes share the GPU), so the pairs of each order are taken apart and the
     ratio is the geometric mean of the two orders' medians, where that cost cancels. A point of
     one sample a repeat (one order) is that pair's ratio."""
     by_order: tuple[list[float], list[float]] = ([], [])
