@@ -309,7 +309,8 @@ def pool_env(pairs: list[str]) -> dict[str, str]:
         if not eq or not name.replace("_", "").isalnum() or not name.isascii():
             raise ConfigError(f"--pool {pair!r}", "is not NAME=VALUE with NAME of letters, "
                               "digits and _", "e.g. --pool MAX_RESERVED_PAGES=16")
-        out[f"{ENV_PREFIX}{name.upper()}"] = value
+        key = ENV_PREFIX + name.upper()
+        out[key] = value
     return out
 
 
