@@ -191,13 +191,16 @@ def for_torch_device(engine_device: Any) -> str:
 _shared: dict[str, Device] = {}
 
 
-def shared_device(engine_device: Any, **kw: Any) -> Device:
+def shared_device(engine_device: Any) -> Device:
     """The process's one device for an engine's torch device (``cpu``, ``cuda``, ``cuda:N``; see
-    :func:`for_torch_device`), built by the first call with ``kw`` and kept: every pool on that
-    GPU in this process shares it, as they share the GPU."""
+    :func:`for_torch_device`), built by the first call and kept: every pool on that GPU in this
+    process shares it, as they share the GPU (vLLM's and SGLang's adapters both ask here). An
+    engine writes warm-up, padding and graph-capture tokens to slots whose pages are not backed
+    yet, so a CUDA device maps its zero page read-write: such a write lands somewhere harmless
+    instead of faulting (the host's unbacked memory takes writes already)."""
     name = for_torch_device(engine_device)
     if name not in _shared:
-        _shared[name] = make_device(name, **kw)
+        _shared[name] = make_device(name, zero_writable=True)  # (the host ignores it)
     return _shared[name]
 
 

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from workbench import backends
 from workbench.adapters import boot, runtime
 from workbench.adapters.registry import EnginePlan, Patch
 from workbench.adapters.sglang.budget import virtual_budget
@@ -31,11 +32,11 @@ def test_engine_devices_map_to_backend_names():
 
 
 def test_one_host_device_per_process_and_a_host_ledger_has_no_fence():
-    assert runtime.device_for("cpu") is runtime.device_for("cpu")
+    assert backends.shared_device("cpu") is backends.shared_device("cpu")
     cfg = PoolConfig(prealloc=False, min_reserved_pages=0, max_reserved_pages=0)
     geo = KVGeometry(num_layers=2, kv_heads=8, head_dim=128, block_size=1, num_blocks=4096,
                      layout=Layout.CONTIGUOUS)
-    kv = runtime.make_ledger(geo, runtime.device_for("cpu"), "t", cfg)
+    kv = runtime.make_ledger(geo, backends.shared_device("cpu"), "t", cfg)
     try:
         assert kv.fence is None and not kv.pages.defer_release and kv in runtime.ledgers
         assert kv.name.startswith("t-")
@@ -51,7 +52,7 @@ def test_a_device_with_queued_work_gets_a_fenced_ledger():
     from workbench.gpu.driver import use_driver
     from workbench.gpu.fakedriver import FakeDriver
 
-    assert not runtime.device_for("cpu").queued_work
+    assert not backends.shared_device("cpu").queued_work
     cfg = PoolConfig(prealloc=False, min_reserved_pages=0, max_reserved_pages=0)
     geo = KVGeometry(num_layers=2, kv_heads=8, head_dim=128, block_size=16, num_blocks=640,
                      layout=Layout.CONTIGUOUS)
@@ -105,7 +106,7 @@ def _deferred_ledger():
                      layout=Layout.CONTIGUOUS)
     from workbench.core.ledger import KVCacheManager
 
-    kv = KVCacheManager(geo, runtime.device_for("cpu"), name="fenced", config=cfg,
+    kv = KVCacheManager(geo, backends.shared_device("cpu"), name="fenced", config=cfg,
                         defer_release=True)
     kv.fence = runtime.ReleaseFence(kv)
     return kv

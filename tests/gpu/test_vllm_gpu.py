@@ -44,13 +44,13 @@ needs_vllm = pytest.mark.skipif(_vllm_026() is not None, reason=str(_vllm_026())
 
 # -- the ledger on CUDA: fences and the writable unbacked range ---------------------------------
 def _ledger(**cfg):
-    from workbench.adapters.runtime import device_for
     from workbench.adapters.vllm.fences import fence_factory
     from workbench.adapters.vllm.ledger import BlockLedger
+    from workbench.backends import shared_device
     from workbench.config import PoolConfig
     from workbench.core.geometry import KVGeometry, Layout
 
-    dev = device_for("cuda:0")
+    dev = shared_device("cuda:0")
     geo = KVGeometry(num_layers=2, kv_heads=1, head_dim=64 * 1024, block_size=1, num_blocks=256,
                      num_buffers=1, dtype_bytes=2, page_size=2 * MiB, layout=Layout.CONTIGUOUS)
     kv = BlockLedger(geo, dev, name="gpu-test", config=PoolConfig(**cfg),

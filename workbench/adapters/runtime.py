@@ -1,16 +1,13 @@
-"""What every engine adapter shares: one device per GPU per process, config, ledgers, fences.
+"""What every engine adapter shares: config, ledgers, fences.
 
-* :func:`device_for` turns an engine's torch device into the process's one
-  :class:`~workbench.core.device.Device` for it; which device that is, is decided in one place,
-  :func:`workbench.backends.shared_device`. Every pool on that GPU in this process shares it (as
-  they share the GPU).
-  The CUDA device maps its zero page read-write: an engine writes padded or warm-up tokens to
-  slots whose pages are not backed yet, and such a write must land somewhere harmless.
+* The device an engine's pools share is :func:`workbench.backends.shared_device`'s (one per GPU
+  per process).
 * :func:`make_ledger` builds a :class:`~workbench.core.ledger.KVCacheManager` from
   ``WORKBENCH_KV_*`` (its control segment is published when ``WORKBENCH_KV_IPC_NAME`` is set,
-  so ``workbench kvctl list`` shows the engine). On a CUDA device the ledger defers releases and
-  gets a :class:`ReleaseFence`: a page whose last block is freed is unmapped only once the GPU
-  has passed the work queued before the free (kernels that may still touch it).
+  so ``workbench kvctl list`` shows the engine). On a device with queued work the ledger
+  defers releases and gets a :class:`ReleaseFence`: a page whose last block is freed is
+  unmapped only once the GPU has passed the work queued before the free (kernels that may still
+  touch it).
 """
 
 from __future__ import annotations
@@ -19,7 +16,6 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.backends import shared_device
 from workbench.config import PoolConfig
 from workbench.core.device import Device
 from workbench.core.geometry import KVGeometry
@@ -28,13 +24,6 @@ from workbench.core.ledger import KVCacheManager
 _ids = itertools.count()
 ledgers: list[KVCacheManager] = []  # every pool this process built (doctor, tests)
 streams: list[Any] = []  # extra CUDA streams whose queued work a fence must wait for
-
-
-def device_for(engine_device: Any) -> Device:
-    """The process's one device for ``engine_device`` (see the module doc); vLLM's and SGLang's
-    adapters both call this, so two pools on one GPU share one ``CudaDevice``."""
-    # writable zero page: warm-up and graph-capture writes to unbacked blocks must not fault
-    return shared_device(engine_device, zero_writable=True)
 
 
 def pool_config(**overrides) -> PoolConfig:

@@ -11,11 +11,11 @@ import sys
 
 from engines_pair import CPU, Engine
 
-from workbench.adapters import runtime
+from workbench import backends
 
 
 def main() -> None:
-    card = runtime.device_for(CPU)
+    card = backends.shared_device(CPU)
     engine, held = Engine(sys.argv[1], card, "elastic"), []
 
     def answer(**out) -> None:

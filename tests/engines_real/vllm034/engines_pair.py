@@ -34,6 +34,7 @@ from vllm.v1.worker import extensible_kv_cache as ekc
 from vllm.v1.worker import gpu_worker
 from vllm.v1.worker.utils import allocate_kv_cache
 
+from workbench import backends
 from workbench.adapters import boot, runtime
 from workbench.adapters.vllm.ledger import PoolExhausted
 from workbench.units import MiB
@@ -113,7 +114,7 @@ def views_are_the_ledgers_memory(e: Engine) -> dict:
 
 
 def main(mode: str) -> dict:
-    card = runtime.device_for(CPU)
+    card = backends.shared_device(CPU)
     out: dict = {"mode": mode, "card_bytes": card.mem_info().total,
                  "patches": [f"{r.patch}:{r.status}" for r in boot.plans()["vllm"].records]}
     a = Engine("A", card, mode)

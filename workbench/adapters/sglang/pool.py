@@ -2,7 +2,7 @@
 
 Instead of ``torch.zeros`` per layer, each layer's K and V (MLA: its one latent buffer) is a
 zero-copy slot view (``[size + page_size, heads, dim]``) over one reservation on the process's
-device for the pool's torch device (:func:`workbench.adapters.runtime.device_for`: the host on
+device for the pool's torch device (:func:`workbench.backends.shared_device`: the host on
 CPU, a ``CudaDevice`` on ``cuda:N``). The views are made once, when the pool is built, so their
 addresses are fixed before SGLang captures any CUDA graph; pages come and go underneath.
 

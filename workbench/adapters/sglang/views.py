@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from workbench import backends
 from workbench.adapters import runtime
 from workbench.config import PoolConfig
 from workbench.core.geometry import KVGeometry, Layout
@@ -29,7 +30,7 @@ def build_views(pool, *, heads: int, dim: int, buffers: int, prefix: str,
                      num_blocks=rows // ps, num_buffers=buffers,
                      dtype_bytes=pool.store_dtype.itemsize, page_size=cfg.page_size,
                      layout=layout)
-    device = runtime.device_for(pool.device)
+    device = backends.shared_device(pool.device)
     pool.ledger = runtime.make_ledger(geo, device, prefix, cfg)
     pool.kv_views = KVTensors(pool.ledger.space, pool.store_dtype)
     return pool.kv_views

@@ -24,6 +24,7 @@ import itertools
 
 import torch
 
+from workbench import backends
 from workbench.adapters import runtime
 from workbench.adapters.vllm import fanout, registry
 from workbench.adapters.vllm.fences import fence_factory
@@ -68,7 +69,7 @@ class ElasticTensor:
             raise ConfigError(f"block stride {strides[0]} bytes", f"does not divide the "
                               f"{cfg.page_size}-byte page", "pick a power-of-two block size")
         geo = tensor_geometry(len(strides), strides[0], num_blocks, cfg)
-        dev = runtime.device_for(self._device)
+        dev = backends.shared_device(self._device)
         fence = fence_factory(dev)  # CUDA: a page unmaps once the kernels before its free ran
         kv = BlockLedger(geo, dev, name=f"vllm-kv-{len(registry.ledgers)}", config=cfg,
                          defer_release=fence is not None)

@@ -16,8 +16,8 @@ Seams, read from the 0.26.0 wheel:
   ``kv-runner-check`` refuses a worker whose runner built its KV without its seam.
 * Model Runner V2 warms its kernels up (``gpu_worker.warmup_kernels``) with a hand-built prefill
   and decode on block ids 1, 2, ... that no pool handed out: on unbacked pages those writes land
-  on the device's writable zero page (``runtime.device_for``), as V1's warm-up writes do, and the
-  warm-up's tokens are thrown away. Its graph captures use block 0 and padded slots, as V1's.
+  on the device's writable zero page (``backends.shared_device``), as V1's warm-up writes do, and
+  the warm-up's tokens are thrown away. Its graph captures use block 0 and padded slots, as V1's.
 * ``vllm.v1.worker.gpu_worker``: ``request_memory`` (imported by name: the free-memory guard) and
   ``Worker.determine_available_memory`` (see ``budget.py``).
 """

@@ -16,9 +16,9 @@ import dataclasses
 import torch
 
 from workbench.adapters import runtime
-from workbench.adapters.runtime import device_for
 from workbench.adapters.vllm import fanout, registry
 from workbench.adapters.vllm.ledger import BlockLedger
+from workbench.backends import shared_device
 from workbench.core.geometry import KVGeometry, Layout
 from workbench.errors import ConfigError
 
@@ -84,7 +84,7 @@ def make_allocate_kv_cache(create_kv_cache_views):
         if rank is not None:  # a worker process: the engine core's ledger decides, we apply
             space = fanout.serve_rank(geo, rank, num_blocks)
         else:
-            kv = BlockLedger(geo, device_for(device), name=f"vllm-kv-{len(registry.ledgers)}",
+            kv = BlockLedger(geo, shared_device(device), name=f"vllm-kv-{len(registry.ledgers)}",
                              config=cfg)  # block 0, vLLM's null block, is the ledger's: mapped
             registry.register(num_blocks, kv)
             space = kv.space

@@ -34,10 +34,10 @@ import math
 import torch
 
 from workbench.adapters import runtime
-from workbench.adapters.runtime import device_for
 from workbench.adapters.vllm import registry
 from workbench.adapters.vllm.fences import fence_factory
 from workbench.adapters.vllm.ledger import BlockLedger
+from workbench.backends import shared_device
 from workbench.core.geometry import KVGeometry, Layout
 from workbench.errors import ConfigError
 
@@ -113,7 +113,7 @@ def build_views(attn_groups, kv_cache_config, device, kernel_block_sizes, skip, 
     geo = KVGeometry(num_layers=len(names), kv_heads=1, head_dim=block // buffers // e,
                      block_size=1, num_blocks=num_blocks, num_buffers=buffers, dtype_bytes=e,
                      page_size=cfg.page_size, layout=layout)
-    dev = device_for(device)
+    dev = shared_device(device)
     kv = BlockLedger(geo, dev, name=f"vllm-kv-{len(registry.ledgers)}", config=cfg,
                      defer_release=fence_factory(dev) is not None)
     kv.fence = fence_factory(dev)
