@@ -1,5 +1,6 @@
-"""The speed bench's arithmetic on made-up rows (no vLLM, no GPU): per-repeat ratios with the
-warm-up left out, the floor from the best bandwidth reading, and the verdicts."""
+"""The speed bench's arithmetic (``vllm_speed_report``) on made-up rows (no vLLM, no GPU):
+per-repeat ratios with the warm-up left out, the floor from the best bandwidth reading, and the
+verdicts; and its ``--pool`` option."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import argparse
 import pytest
 
 from workbench.bench import vllm_speed
+from workbench.bench import vllm_speed_report as report
 from workbench.errors import ConfigError
 
 ARGS = argparse.Namespace(prompt_lens=[128, 512], batches=[1, 16], context=128, decode=128,
@@ -15,7 +17,7 @@ ARGS = argparse.Namespace(prompt_lens=[128, 512], batches=[1, 16], context=128, 
 FACTS = {m: {"weight_bytes": 16_000_000_000, "build": "compiled ops", "runner": "R",
              "attention": ["FLASH_ATTN"], "compile_mode": "VLLM_COMPILE", "compile_s": 30.0,
              "cudagraph_mode": "FULL_AND_PIECEWISE", "custom_ops": ["none"]}
-         for m in vllm_speed.MODES}
+         for m in report.MODES}
 BW = [{"gb_per_s": 3000.0, "device": "GPU"}, {"gb_per_s": 3200.0, "device": "GPU"}]
 RUN = {"repeats": 3, "warmup": 1, "samples": 7}  # how a record says its points were taken
 
@@ -36,7 +38,7 @@ def test_ratios_pair_repeats_and_leave_the_warmup_out():
     stock = {("prefill", 128): 0.02, ("prefill", 512): 0.05, ("tpot", 1): 0.007,
              ("tpot", 16): 0.008}
     elastic = {k: v * 1.01 for k, v in stock.items()}
-    table = vllm_speed.summarize(_rows(stock, elastic), FACTS, BW, ARGS)
+    table = report.summarize(_rows(stock, elastic), FACTS, BW, ARGS)
     assert [(r["kind"], r["n"]) for r in table] == list(stock)
     for r in table:
         assert r["pairs"] == 3 and r["tokens_equal"] == 3
@@ -44,11 +46,11 @@ def test_ratios_pair_repeats_and_leave_the_warmup_out():
     b1 = table[2]
     assert b1["floor_s"] == round(16e9 / 3.2e12, 6)  # the better of the two readings
     assert b1["floor_with_kv_s"] > b1["floor_s"]
-    v = vllm_speed.verdicts(table)
+    v = report.verdicts(table)
     assert v["prefill_grows_with_tokens"] and v["elastic_over_stock_le_1_02"]
     assert v["tpot_b1_over_floor"] == round(0.00707 / 0.005, 3)  # median repeat: 1.01 * 0.007
     assert v["tpot_b1_within_1_5x_floor"]
-    md = vllm_speed.markdown({"model": "llama-3.1-8b", "bandwidth": BW, "facts": FACTS,
+    md = report.markdown({"model": "llama-3.1-8b", "bandwidth": BW, "facts": FACTS,
                               "table": table, "verdicts": v, "command": "cmd", **RUN})
     assert "| TPOT batch 1 |" in md and "compiled ops" in md
     assert "median of 7 requests" in md
@@ -58,7 +60,7 @@ def test_a_slow_elastic_point_and_a_flat_prefill_miss_their_goals():
     stock = {("prefill", 128): 0.05, ("prefill", 512): 0.05, ("tpot", 1): 0.02,
              ("tpot", 16): 0.02}
     elastic = {**stock, ("tpot", 16): 0.0206}
-    v = vllm_speed.verdicts(vllm_speed.summarize(_rows(stock, elastic), FACTS, BW, ARGS))
+    v = report.verdicts(report.summarize(_rows(stock, elastic), FACTS, BW, ARGS))
     assert not v["prefill_grows_with_tokens"] and not v["elastic_over_stock_le_1_02"]
     assert (v["worst_ratio"]["kind"], v["worst_ratio"]["at"]) == ("tpot", 16)
     assert not v["tpot_b1_within_1_5x_floor"]
@@ -69,12 +71,12 @@ def test_stock_alone_still_gives_its_figures_and_no_ratio_verdict():
              ("tpot", 16): 0.008}
     rows = [r for r in _rows(stock, stock) if r["mode"] == "stock"]
     facts = {"stock": FACTS["stock"]}
-    table = vllm_speed.summarize(rows, facts, BW, ARGS)
+    table = report.summarize(rows, facts, BW, ARGS)
     assert all(r["ratio"] is None and r["stock_s"]["n"] == 3 for r in table)
-    v = vllm_speed.verdicts(table)
+    v = report.verdicts(table)
     assert v["elastic_over_stock_le_1_02"] is None and v["worst_ratio"] is None
     assert v["prefill_grows_with_tokens"] and v["tpot_b1_within_1_5x_floor"]
-    md = vllm_speed.markdown({"model": "m", "bandwidth": BW, "facts": facts, "table": table,
+    md = report.markdown({"model": "m", "bandwidth": BW, "facts": facts, "table": table,
                               **RUN,
                               "verdicts": v, "command": "c", "errors": {"elastic": "boom"}})
     assert "**elastic did not start**: boom" in md
@@ -90,13 +92,13 @@ def test_the_low_load_point_judges_mean_and_p99_and_stays_out_of_the_1_02_goal()
             r["p99_s"] = 0.05
             r["pool"] = {"causes": {"map": 2, "reuse": 1} if r["mode"] == "elastic" else {},
                          "map_ms": 1.5, "unmap_ms": 0.5}
-    table = vllm_speed.summarize(rows, FACTS, BW, args)
+    table = report.summarize(rows, FACTS, BW, args)
     low = table[-1]
     assert low["kind"] == "lowload" and abs(low["ratio"]["median"] - 1.01) < 1e-9
     assert low["ratio_p99"]["median"] == 1.0 and not low["lowload_goal_met"]  # the mean missed
-    v = vllm_speed.verdicts(table)
+    v = report.verdicts(table)
     assert v["elastic_over_stock_le_1_02"] and v["lowload_ttft_mean_and_p99_le_1_00"] is False
-    md = vllm_speed.markdown({"model": "m", "bandwidth": BW, "facts": FACTS, "table": table,
+    md = report.markdown({"model": "m", "bandwidth": BW, "facts": FACTS, "table": table,
                               **RUN,
                               "verdicts": v, "command": "cmd", "rows": rows})
     assert "| low-load TTFT p99 |" in md
@@ -140,7 +142,7 @@ def test_a_prefill_ratio_cancels_the_cost_of_going_second():
                   "seconds": t, "tokens_sha": f"t{k}"}
                  for m, t in (("stock", stock), ("elastic", elastic))]
     args = argparse.Namespace(**{**vars(ARGS), "prompt_lens": [128], "batches": []})
-    (row,) = vllm_speed.summarize(rows, FACTS, BW, args)
+    (row,) = report.summarize(rows, FACTS, BW, args)
     assert abs(row["ratio"]["median"] - 1.01) < 1e-9 and row["ratio_goal_met"]
     assert row["tokens_equal"] == 1 and row["stock_s"]["n"] == 1
 
@@ -151,7 +153,7 @@ def test_the_slowest_low_load_request_is_named_with_the_pool_work_on_its_path():
                           {"ttft_s": 0.011, "pool": {}}]},
             {"repeat": 0, "mode": "stock", "kind": "lowload", "n": 3,
              "requests": [{"ttft_s": 0.0101}, {"ttft_s": 0.0102}, {"ttft_s": 0.0100}]}]
-    assert vllm_speed.slowest_lowload(rows) == \
+    assert report.slowest_lowload(rows) == \
         "elastic r0: #1 12.50 {'unmap': 19}; stock r0: #1 10.20"
 
 
