@@ -70,11 +70,12 @@ def _kernels(args) -> str:
 
 
 def _runner_name(llm) -> str:
-    """``v2`` where vLLM built Model Runner V2 (its ``vllm.v1.worker.gpu`` package), else ``v1``."""
-    from workbench.bench.vllm_speed import _runner
+    """The model runner vLLM chose (``v1``, ``v2``: ``plan26.runner_of``, vLLM's own flag)."""
+    from workbench.adapters.vllm.plan26 import runner_of
 
     try:
-        return "v2" if type(_runner(llm)).__module__.startswith("vllm.v1.worker.gpu.") else "v1"
+        return runner_of(llm.llm_engine.engine_core.engine_core.model_executor.driver_worker
+                         .worker)
     except AttributeError:  # a record field, never a failed run
         return "unknown"
 

