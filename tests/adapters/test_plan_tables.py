@@ -76,8 +76,9 @@ def test_the_vllm_plans_name_the_same_patches_across_releases():
     names = {m: [p.name for p in m.build_plan().patches] for m in (plan26, vllm33, plan34)}
     for ns in names.values():
         assert ns[:1] == ["elastic-block-pool"] and "allocate-slots-miss" in ns
+        assert ns[-1] == "idle-tidy"  # every release's idle loop, optional in each
     assert names[plan34] == ["elastic-block-pool", "allocate-slots-miss", "elastic-kv-cache",
-                             "kv-sizing"]
+                             "kv-sizing", "idle-tidy"]
 
 
 def _imports(path: Path) -> set[str]:

@@ -82,27 +82,39 @@ def test_stock_alone_still_gives_its_figures_and_no_ratio_verdict():
     assert "**elastic did not start**: boom" in md
 
 
+def _lowload_rows(stock_ts: list[float], elastic_ts: list[float], rep: int = 0) -> list[dict]:
+    """One row per request, as the bench asks a low-load point (the modes alternating)."""
+    rows = []
+    for k, (ts, te) in enumerate(zip(stock_ts, elastic_ts, strict=True)):
+        for mode, t in (("stock", ts), ("elastic", te)):
+            rows.append({"repeat": rep, "sample": k, "mode": mode, "kind": "lowload", "n":
+                         len(stock_ts), "seconds": t, "tokens_sha": f"t{k}",
+                         **({"pool": {"causes": {"map": 2, "reuse": 1} if k == 1 else {},
+                                      "map_ms": 1.5, "unmap_ms": 0.5}}
+                            if mode == "elastic" else {})})
+    return rows
+
+
 def test_the_low_load_point_judges_mean_and_p99_and_stays_out_of_the_1_02_goal():
-    args = argparse.Namespace(**{**vars(ARGS), "lowload": 32})
-    stock = {("prefill", 128): 0.02, ("prefill", 512): 0.05, ("tpot", 1): 0.007,
-             ("tpot", 16): 0.008, ("lowload", 32): 0.03}
-    rows = _rows(stock, {**stock, ("lowload", 32): 0.0303})
-    for r in rows:  # p99 is the judged tail: elastic's equal to stock's
-        if r["kind"] == "lowload":
-            r["p99_s"] = 0.05
-            r["pool"] = {"causes": {"map": 2, "reuse": 1} if r["mode"] == "elastic" else {},
-                         "map_ms": 1.5, "unmap_ms": 0.5}
+    args = argparse.Namespace(**{**vars(ARGS), "prompt_lens": [128], "batches": [],
+                                 "lowload": 4})
+    stock = [0.010, 0.010, 0.010, 0.014]  # the last is the p99 of four
+    elastic = [0.01044, 0.010, 0.010, 0.014]  # mean 1 % over stock's, the same tail
+    rows = [r for rep in range(3) for r in _lowload_rows(stock, elastic, rep)]
+    rows += [{"repeat": rep, "sample": 0, "mode": m, "kind": "prefill", "n": 128,
+              "seconds": 0.01, "tokens_sha": "p"} for rep in range(3) for m in report.MODES]
     table = report.summarize(rows, FACTS, BW, args)
     low = table[-1]
     assert low["kind"] == "lowload" and abs(low["ratio"]["median"] - 1.01) < 1e-9
+    assert low["stock_s"]["median"] == 0.011 and low["stock_p99_s"]["median"] == 0.014
     assert low["ratio_p99"]["median"] == 1.0 and not low["lowload_goal_met"]  # the mean missed
+    assert low["tokens_equal"] == 3
     v = report.verdicts(table)
     assert v["elastic_over_stock_le_1_02"] and v["lowload_ttft_mean_and_p99_le_1_00"] is False
     md = report.markdown({"model": "m", "bandwidth": BW, "facts": FACTS, "table": table,
-                              **RUN,
-                              "verdicts": v, "command": "cmd", "rows": rows})
+                          **RUN, "verdicts": v, "command": "cmd", "rows": rows})
     assert "| low-load TTFT p99 |" in md
-    assert "- lowload 32: {'map': 2, 'reuse': 1}; map 1.50 ms, unmap 0.50 ms" in md
+    assert "- lowload 4: {'map': 0.0, 'reuse': 0.0}; map 1.50 ms, unmap 0.50 ms" in md
 
 
 def test_the_map_clock_counts_a_ledgers_transitions_and_its_map_time():
@@ -148,13 +160,9 @@ def test_a_prefill_ratio_cancels_the_cost_of_going_second():
 
 
 def test_the_slowest_low_load_request_is_named_with_the_pool_work_on_its_path():
-    rows = [{"repeat": 0, "mode": "elastic", "kind": "lowload", "n": 3,
-             "requests": [{"ttft_s": 0.010, "pool": {}}, {"ttft_s": 0.0125, "pool": {"unmap": 19}},
-                          {"ttft_s": 0.011, "pool": {}}]},
-            {"repeat": 0, "mode": "stock", "kind": "lowload", "n": 3,
-             "requests": [{"ttft_s": 0.0101}, {"ttft_s": 0.0102}, {"ttft_s": 0.0100}]}]
+    rows = _lowload_rows([0.0101, 0.0102, 0.0100], [0.010, 0.0125, 0.011])
     assert report.slowest_lowload(rows) == \
-        "elastic r0: #1 12.50 {'unmap': 19}; stock r0: #1 10.20"
+        "elastic r0: #1 12.50 {'map': 2, 'reuse': 1}; stock r0: #1 10.20"
 
 
 @pytest.mark.parametrize("bad", ["MAX_RESERVED_PAGES", "=3", "A B=1", "ÉTÉ=1", "a/b=2"])

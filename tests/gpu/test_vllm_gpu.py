@@ -135,7 +135,7 @@ def model(tmp_path_factory) -> str:
 # vLLM 0.26's plan: both runners' KV seams, the check that the chosen one's took, the budget
 PATCHES = ["elastic-block-pool:applied", "allocate-slots-miss:applied",
            "elastic-kv-tensors:applied", "elastic-kv-tensors-v2:applied",
-           "kv-runner-check:applied", "virtual-budget:applied"]
+           "kv-runner-check:applied", "virtual-budget:applied", "idle-tidy:applied"]
 
 
 @pytest.fixture(scope="module")

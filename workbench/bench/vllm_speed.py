@@ -17,8 +17,9 @@ TPOT point is B requests of ``--context`` tokens asking for ``1 + --decode`` tok
 from every request's first token to the last one's finish, over ``--decode``. A low-load point
 (``--lowload N``) is N requests of ``--context`` tokens sent one at a time, ``--gap-ms`` apart
 with the engine idle in between, each asking for ``--lowload-tokens``: their mean and p99 time
-to first token. Every elastic point also says what the pool did on its path: page transitions
-by cause and the host time spent in maps and unmaps. The table, verdicts and Markdown are
+to first token (the modes alternating request by request, as a prefill point's samples do).
+Every elastic point also says what the pool did on its path: page transitions by cause and the
+host time spent in maps and unmaps. The table, verdicts and Markdown are
 ``vllm_speed_report``'s.
 """
 
@@ -57,11 +58,6 @@ def _engine(args):
                enable_prefix_caching=False)
 
 
-def _runner(llm):
-    return llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker \
-        .model_runner
-
-
 def _backends(runner) -> list[str]:
     """The attention backends the runner's layers use (V1: ``attn_groups``)."""
     names = set()
@@ -71,12 +67,14 @@ def _backends(runner) -> list[str]:
     return sorted(names) or ["unknown"]
 
 
-def facts(llm, init_s: float) -> dict:
-    """What ran: build, runner, attention, compilation and graphs, sizes, weight bytes."""
+def _core_facts(worker) -> dict:
+    """What ran, read where the model runner is (the engine-core process, or this one): build,
+    runner, attention, compilation and graphs, sizes, weight bytes. Called through vLLM's
+    ``collective_rpc``, which hands it the worker."""
     from workbench.engines.real.vllm_build import build
 
-    cfg = llm.llm_engine.vllm_config
-    cc, runner = cfg.compilation_config, _runner(llm)
+    cfg = worker.vllm_config
+    cc, runner = cfg.compilation_config, worker.model_runner
     model = runner.get_model()
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     embed = getattr(getattr(model, "model", None), "embed_tokens", None)
@@ -94,10 +92,16 @@ def facts(llm, init_s: float) -> dict:
             "max_num_batched_tokens": cfg.scheduler_config.max_num_batched_tokens,
             "async_scheduling": bool(cfg.scheduler_config.async_scheduling),
             "block_size": cfg.cache_config.block_size,
-            "num_gpu_blocks": cfg.cache_config.num_gpu_blocks, "init_s": round(init_s, 1),
+            "num_gpu_blocks": cfg.cache_config.num_gpu_blocks,
             "weight_bytes": int(weights),
             "embedding_bytes": int(embed.weight.numel() * embed.weight.element_size())
             if embed is not None else 0}
+
+
+def facts(llm, init_s: float) -> dict:
+    return {**llm.collective_rpc(_core_facts)[0], "init_s": round(init_s, 1),
+            "engine_core": "process" if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+            != "0" else "in-process"}
 
 
 def _ids(n: int, length: int, salt: int) -> list[list[int]]:
@@ -134,35 +138,17 @@ def drive(engine, prompts: list[list[int]], new_tokens: int, tag: str) -> dict:
             .hexdigest()[:12]}
 
 
-def lowload(engine, n: int, args, seq: int, clock: MapClock | None) -> dict:
-    """``n`` requests one at a time, ``args.gap_ms`` apart (the engine idle): TTFT of each, in
-    order, with the pool's page transitions on each one's path (elastic), so a p99 can be
-    traced to the request that set it."""
-    each, shas, tokens = [], [], 0
-    for i in range(n):
-        time.sleep(args.gap_ms / 1e3)
-        before = clock.snapshot() if clock else {}
-        r = drive(engine, _ids(1, args.context, seq * 1000 + i), args.lowload_tokens,
-                  f"l{seq}.{i}")
-        each.append({"ttft_s": round(r["t_first"], 6),
-                     **({"pool": clock.since(before)["causes"]} if clock else {})})
-        shas.append(r["tokens_sha"])
-        tokens += r["tokens"]
-    ttfts = sorted(e["ttft_s"] for e in each)
-    return {"seconds": statistics.fmean(ttfts), "p99_s": ttfts[min(n - 1, int(0.99 * n))],
-            "t_first": ttfts[0], "requests": each, "tokens": tokens,
-            "tokens_sha": hashlib.sha256("".join(shas).encode()).hexdigest()[:12]}
-
-
-def point(llm, kind: str, n: int, args, seq: int, clock: MapClock | None) -> dict:
+def point(llm, kind: str, n: int, args, seq: int, clock: PoolProbe | None) -> dict:
     engine = llm.llm_engine
     before = clock.snapshot() if clock else {}
     if kind == "prefill":
         r = drive(engine, _ids(1, n, seq), 1, f"p{seq}")
         out = {"seconds": r["t_first"]}
-    elif kind == "lowload":
-        r = lowload(engine, n, args, seq, clock)
-        out = {"seconds": r["seconds"], "p99_s": r["p99_s"], "requests": r["requests"]}
+    elif kind == "lowload":  # one request of the point's n, the engine idle before it
+        time.sleep(args.gap_ms / 1e3)
+        before = clock.snapshot() if clock else {}
+        r = drive(engine, _ids(1, args.context, seq), args.lowload_tokens, f"l{seq}")
+        out = {"seconds": r["t_first"]}
     else:
         r = drive(engine, _ids(n, args.context, seq), 1 + args.decode, f"d{seq}")
         out = {"seconds": (r["t_end"] - r["t_first"]) / args.decode, "ttft_s": r["t_first"]}
@@ -218,11 +204,41 @@ class MapClock:
                 "mapped_bytes": self.kv.mapped_bytes}
 
 
+_CLOCK: list = []  # this process's map clock (the engine core's), once attached: [clock]
+
+
+def _clock_ask(worker, op: str, before: dict | None = None) -> dict | None:
+    """``snapshot`` or ``since``, run where the pool is (through ``collective_rpc``, like
+    :func:`_core_facts`); None where no elastic pool was built (stock)."""
+    if not _CLOCK:
+        _CLOCK.append(MapClock.attach())
+    clock = _CLOCK[0]
+    if clock is None:
+        return None
+    return clock.snapshot() if op == "snapshot" else clock.since(before or {})
+
+
+class PoolProbe:
+    """The bench's side of the map clock: ``snapshot`` / ``since`` asked of the process the
+    pool is in (the engine core's, vLLM's default, or this one)."""
+
+    def __init__(self, llm):
+        self.llm = llm
+        self.live = self.snapshot() is not None
+
+    def snapshot(self) -> dict | None:
+        return self.llm.collective_rpc(_clock_ask, args=("snapshot",))[0]
+
+    def since(self, before: dict) -> dict:
+        return self.llm.collective_rpc(_clock_ask, args=("since", before))[0]
+
+
 def worker(args) -> int:
     t0 = time.time()
     llm = _engine(args)
     _say("READY", facts(llm, time.time() - t0))
-    clock = MapClock.attach()
+    probe = PoolProbe(llm)
+    clock = probe if probe.live else None
     for seq, line in enumerate(sys.stdin):
         ask = json.loads(line)
         if ask.get("stop"):
@@ -268,6 +284,11 @@ class Worker:
 
     def __init__(self, mode: str, args, log_dir: Path):
         env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+        # the engine core in a process of its own is vLLM's default (and what its idle loop,
+        # where the pool tidies, needs); the bench's facts and map clock reach it through
+        # collective_rpc, whose function argument vLLM sends pickled only when allowed
+        env.update(VLLM_ENABLE_V1_MULTIPROCESSING="1" if args.engine_core == "process" else "0",
+                   VLLM_ALLOW_INSECURE_SERIALIZATION="1")
         if mode == "elastic":
             env.update(WORKBENCH_KV_AUTOPATCH="1", WORKBENCH_KV_IPC_NAME=f"vspeed_{os.getpid()}",
                        **pool_env(args.pool))
@@ -322,13 +343,14 @@ def _passthrough(args) -> list[str]:
 
 def sweep(workers: dict, args, log) -> list[dict]:
     """Every point in every repeat, the modes in alternating order; warm-up repeats first. A
-    prefill point is asked ``args.samples`` times, the order alternating sample by sample: the
-    host's and the GPU clock's drift over seconds (a 10 ms prefill moved by 30 % between one
-    point and the next on the H200) then falls on both modes of a pair alike."""
+    prefill point is asked ``args.samples`` times and a low-load point once per request, the
+    order alternating sample by sample: the host's and the GPU clock's drift over seconds (a
+    10 ms prefill moved by 30 % between one point and the next on the H200) then falls on both
+    modes of a pair alike, and so does the cost of going second."""
     rows = []
     for rep in range(-args.warmup, args.repeats):
         for kind, n in points(args):
-            for k in range(args.samples if kind == "prefill" else 1):
+            for k in range({"prefill": args.samples, "lowload": n}.get(kind, 1)):
                 flip = (rep + k) % 2
                 for mode in [m for m in (MODES[::-1] if flip else MODES) if m in workers]:
                     r = {"repeat": rep, "sample": k, "mode": mode, "kind": kind, "n": n,
@@ -406,6 +428,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="tokens each low-load request asks for")
     ap.add_argument("--gap-ms", type=float, default=50.0,
                     help="idle time before each low-load request")
+    ap.add_argument("--engine-core", choices=("process", "in-process"), default="process",
+                    help="vLLM's engine core in a process of its own (its default) or in the "
+                    "bench's worker (VLLM_ENABLE_V1_MULTIPROCESSING=0)")
     ap.add_argument("--max-len", type=int, default=8448)
     ap.add_argument("--util", type=float, default=0.4, help="gpu_memory_utilization, each")
     ap.add_argument("--repeats", type=int, default=5)

@@ -30,7 +30,12 @@ def _by_repeat(kept: list[dict], kind: str, n: int, mode: str) -> dict[int, dict
             row["by_sample"][r.get("sample", 0)] = r["seconds"]
             row["shas"].append(r["tokens_sha"])
     for row in out.values():
-        row["seconds"] = statistics.median(row["by_sample"].values())
+        ts = sorted(row["by_sample"].values())
+        if kind == "lowload":  # each sample one request: their mean and p99 time to first token
+            row["seconds"] = statistics.fmean(ts)
+            row["p99_s"] = ts[min(len(ts) - 1, int(0.99 * len(ts)))]
+        else:
+            row["seconds"] = statistics.median(ts)
     return out
 
 
@@ -46,6 +51,12 @@ def _pair_ratio(e: dict, s: dict, rep: int) -> float:
             by_order[(rep + k) % 2].append(t / s["by_sample"][k])  # 0: stock went first
     meds = [statistics.median(x) for x in by_order if x]
     return math.prod(meds) ** (1 / len(meds))
+
+
+def _mean_ratio(e: dict, s: dict, rep: int) -> float:
+    """Elastic ÷ stock mean time to first token of one low-load repeat. Each mode went second
+    in half of its pairs, so the cost of going second weighs on both means alike."""
+    return e["seconds"] / s["seconds"]
 
 
 def _spread(xs: list[float], nd: int = 5) -> dict | None:
@@ -69,7 +80,8 @@ def summarize(rows: list[dict], facts: dict, bw: list[dict], args) -> list[dict]
     for kind, n in points(args):
         by = {m: _by_repeat(kept, kind, n, m) for m in modes}
         reps = sorted(set.intersection(*(set(v) for v in by.values())))
-        ratios = [_pair_ratio(by["elastic"][i], by["stock"][i], i) for i in reps] \
+        ratio = _mean_ratio if kind == "lowload" else _pair_ratio
+        ratios = [ratio(by["elastic"][i], by["stock"][i], i) for i in reps] \
             if len(modes) == 2 else []
         row = {"kind": kind, "n": n,
                **{f"{m}_s": _spread([by[m][i]["seconds"] for i in reps]) for m in modes},
@@ -131,12 +143,16 @@ def pool_on_path(rows: list[dict]) -> dict[str, str]:
 def slowest_lowload(rows: list[dict]) -> str:
     """Per counted repeat, each mode's slowest low-load request (the p99 of a few dozen) and,
     for elastic, the page transitions on its path."""
-    out = []
+    worst: dict[tuple[int, str], tuple[int, dict]] = {}
     for r in rows:
-        if r["kind"] == "lowload" and r["repeat"] >= 0 and r.get("requests"):
-            i, worst = max(enumerate(r["requests"]), key=lambda x: x[1]["ttft_s"])
-            pool = f" {worst['pool']}" if "pool" in worst else ""
-            out.append(f"{r['mode']} r{r['repeat']}: #{i} {worst['ttft_s'] * 1e3:.2f}{pool}")
+        if r["kind"] == "lowload" and r["repeat"] >= 0:
+            key = (r["repeat"], r["mode"])
+            if key not in worst or r["seconds"] > worst[key][1]["seconds"]:
+                worst[key] = (r.get("sample", 0), r)
+    out = []
+    for (rep, mode), (k, r) in sorted(worst.items()):
+        pool = f" {r['pool']['causes']}" if "pool" in r else ""
+        out.append(f"{mode} r{rep}: #{k} {r['seconds'] * 1e3:.2f}{pool}")
     return "; ".join(out)
 
 
@@ -163,7 +179,8 @@ def markdown(result: dict) -> str:
              f"alternating; a prefill point's time is the median of {result.get('samples', 1)} "
              "requests a repeat, sent one at a time, the modes alternating request by request "
              "(its ratio: the geometric mean of the median pair ratio of each order, so the "
-             "cost of going second cancels).", "",
+             "cost of going second cancels); a low-load point's requests alternate the same "
+             f"way. Engine core: {f.get('engine_core', 'in-process')}.", "",
              "| point | stock median [min, max] | elastic median [min, max] | elastic ÷ stock "
              "median [min, max] | floor | tokens equal |", "|---|---|---|---|---|---|"]
     for r in result["table"]:

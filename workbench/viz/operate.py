@@ -20,7 +20,7 @@ import plotly.graph_objects as go
 
 from workbench.adapters.patching import need_params, replace_class
 from workbench.adapters.registry import EnginePlan, Patch
-from workbench.viz.style import FONT, VARIANT_COLORS, WHITE
+from workbench.viz.style import FONT, MUTED, VARIANT_COLORS, WHITE
 
 CLI_ENV = {"COLUMNS": "100", "NO_COLOR": "1"}
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # bold/dim survive NO_COLOR under a notebook's TERM
@@ -71,26 +71,29 @@ def pool_panel(frame: str, name: str) -> str:
 
 # -- a plan's variants per version ----------------------------------------------------------
 def variant_matrix(plan: EnginePlan, versions: list[str]) -> list[dict[str, str]]:
-    """One row per patch name: for each version, the range of the variant it gets, or
-    ``refused`` (a required patch with no variant for it)."""
+    """One row per patch name: for each version, the range of the variant it gets, ``refused``
+    (a required patch with no variant for it) or ``none`` (an optional one: the engine runs
+    without it)."""
     rows = {name: {"patch": name} for name in dict.fromkeys(p.name for p in plan.patches)}
     for v in versions:
-        chosen, problems, _ = plan.select(v)
+        chosen, problems, records = plan.select(v)
         for p in chosen:
             rows[p.name][v] = p.versions
         for name, _why, _fix in problems:
             rows[name][v] = "refused"
+        for r in records:
+            rows[r.patch][v] = "none"
     return list(rows.values())
 
 
 def variant_figure(rows: list[dict[str, str]], versions: list[str],
                    title: str = "Which variant each patch gets") -> go.Figure:
     """A grid: patches down, versions across; a colour per distinct variant range, red for
-    refused."""
-    ranges = sorted({r[v] for r in rows for v in versions} - {"refused"})
-    code = {rng: i + 1 for i, rng in enumerate(ranges)} | {"refused": 0}
-    palette = VARIANT_COLORS
-    n = len(ranges) + 1
+    refused, grey for an optional patch the version goes without."""
+    ranges = sorted({r[v] for r in rows for v in versions} - {"refused", "none"})
+    code = {rng: i + 1 for i, rng in enumerate(ranges)} | {"refused": 0, "none": len(ranges) + 1}
+    palette = VARIANT_COLORS[:len(ranges) + 1] + [MUTED]
+    n = len(ranges) + 2
     scale = [[k / n, palette[k % len(palette)]] for k in range(n)]
     scale = [pt for k, (_, c) in enumerate(scale) for pt in ([k / n, c], [(k + 1) / n, c])]
     z = [[code[r[v]] for v in versions] for r in rows]

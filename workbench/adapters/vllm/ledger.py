@@ -117,6 +117,23 @@ class BlockLedger(KVCacheManager):
             n += self.release_retired_through(marker)
         return n
 
+    def tidy(self) -> int:
+        """The engine has no request in flight (its idle loop says so): release the retired
+        pages, waiting for their fences (the last step's kernels, done by now), and refill the
+        reserve, so that neither unmaps nor refills land on the next request's path. From the
+        first tidy on, a reserve an allocation drains is refilled here, not inline in that
+        allocation (the engine has shown it has idle moments). Returns the pages released."""
+        p = self.pages
+        if self.closed or p.failed is not None:
+            return 0
+        p.refill_hook = _at_next_idle
+        self.poll_control()
+        n = self.reap(wait=True) if self._fences else 0
+        mapped = p.refill() if len(p.reserved) < p.min_reserved else 0
+        if n or mapped:
+            self._publish()
+        return n
+
     def unlimited(self) -> bool:
         """True when every block could be backed now (the cheap common case)."""
         p = self.pages
@@ -221,3 +238,7 @@ class BlockLedger(KVCacheManager):
             self._fence_retired()
         self.poll_control()
         self._publish()
+
+
+def _at_next_idle() -> None:
+    """The page allocator's refill hook once the engine tidies when idle: nothing now."""

@@ -32,6 +32,7 @@ from workbench.adapters.vllm.seams import (
     apply_pool,
     check_mgr,
     check_pool,
+    idle_patch,
 )
 
 RANGE = ">=0.32.0,<0.34.0"  # the seams both versions share
@@ -86,4 +87,5 @@ def build_plan() -> EnginePlan:
         p("allocate-slots-miss", MGR, apply_mgr, check_mgr, MGR_DOC),
         p("elastic-kv-tensors", WORKER_UTILS, _apply_worker, _check_worker,
           "allocate_kv_cache: per-layer views over a workbench KV range, not torch.zeros"),
+        idle_patch(RANGE, FIX),
     ])

@@ -37,6 +37,7 @@ from workbench.adapters.vllm.seams import (
     apply_pool,
     check_mgr,
     check_pool,
+    idle_patch,
 )
 from workbench.errors import ConfigError
 
@@ -188,4 +189,5 @@ def build_plan() -> EnginePlan:
         p("virtual-budget", WORKER, _apply_worker, _check_worker,
           "request_memory/determine_available_memory: a per-process virtual budget, not the "
           "GPU's free memory"),
+        idle_patch(RANGE, FIX),
     ])

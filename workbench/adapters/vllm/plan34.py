@@ -33,6 +33,7 @@ from workbench.adapters.vllm.seams import (
     apply_pool,
     check_mgr,
     check_pool,
+    idle_patch,
 )
 
 RANGE = ">=0.34.0,<0.35.0"
@@ -124,4 +125,5 @@ def build_plan() -> EnginePlan:
         p("kv-sizing", GPU_WORKER, _apply_sizing, _check_sizing,
           "measure_kv_cache_blocks: an elastic cache keeps its reserved capacity; the shared "
           "budget, not free memory measured once, decides who backs what"),
+        idle_patch(RANGE, FIX),
     ])

@@ -62,6 +62,13 @@ def standalone_ledger(num_blocks: int) -> BlockLedger:
     return BlockLedger(geo, _sim, name="vllm-standalone", config=cfg)
 
 
+def tidy_idle() -> None:
+    """The engine core has no request in flight: each elastic pool's ledger tidies up
+    (:meth:`~workbench.adapters.vllm.ledger.BlockLedger.tidy`)."""
+    for pool in list(pools):
+        pool.backing.tidy()
+
+
 def own_order() -> bool:
     """``WORKBENCH_KV_VLLM_OWN_ORDER``: keep vLLM's block order even where it maps a page."""
     return settings().vllm_own_order

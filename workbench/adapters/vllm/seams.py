@@ -6,12 +6,20 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from workbench.adapters.patching import need_attrs, need_params, replace_class, wrap_method
+from workbench.adapters.patching import (
+    need_attrs,
+    need_params,
+    need_source,
+    replace_class,
+    wrap_method,
+)
+from workbench.adapters.registry import Patch
 
 POOL = "vllm.v1.core.block_pool"
 MGR = "vllm.v1.core.kv_cache_manager"
 WORKER_UTILS = "vllm.v1.worker.utils"
 GPU_WORKER = "vllm.v1.worker.gpu_worker"
+ENGINE_CORE = "vllm.v1.engine.core"
 
 
 def check_pool(m: ModuleType, *params: str) -> str | None:
@@ -49,3 +57,36 @@ def apply_mgr(m: ModuleType):
 
 POOL_DOC = "BlockPool -> ElasticBlockPool (vLLM's prefix caching kept; pages follow held blocks)"
 MGR_DOC = "KVCacheManager.allocate_slots: a failed page map is None (preempt), not a crash"
+
+
+def check_idle(m: ModuleType) -> str | None:
+    """The engine-core loop that, with no request in flight, notifies its idle callbacks before
+    it blocks on its input queue (vLLM 0.24 on)."""
+    cls = getattr(m, "EngineCoreProc", None)
+    if cls is None:
+        return f"{ENGINE_CORE} has no EngineCoreProc"
+    return (need_attrs(cls, "_notify_idle_state_callbacks", "_process_input_queue")
+            or need_source(cls._process_input_queue, "self._notify_idle_state_callbacks()",
+                           "self.has_work()"))
+
+
+def apply_idle(m: ModuleType):
+    from workbench.adapters.vllm import registry
+
+    def make(orig):
+        def _notify_idle_state_callbacks(self):
+            registry.tidy_idle()
+            orig(self)
+
+        return _notify_idle_state_callbacks
+
+    return wrap_method(m.EngineCoreProc, "_notify_idle_state_callbacks", make)
+
+
+def idle_patch(versions: str, fix: str) -> Patch:
+    """Optional: where the loop moved, the pool releases and refills on the request path, as
+    it did before (vLLM with the engine core in the caller's process has no such loop)."""
+    return Patch("idle-tidy", ENGINE_CORE, versions, apply_idle, check_idle, required=False,
+                 fix=fix, doc="EngineCoreProc, idle: every elastic pool releases its retired "
+                 "pages and refills its reserve before the loop waits for work, not on the next "
+                 "request's path")
