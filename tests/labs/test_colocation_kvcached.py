@@ -248,6 +248,41 @@ def test_a_partly_patched_kvcached_is_not_run_with_the_patches_it_lacks():
     assert rec["engines"][0]["patches"]["failed"] == ["gpu_worker"]
 
 
+class _KvcUp(_Kvc):
+    """A fully patched kvcached engine that has mapped ``mapped`` bytes at start-up."""
+
+    def __init__(self, mapped: int):
+        super().__init__("Successfully patched vllm: " + ", ".join(kvcached.ESSENTIAL) + "\n")
+        self.mapped = mapped
+
+    def segment(self):
+        return kvcached.Segment(0, self.mapped, 0)
+
+
+class _Ballast(kvcached.Ballast):
+    def hold(self, nbytes: int) -> int:  # no CUDA: count what would be held
+        self.held.append(max(0, nbytes))
+        return max(0, nbytes)
+
+
+def test_kvcached_on_a_card_that_leaves_it_less_than_the_budget_is_not_run_and_says_by_how_much():
+    cfg = _cfg(setting="kvcached")  # 24.71 GiB for every mode
+    total = 79 * GiB
+
+    def h100(free=27 * GiB):  # three 8B engines up: kvcached may map 27 - 3.95 GiB
+        return lambda: (free, total)
+
+    with pytest.raises(server.KvcachedNotRun) as err:
+        server.kvcached_facts(cfg, [_KvcUp(0)] * 3, _Ballast(), h100())
+    why = err.value.record["reason"]
+    assert why.startswith("this card leaves kvcached 23.05 GiB to map under its 5 % headroom")
+    assert "less than the 24.71 GiB every mode gets" in why and "an H200" in why
+    assert "\n" not in why
+    roomy = server.kvcached_facts(cfg, [_KvcUp(0)] * 3, _Ballast(), h100(90 * GiB))
+    b = roomy["ballast"]
+    assert b["wanted"] > 0 and b["kvcached_may_map"] == cfg.budget_bytes
+
+
 class _Closable:
     def __init__(self, closed: list, name: str):
         self.closed, self.name = closed, name

@@ -255,16 +255,33 @@ def warm_up(cfg: VllmColoConfig, engines: list, mode: str, root: Path) -> dict:
             "lost": w["lost"] + w["overall"]["requests"] - w["overall"]["finished"]}
 
 
-def kvcached_facts(cfg: VllmColoConfig, engines: list, ballast: kvcached.Ballast | None) -> dict:
+def kvcached_facts(cfg: VllmColoConfig, engines: list, ballast: kvcached.Ballast | None,
+                   mem_info=None) -> dict:
     """kvcached's engines once up: each one's facts, and the ballast that leaves them the
-    sweep's budget; :class:`KvcachedNotRun` where a log lacks one of its essential patches."""
+    sweep's budget. :class:`KvcachedNotRun` where a log lacks one of its essential patches, or
+    where the card leaves kvcached less than that budget under its own headroom rule: every mode
+    gets the same bytes, so kvcached on less would not be the setting (on an H100, three 8B
+    engines left it 22.73 GiB of the 24.71 GiB kvcached's A100 run had)."""
     facts = [e.facts() for e in engines]
     missing = sorted({n for f in facts for n in f["patches"]["missing"]})
     if missing:
         raise KvcachedNotRun(f"kvcached {kvcached.VERSION} left vLLM partly stock: its log "
                              f"has no successful patch of {', '.join(missing)}", facts)
-    return {"engines": facts, "ballast": kvcached.cap_at_budget(
-        engines, cfg.budget_bytes, ballast if ballast is not None else kvcached.Ballast())}
+    cap = kvcached.cap_at_budget(engines, cfg.budget_bytes,
+                                 ballast if ballast is not None else kvcached.Ballast(), mem_info)
+    if cap["wanted"] < 0:
+        raise KvcachedNotRun(
+            f"this card leaves kvcached {gib(cap['kvcached_may_map'])} GiB to map under its "
+            f"5 % headroom rule (device free {gib(cap['free_before'])} of "
+            f"{gib(cap['total'])} GiB with its engines up), less than the "
+            f"{gib(cfg.budget_bytes)} GiB every mode gets: run the setting on a card with "
+            "more memory (an H200), or give every mode less (budget_gib)", facts)
+    return {"engines": facts, "ballast": cap}
+
+
+def gib(x) -> str:
+    """Bytes as GiB with two decimals (``-`` for none), as the sweep's report writes them."""
+    return "-" if x is None else f"{x / GiB:.2f}"
 
 
 def close_all(live: dict[str, list], ballast: kvcached.Ballast | None = None) -> None:

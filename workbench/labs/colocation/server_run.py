@@ -18,7 +18,7 @@ from workbench.labs.colocation.params import (
     reading_sweep,
     spread,
 )
-from workbench.labs.colocation.server import command_line, config_for, sweep
+from workbench.labs.colocation.server import command_line, config_for, gib, sweep
 from workbench.labs.colocation.sim import prediction_markdown, sim_beside_real
 from workbench.labs.kit.base import Progress
 from workbench.labs.kit.record import Manifest
@@ -58,10 +58,6 @@ def _med(values: list[float]) -> float:
 
 def _runs(reps: list[dict], key: str) -> list[dict]:
     return [r["runs"][key] for r in reps if key in r["runs"]]
-
-
-def _gib(x) -> str:
-    return "-" if x is None else f"{x / GiB:.2f}"
 
 
 def per_instance(reps: list[dict], peaks: list[int], modes: list[str]) -> list[str]:
@@ -112,7 +108,7 @@ def where_time_went(reps: list[dict], peaks: list[int], modes: list[str]) -> lis
                 f"{f'{_med(steps):.0f}' if logged else '-'} | "
                 f"{f'{_med(step_s):.1f}' if logged else '-'} | "
                 f"{_med([r['overall']['tpot']['mean'] * 1e3 for r in rs]):.1f} | "
-                f"{_gib(_med(mp)) if mp else '-'} | {_gib(_med(fm)) if fm else '-'} |")
+                f"{gib(_med(mp)) if mp else '-'} | {gib(_med(fm)) if fm else '-'} |")
     return lines + [""]
 
 
@@ -144,15 +140,15 @@ def memory_check(reps: list[dict]) -> list[str]:
              f"{c['budget_bytes'] / GiB:.2f} GiB."]
     for u in ups[:4]:
         lines.append(f"* start-up of {' + '.join(u['modes'])} ({u['start_s']} s): device free "
-                     f"{_gib(u['free_before'])} -> {_gib(u['free_after'])} GiB.")
+                     f"{gib(u['free_before'])} -> {gib(u['free_after'])} GiB.")
     for m in c["modes"]:
         fm = [r["runs"][k]["free_min"] for r in reps for k in r["runs"]
               if k.endswith("/" + m) and r["runs"][k].get("free_min") is not None]
         fs = [r["runs"][k]["free_start"] for r in reps for k in r["runs"]
               if k.endswith("/" + m) and r["runs"][k].get("free_start") is not None]
         if fm and fs:
-            lines.append(f"* {m} points: device free at their start {_gib(min(fs))}-"
-                         f"{_gib(max(fs))} GiB, lowest during them {_gib(min(fm))} GiB.")
+            lines.append(f"* {m} points: device free at their start {gib(min(fs))}-"
+                         f"{gib(max(fs))} GiB, lowest during them {gib(min(fm))} GiB.")
     for m in [m for m in c["modes"] if m != "static"]:
         mp = [r["runs"][k].get("mapped_peak_bytes") or 0 for r in reps for k in r["runs"]
               if k.endswith("/" + m)]
@@ -161,11 +157,10 @@ def memory_check(reps: list[dict]) -> list[str]:
                          f"{c['budget_bytes'] / GiB:.2f} GiB).")
     for u in [u for u in ups if u.get("kvcached")][:3]:
         b = u["kvcached"]["ballast"]
-        lines.append(f"* kvcached's ballast: device free {_gib(b['free_before'])} GiB with its "
-                     f"engines up, {_gib(b['held'])} GiB held so that its 5 % headroom rule "
-                     f"leaves it {_gib(b['kvcached_may_map'])} GiB"
-                     + (f" (the device falls {_gib(-b['wanted'])} GiB short)"
-                        if b["wanted"] < 0 else "") + ".")
+        lines.append(f"* kvcached's ballast: device free {gib(b['free_before'])} GiB with its "
+                     f"engines up, {gib(b['held'])} GiB held so that its 5 % headroom rule "
+                     f"leaves it {gib(b['kvcached_may_map'])} GiB (a card that leaves it "
+                     "less runs no kvcached point, and says why).")
     return lines + [""]
 
 
