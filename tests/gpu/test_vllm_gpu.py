@@ -196,6 +196,26 @@ def test_a_kvctl_limit_from_another_process_shrinks_the_pool_mid_run(model, elas
     assert r["mapped_after"] <= 2 * page
 
 
+@needs_vllm
+def test_an_idle_engine_core_releases_retired_pages_and_refills_with_no_step(model):
+    """vLLM's default layout, the engine core in a process of its own: after the batch no step
+    runs, so only the idle loop's tidy-up (the ``idle-tidy`` patch) releases what its last frees
+    retired; the pool's control segment shows it from this process."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tests/engines_real/vllm/gpu_idle.py"), model],
+        env=_env(VLLM_ENABLE_V1_MULTIPROCESSING="1", **_elastic(
+            "vllm_gpu_idle", WORKBENCH_KV_MIN_RESERVED_PAGES="1",
+            WORKBENCH_KV_MAX_RESERVED_PAGES="2")),
+        capture_output=True, text=True, timeout=240)
+    r = _result(proc)
+    print("IDLE", json.dumps(r))
+    page, s = r["settled"]["page_id_bytes"], r["settled"]
+    assert r["finished"] == 48
+    assert s["mapped"] == s["used"] + s["reserved"]  # no page left retired
+    assert s["used"] == page and s["reserved"] == 2 * page  # the null block's page, the reserve
+    assert r["waited_s"] < 5.0
+
+
 # -- Model Runner V2 (VLLM_USE_V2_MODEL_RUNNER=1) ----------------------------------------------
 V2 = {"VLLM_USE_V2_MODEL_RUNNER": "1"}
 
