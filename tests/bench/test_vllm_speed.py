@@ -171,3 +171,23 @@ def test_a_pool_setting_that_is_not_name_equals_value_is_refused_in_one_line(bad
         vllm_speed.pool_env([bad])
     assert vllm_speed.pool_env(["max_reserved_pages=16"]) == \
         {"WORKBENCH_KV_MAX_RESERVED_PAGES": "16"}
+
+
+def test_what_runs_in_the_engine_core_is_named_by_its_import_name_even_from_main():
+    """The worker runs this file as ``-m`` (``__main__``): a function of that copy would reach
+    vLLM's cloudpickle by value, its globals with it, so the engine core would build a new map
+    clock on every call (it did on the H100: every map and unmap timed 0.00 ms)."""
+    import runpy
+
+    ns = runpy.run_module("workbench.bench.vllm_speed", run_name="__not_importable__")
+    sent = []
+
+    class LLM:
+        def collective_rpc(self, fn, args=()):
+            sent.append((fn, args))
+            return [None]
+
+    assert ns["PoolProbe"](LLM()).snapshot() is None
+    (fn, args), = sent
+    assert fn is vllm_speed._clock_ask and fn.__module__ == "workbench.bench.vllm_speed"
+    assert args == ("snapshot",)

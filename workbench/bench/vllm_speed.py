@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib
 import json
 import os
 import statistics
@@ -99,7 +100,7 @@ def _core_facts(worker) -> dict:
 
 
 def facts(llm, init_s: float) -> dict:
-    return {**llm.collective_rpc(_core_facts)[0], "init_s": round(init_s, 1),
+    return {**in_core(llm, "_core_facts"), "init_s": round(init_s, 1),
             "engine_core": "process" if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
             != "0" else "in-process"}
 
@@ -138,23 +139,24 @@ def drive(engine, prompts: list[list[int]], new_tokens: int, tag: str) -> dict:
             .hexdigest()[:12]}
 
 
-def point(llm, kind: str, n: int, args, seq: int, clock: PoolProbe | None) -> dict:
+def point(llm, kind: str, n: int, args, seq: int, probe: PoolProbe) -> dict:
     engine = llm.llm_engine
-    before = clock.snapshot() if clock else {}
+    if kind == "lowload":  # one request of the point's n, the engine idle before it
+        time.sleep(args.gap_ms / 1e3)
+    before = probe.snapshot()
     if kind == "prefill":
         r = drive(engine, _ids(1, n, seq), 1, f"p{seq}")
         out = {"seconds": r["t_first"]}
-    elif kind == "lowload":  # one request of the point's n, the engine idle before it
-        time.sleep(args.gap_ms / 1e3)
-        before = clock.snapshot() if clock else {}
+    elif kind == "lowload":
         r = drive(engine, _ids(1, args.context, seq), args.lowload_tokens, f"l{seq}")
         out = {"seconds": r["t_first"]}
     else:
         r = drive(engine, _ids(n, args.context, seq), 1 + args.decode, f"d{seq}")
         out = {"seconds": (r["t_end"] - r["t_first"]) / args.decode, "ttft_s": r["t_first"]}
     out.update(tokens=r["tokens"], tokens_sha=r["tokens_sha"])
-    if clock:
-        out["pool"] = clock.since(before)
+    pool = probe.since(before)
+    if pool is not None:
+        out["pool"] = pool
     return out
 
 
@@ -213,24 +215,33 @@ def _clock_ask(worker, op: str, before: dict | None = None) -> dict | None:
     if not _CLOCK:
         _CLOCK.append(MapClock.attach())
     clock = _CLOCK[0]
-    if clock is None:
+    if clock is None or (op == "since" and before is None):
         return None
-    return clock.snapshot() if op == "snapshot" else clock.since(before or {})
+    return clock.snapshot() if op == "snapshot" else clock.since(before)
+
+
+def in_core(llm, name: str, *args):
+    """This module's function ``name`` run where the model runner is (the engine-core process,
+    or this one), through vLLM's ``collective_rpc``, which hands it the worker. Named through
+    the module's import name: run as ``-m`` this file is ``__main__``, whose functions vLLM's
+    cloudpickle would send by value, globals and all (a fresh map clock on every call)."""
+    fn = getattr(importlib.import_module(__spec__.name if __spec__ else __name__), name)
+    return llm.collective_rpc(fn, args=args)[0]
 
 
 class PoolProbe:
     """The bench's side of the map clock: ``snapshot`` / ``since`` asked of the process the
-    pool is in (the engine core's, vLLM's default, or this one)."""
+    pool is in. Stock is asked the same round trips (and answers None), so both modes see the
+    same calls around each request."""
 
     def __init__(self, llm):
         self.llm = llm
-        self.live = self.snapshot() is not None
 
     def snapshot(self) -> dict | None:
-        return self.llm.collective_rpc(_clock_ask, args=("snapshot",))[0]
+        return in_core(self.llm, "_clock_ask", "snapshot")
 
-    def since(self, before: dict) -> dict:
-        return self.llm.collective_rpc(_clock_ask, args=("since", before))[0]
+    def since(self, before: dict | None) -> dict | None:
+        return in_core(self.llm, "_clock_ask", "since", before)
 
 
 def worker(args) -> int:
@@ -238,12 +249,11 @@ def worker(args) -> int:
     llm = _engine(args)
     _say("READY", facts(llm, time.time() - t0))
     probe = PoolProbe(llm)
-    clock = probe if probe.live else None
     for seq, line in enumerate(sys.stdin):
         ask = json.loads(line)
         if ask.get("stop"):
             break
-        _say("RESULT", point(llm, ask["kind"], ask["n"], args, seq, clock))
+        _say("RESULT", point(llm, ask["kind"], ask["n"], args, seq, probe))
     return 0
 
 
