@@ -6,8 +6,10 @@ same run).
 Two worker processes, one engine each (stock, then elastic with autopatch armed), both kept
 alive; the coordinator asks them for one point at a time, interleaved (the mode order
 alternates every repeat), so a drift of the machine hits both alike. Each engine runs vLLM's
-defaults (its attention backend, torch.compile, CUDA graphs); only the sizes are set. The
-record names the vLLM build (compiled ops or stand-in), the runner and the attention backend.
+defaults (its attention backend, torch.compile, CUDA graphs, its engine core in a process of its
+own: ``--engine-core in-process`` keeps it in the worker); only the sizes are set. The record
+names the vLLM build (compiled ops or stand-in), the runner, the attention backend and where the
+engine core ran.
 
     python -m workbench.bench.vllm_speed [--model llama-3.1-8b] [--repeats 5] [--out DIR]
 
