@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import types
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -114,12 +115,35 @@ def test_an_idle_refill_whose_map_fails_stops_short_and_the_next_idle_retries(mo
     kv.close()
 
 
+def test_an_unmap_that_fails_past_undo_at_idle_fails_the_pool_not_the_engine_loop(
+        monkeypatch, caplog):
+    from workbench.errors import PoolFailedError, StateConsistencyError
+
+    pool, kv, registry = _pool(monkeypatch, "idle-broken")
+    registry.tidy_idle()
+    pool.free_blocks(pool.get_new_blocks(15 + 4 * BPP))  # four pages retire
+
+    def broken(page, **kw):
+        raise StateConsistencyError(f"page {page}: the driver lost track of it")
+
+    monkeypatch.setattr(kv.space, "prepare_unmap", broken)
+    with caplog.at_level("ERROR", logger="workbench.autopatch"):
+        registry.tidy_idle()  # returns: vLLM's idle loop goes on waiting for work
+    assert kv.pages.failed is not None
+    assert [r.getMessage().count("\n") for r in caplog.records] == [0]
+    assert "pool idle-broken failed while the engine was idle" in caplog.records[0].getMessage()
+    with pytest.raises(PoolFailedError):
+        pool.get_new_blocks(1)  # the next request meets the failed pool
+    registry.tidy_idle()  # a failed pool is left alone: no second line
+    assert len(caplog.records) == 1
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.one_of(st.tuples(st.just("alloc"), st.integers(1, 40)),
                           st.tuples(st.just("free"), st.integers(0, 5)),
                           st.just(("idle", 0))), max_size=30))
 def test_idle_tidying_keeps_the_pool_whole_and_refills_only_there(ops):
-    with _patch() as monkeypatch:
+    with pytest.MonkeyPatch.context() as monkeypatch:
         pool, kv, registry = _pool(monkeypatch, "idle-prop")
         p, held, tidied = kv.pages, [], False
         for op, n in ops:
@@ -138,12 +162,6 @@ def test_idle_tidying_keeps_the_pool_whole_and_refills_only_there(ops):
                 assert "prealloc" not in _causes(kv, mark)  # no refill on a request's path
             kv.check_invariants()
         kv.close()
-
-
-def _patch():
-    import pytest
-
-    return pytest.MonkeyPatch.context()
 
 
 def _engine_core(calls_idle: bool = True) -> types.ModuleType:

@@ -11,15 +11,17 @@ gets a standalone ledger on a simulated device: the same page bookkeeping, no me
 
 from __future__ import annotations
 
+import logging
 import weakref
 
 from workbench.adapters import runtime
 from workbench.adapters.vllm.ledger import BlockLedger
 from workbench.backends import make_device
 from workbench.core.geometry import KVGeometry, Layout
-from workbench.errors import ConfigError
+from workbench.errors import ConfigError, StateConsistencyError
 from workbench.settings import settings
 
+log = logging.getLogger("workbench.autopatch")
 ledgers: list[tuple[int, BlockLedger]] = []
 # ElasticBlockPools alive in this process (reports, tests); weak, so a pool vLLM drops is
 # collected with its manager (vLLM 0.34's own tests check that teardown frees the pools)
@@ -64,9 +66,15 @@ def standalone_ledger(num_blocks: int) -> BlockLedger:
 
 def tidy_idle() -> None:
     """The engine core has no request in flight: each elastic pool's ledger tidies up
-    (:meth:`~workbench.adapters.vllm.ledger.BlockLedger.tidy`)."""
+    (:meth:`~workbench.adapters.vllm.ledger.BlockLedger.tidy`). A pool that fails there (an
+    unmap whose undo failed) is failed and refuses its next allocation, as it would on the
+    request path; the idle loop itself goes on, with one log line."""
     for pool in list(pools):
-        pool.backing.tidy()
+        try:
+            pool.backing.tidy()
+        except StateConsistencyError as err:
+            log.error("workbench: pool %s failed while the engine was idle: %s",
+                      pool.backing.name, err)
 
 
 def own_order() -> bool:
