@@ -128,9 +128,10 @@ def test_an_unmap_that_fails_past_undo_at_idle_fails_the_pool_not_the_engine_loo
         raise StateConsistencyError(f"page {page}: the driver lost track of it")
 
     monkeypatch.setattr(kv.space, "prepare_unmap", broken)
-    log = logging.getLogger("workbench.autopatch")  # (another test may stop it propagating)
-    log.addHandler(caplog.handler)
+    log = logging.getLogger("workbench.autopatch")  # boot.py stops it propagating: hear it here
+    monkeypatch.setattr(log, "propagate", False)
     monkeypatch.setattr(log, "level", logging.ERROR)
+    log.addHandler(caplog.handler)
     try:
         registry.tidy_idle()  # returns: vLLM's idle loop goes on waiting for work
     finally:
