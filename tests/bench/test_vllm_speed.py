@@ -53,7 +53,10 @@ def test_ratios_pair_repeats_and_leave_the_warmup_out():
     md = report.markdown({"model": "llama-3.1-8b", "bandwidth": BW, "facts": FACTS,
                               "table": table, "verdicts": v, "command": "cmd", **RUN})
     assert "| TPOT batch 1 |" in md and "compiled ops" in md
-    assert "median of 7 requests" in md
+    assert "median of 7 requests" in md and "A/A control" not in md
+    aa = report.markdown({"model": "llama-3.1-8b", "bandwidth": BW, "facts": FACTS,
+                          "table": table, "verdicts": v, "command": "cmd", "control": True, **RUN})
+    assert "**A/A control (`--control`): the engine called elastic here is stock too" in aa
 
 
 def test_a_slow_elastic_point_and_a_flat_prefill_miss_their_goals():
@@ -191,3 +194,11 @@ def test_what_runs_in_the_engine_core_is_named_by_its_import_name_even_from_main
     (fn, args), = sent
     assert fn is vllm_speed._clock_ask and fn.__module__ == "workbench.bench.vllm_speed"
     assert args == ("snapshot",)
+
+
+def test_an_aa_control_with_pool_settings_is_refused_before_anything_starts(capsys):
+    from workbench.outfiles import run_main
+
+    assert run_main(vllm_speed.main, ["--control", "--pool", "MAX_RESERVED_PAGES=16"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --pool with --control") and err.count("\n") == 1

@@ -301,7 +301,7 @@ class Worker:
         # collective_rpc, whose function argument vLLM sends pickled only when allowed
         env.update(VLLM_ENABLE_V1_MULTIPROCESSING="1" if args.engine_core == "process" else "0",
                    VLLM_ALLOW_INSECURE_SERIALIZATION="1")
-        if mode == "elastic":
+        if mode == "elastic" and not args.control:
             env.update(WORKBENCH_KV_AUTOPATCH="1", WORKBENCH_KV_IPC_NAME=f"vspeed_{os.getpid()}",
                        **pool_env(args.pool))
         cmd = [sys.executable, "-m", "workbench.bench.vllm_speed", "--worker", mode,
@@ -414,7 +414,7 @@ def coordinate(args) -> dict:
               "bandwidth": bw, "facts": facts_, "errors": errors, "table": table,
               "verdicts": verdicts(table),
               "repeats": args.repeats, "warmup": args.warmup, "samples": args.samples,
-              "pool_settings": pool_env(args.pool),
+              "pool_settings": pool_env(args.pool), "control": args.control,
               "rows": rows}
     write_all([(out / "vllm_speed.json", dumps(result, indent=1)),
                (out / "vllm_speed.md", markdown(result))])
@@ -443,6 +443,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--engine-core", choices=("process", "in-process"), default="process",
                     help="vLLM's engine core in a process of its own (its default) or in the "
                     "bench's worker (VLLM_ENABLE_V1_MULTIPROCESSING=0)")
+    ap.add_argument("--control", action="store_true",
+                    help="an A/A run: the 'elastic' engine is stock too, so its ratios are the "
+                    "bench's own noise and order effects")
     ap.add_argument("--max-len", type=int, default=8448)
     ap.add_argument("--util", type=float, default=0.4, help="gpu_memory_utilization, each")
     ap.add_argument("--repeats", type=int, default=5)
@@ -460,6 +463,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         return worker(args)
     pool_env(args.pool)  # refused before anything starts
+    if args.control and args.pool:
+        raise ConfigError("--pool with --control", "an A/A run starts no elastic pool to set",
+                          "drop --pool, or --control")
     result = coordinate(args)
     print(markdown(result))
     return 0

@@ -169,6 +169,9 @@ def markdown(result: dict) -> str:
     e = result["facts"].get("elastic", {})
     dev = result["bandwidth"][0]["device"]
     lines = [f"# vLLM speed, stock vs elastic ({result['model']}, {dev})",
+             *(["", "**A/A control (`--control`): the engine called elastic here is stock too; "
+                "its ratios are the bench's own noise and order effects, not the pool's.**"]
+               if result.get("control") else []),
              "", f"Build: **{f['build']}**; runner `{f['runner']}`; attention "
              f"{', '.join(f['attention'])}; compile {f['compile_mode']} ({f['compile_s']} s "
              f"stock, {e.get('compile_s', '-')} s elastic); CUDA graphs "
