@@ -176,6 +176,9 @@ def test_a_pool_setting_that_is_not_name_equals_value_is_refused_in_one_line(bad
         {"WORKBENCH_KV_MAX_RESERVED_PAGES": "16"}
 
 
+# runpy warns that the module is imported already: a second copy beside it is the point here,
+# as ``python -m`` makes one (``__main__``) beside the importable module
+@pytest.mark.filterwarnings("ignore:'workbench.bench.vllm_speed' found in sys.modules")
 def test_what_runs_in_the_engine_core_is_named_by_its_import_name_even_from_main():
     """The worker runs this file as ``-m`` (``__main__``): a function of that copy would reach
     vLLM's cloudpickle by value, its globals with it, so the engine core would build a new map
