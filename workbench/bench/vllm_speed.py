@@ -28,6 +28,7 @@ host time spent in maps and unmaps. The table, verdicts and Markdown are
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import importlib
 import json
@@ -208,15 +209,16 @@ class MapClock:
                 "mapped_bytes": self.kv.mapped_bytes}
 
 
-_CLOCK: list = []  # this process's map clock (the engine core's), once attached: [clock]
+@functools.cache
+def _clock() -> MapClock | None:
+    """This process's map clock (the engine core's), attached on first use."""
+    return MapClock.attach()
 
 
 def _clock_ask(worker, op: str, before: dict | None = None) -> dict | None:
     """``snapshot`` or ``since``, run where the pool is (through ``collective_rpc``, like
     :func:`_core_facts`); None where no elastic pool was built (stock)."""
-    if not _CLOCK:
-        _CLOCK.append(MapClock.attach())
-    clock = _CLOCK[0]
+    clock = _clock()
     if clock is None or (op == "since" and before is None):
         return None
     return clock.snapshot() if op == "snapshot" else clock.since(before)

@@ -10,6 +10,7 @@ import math
 import statistics
 
 from workbench.bench.stats import deciles
+from workbench.percentiles import NEAREST, percentile
 
 MODES = ("stock", "elastic")
 GOAL_RATIO, GOAL_FLOOR = 1.02, 1.5
@@ -33,7 +34,7 @@ def _by_repeat(kept: list[dict], kind: str, n: int, mode: str) -> dict[int, dict
         ts = sorted(row["by_sample"].values())
         if kind == "lowload":  # each sample one request: their mean and p99 time to first token
             row["seconds"] = statistics.fmean(ts)
-            row["p99_s"] = ts[min(len(ts) - 1, int(0.99 * len(ts)))]
+            row["p99_s"] = percentile(ts, 99, NEAREST)
         else:
             row["seconds"] = statistics.median(ts)
     return out

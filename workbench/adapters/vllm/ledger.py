@@ -129,7 +129,7 @@ class BlockLedger(KVCacheManager):
         p.refill_hook = _at_next_idle
         self.poll_control()
         n = self.reap(wait=True) if self._fences else 0
-        mapped = p.refill() if len(p.reserved) < p.min_reserved else 0
+        mapped = p.refill()
         if n or mapped:
             self._publish()
         return n

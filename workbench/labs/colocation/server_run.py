@@ -22,7 +22,6 @@ from workbench.labs.colocation.server import command_line, config_for, gib, swee
 from workbench.labs.colocation.sim import prediction_markdown, sim_beside_real
 from workbench.labs.kit.base import Progress
 from workbench.labs.kit.record import Manifest
-from workbench.units import GiB
 
 
 def run_server(params: ColocationParams, backend: str,
@@ -133,11 +132,11 @@ def memory_check(reps: list[dict]) -> list[str]:
     n = c["instances"]
     ups = startups(reps)
     lines = ["## Memory both modes see", "",
-             f"KV total {c['budget_bytes'] / GiB:.2f} GiB: static {n} x {blocks['static']} "
-             f"blocks of {bb / 2**20:.2f} MiB = {n * blocks['static'] * bb / GiB:.2f} GiB "
+             f"KV total {gib(c['budget_bytes'])} GiB: static {n} x {blocks['static']} "
+             f"blocks of {bb / 2**20:.2f} MiB = {gib(n * blocks['static'] * bb)} GiB "
              f"allocated at start-up; elastic {n} pools of {blocks['elastic']} blocks "
              "(virtual) whose maps are charged to one shared budget of "
-             f"{c['budget_bytes'] / GiB:.2f} GiB."]
+             f"{gib(c['budget_bytes'])} GiB."]
     for u in ups[:4]:
         lines.append(f"* start-up of {' + '.join(u['modes'])} ({u['start_s']} s): device free "
                      f"{gib(u['free_before'])} -> {gib(u['free_after'])} GiB.")
@@ -153,8 +152,8 @@ def memory_check(reps: list[dict]) -> list[str]:
         mp = [r["runs"][k].get("mapped_peak_bytes") or 0 for r in reps for k in r["runs"]
               if k.endswith("/" + m)]
         if any(mp):
-            lines.append(f"* {m}: most mapped together {max(mp) / GiB:.2f} GiB (budget "
-                         f"{c['budget_bytes'] / GiB:.2f} GiB).")
+            lines.append(f"* {m}: most mapped together {gib(max(mp))} GiB (budget "
+                         f"{gib(c['budget_bytes'])} GiB).")
     for u in [u for u in ups if u.get("kvcached")][:3]:
         b = u["kvcached"]["ballast"]
         lines.append(f"* kvcached's ballast: device free {gib(b['free_before'])} GiB with its "
@@ -276,7 +275,7 @@ def from_repeats(reps: list[dict], backend: str) -> ColocationRun:
              f"completions {out_len} tokens. PEAK (x scale = req/s)")
     setup = [f"{c['instances']} vLLM {ver or '?'} servers, one process each, of the {c['model']} "
              f"shape with random weights (load_format dummy), prompts by token id; KV "
-             f"{c['budget_bytes'] / GiB:.2f} GiB in all (static: a third each through "
+             f"{gib(c['budget_bytes'])} GiB in all (static: a third each through "
              "num_gpu_blocks_override; elastic: autopatch, one shared GPU budget of that "
              f"total{third}). {trace}; TTFT in ms, as the "
              f"streaming client saw it. {'Decode in CUDA graphs' if graphs else 'Eager'} in "
