@@ -74,11 +74,13 @@ def test_an_unknown_installed_version_is_refused_too(monkeypatch):
 
 def test_the_vllm_plans_name_the_same_patches_across_releases():
     names = {m: [p.name for p in m.build_plan().patches] for m in (plan26, vllm33, plan34)}
-    for ns in names.values():
+    for m, ns in names.items():
         assert ns[:1] == ["elastic-block-pool"] and "allocate-slots-miss" in ns
-        assert ns[-1] == "idle-tidy"  # every release's idle loop, optional in each
+        # every release's idle loop and two-phase step, optional in each
+        assert ns[-2:] == ["idle-tidy", "step-refill"]
+        assert all(not p.required for p in m.build_plan().patches[-2:])
     assert names[plan34] == ["elastic-block-pool", "allocate-slots-miss", "elastic-kv-cache",
-                             "kv-sizing", "idle-tidy"]
+                             "kv-sizing", "idle-tidy", "step-refill"]
 
 
 def _imports(path: Path) -> set[str]:

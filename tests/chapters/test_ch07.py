@@ -77,11 +77,13 @@ def test_variant_matrix_of_the_vllm_plan():
         {"patch": "elastic-kv-tensors", "0.31.2": "refused", "0.32.0+cpu": ">=0.32.0,<0.34.0",
          "0.33.0": ">=0.32.0,<0.34.0", "0.34.0": "refused"},
         {"patch": "idle-tidy", "0.31.2": "none", "0.32.0+cpu": ">=0.32.0,<0.34.0",
-         "0.33.0": ">=0.32.0,<0.34.0", "0.34.0": "none"}]  # optional: refused by no version
+         "0.33.0": ">=0.32.0,<0.34.0", "0.34.0": "none"},  # optional: refused by no version
+        {"patch": "step-refill", "0.31.2": "none", "0.32.0+cpu": ">=0.32.0,<0.34.0",
+         "0.33.0": ">=0.32.0,<0.34.0", "0.34.0": "none"}]
     fig = variant_figure(rows, vs)
     # refused is 0; the three distinct ranges, sorted, are 1..3; an optional patch's none is 4
     assert [list(r) for r in fig.data[0].z] == [[0, 1, 3, 0], [0, 2, 2, 0], [0, 2, 2, 0],
-                                                [4, 2, 2, 4]]
+                                                [4, 2, 2, 4], [4, 2, 2, 4]]
 
 
 def test_toy_upgrade_refuses_a_moved_seam_and_patches_nothing():

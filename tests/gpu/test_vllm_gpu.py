@@ -135,7 +135,8 @@ def model(tmp_path_factory) -> str:
 # vLLM 0.26's plan: both runners' KV seams, the check that the chosen one's took, the budget
 PATCHES = ["elastic-block-pool:applied", "allocate-slots-miss:applied",
            "elastic-kv-tensors:applied", "elastic-kv-tensors-v2:applied",
-           "kv-runner-check:applied", "virtual-budget:applied", "idle-tidy:applied"]
+           "kv-runner-check:applied", "virtual-budget:applied", "idle-tidy:applied",
+           "step-refill:applied"]
 
 
 @pytest.fixture(scope="module")
@@ -315,3 +316,23 @@ def test_stock_vllm_refuses_the_second_engine_at_the_same_utilization(model, tmp
     first, second = _pair(model, tmp_path, elastic_kv=False)
     assert second.returncode != 0 and "less than desired GPU memory utilization" in \
         second.stderr, second.stderr[-2000:]
+
+
+@needs_vllm
+@pytest.mark.parametrize("runner", ["0", "1"], ids=["v1", "v2"])
+def test_a_busy_engine_refills_its_reserve_inside_its_steps_not_in_its_allocations(model,
+                                                                                   runner):
+    """A decode that outgrows the reserve drains it step after step; with ``step-refill`` every
+    refill after the first step runs in the window between the worker launching the forward
+    pass and waiting for its tokens, none inside an allocation (both model runners)."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tests/engines_real/vllm/gpu_step.py"), model],
+        env=_env(VLLM_USE_V2_MODEL_RUNNER=runner, **_elastic(
+            f"vllm_gpu_step{runner}", WORKBENCH_KV_MIN_RESERVED_PAGES="1",
+            WORKBENCH_KV_MAX_RESERVED_PAGES="2")),
+        capture_output=True, text=True, timeout=240)
+    r = _result(proc)
+    print("STEP", runner, json.dumps(r))
+    assert "step-refill:applied" in r["patches"] and r["finished"] == 32
+    assert r["steps_seen"] > 100 and r["min_reserved"] == 1
+    assert r["refills_in_steps"] > 0 and r["refills_inline_after_first_step"] == 0

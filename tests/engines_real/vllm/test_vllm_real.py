@@ -90,7 +90,8 @@ def elastic(model):
 def test_greedy_output_is_token_for_token_native(native, elastic):
     assert native["patches"] == []
     assert elastic["patches"] == ["elastic-block-pool:applied", "allocate-slots-miss:applied",
-                                  "elastic-kv-tensors:applied", "idle-tidy:applied"]
+                                  "elastic-kv-tensors:applied", "idle-tidy:applied",
+                                  "step-refill:applied"]
     assert elastic["token_ids"] == native["token_ids"]
     assert elastic["layout"] == "contiguous"  # the default: one map per page id
     assert all(len(ids) == int(MAX_TOKENS) for rnd in native["token_ids"] for ids in rnd)
@@ -244,4 +245,5 @@ def test_doctor_check_applies_the_plan_for_the_installed_version():
         ("elastic-block-pool", pool_range, "applied"),
         ("allocate-slots-miss", ">=0.32.0,<0.34.0", "applied"),
         ("elastic-kv-tensors", ">=0.32.0,<0.34.0", "applied"),
-        ("idle-tidy", ">=0.32.0,<0.34.0", "applied")]
+        ("idle-tidy", ">=0.32.0,<0.34.0", "applied"),
+        ("step-refill", ">=0.32.0,<0.34.0", "applied")]

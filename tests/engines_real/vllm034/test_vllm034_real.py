@@ -61,7 +61,8 @@ def _result(proc: subprocess.CompletedProcess) -> dict:
 
 
 APPLIED = ["elastic-block-pool:applied", "allocate-slots-miss:applied",
-           "elastic-kv-cache:applied", "kv-sizing:applied", "idle-tidy:applied"]
+           "elastic-kv-cache:applied", "kv-sizing:applied", "idle-tidy:applied",
+           "step-refill:applied"]
 
 
 def test_the_plan_applies_to_the_real_classes():

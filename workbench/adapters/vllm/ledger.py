@@ -126,13 +126,30 @@ class BlockLedger(KVCacheManager):
         p = self.pages
         if self.closed or p.failed is not None:
             return 0
-        p.refill_hook = _at_next_idle
+        p.refill_hook = _refill_later
         self.poll_control()
         n = self.reap(wait=True) if self._fences else 0
         mapped = p.refill()
         if n or mapped:
             self._publish()
         return n
+
+    def refill_in_step(self) -> int:
+        """The step's forward pass is in flight (the worker is about to wait for its tokens):
+        map the reserve back up to its minimum now, where the maps overlap the GPU's work, and
+        from then on leave the refill an allocation makes due to this moment, not to that
+        allocation. Releases stay where they were (idle, or the next allocation's reap): an unmap
+        here could wait on the kernels still running. Returns the pages mapped."""
+        p = self.pages
+        if self.closed or p.failed is not None:
+            return 0
+        p.refill_hook = _refill_later
+        if len(p.reserved) >= p.min_reserved:
+            return 0
+        mapped = p.refill()
+        if mapped:
+            self._publish()
+        return mapped
 
     def unlimited(self) -> bool:
         """True when every block could be backed now (the cheap common case)."""
@@ -240,5 +257,6 @@ class BlockLedger(KVCacheManager):
         self._publish()
 
 
-def _at_next_idle() -> None:
-    """The page allocator's refill hook once the engine tidies when idle: nothing now."""
+def _refill_later() -> None:
+    """The page allocator's refill hook once the engine refills at its own moments (idle, or
+    while a step's forward runs): nothing now."""

@@ -33,6 +33,7 @@ from workbench.adapters.vllm.seams import (
     check_mgr,
     check_pool,
     idle_patch,
+    step_patch,
 )
 
 RANGE = ">=0.32.0,<0.34.0"  # the seams both versions share
@@ -88,4 +89,5 @@ def build_plan() -> EnginePlan:
         p("elastic-kv-tensors", WORKER_UTILS, _apply_worker, _check_worker,
           "allocate_kv_cache: per-layer views over a workbench KV range, not torch.zeros"),
         idle_patch(RANGE, FIX),
+        step_patch(RANGE, FIX),
     ])

@@ -38,6 +38,7 @@ from workbench.adapters.vllm.seams import (
     check_mgr,
     check_pool,
     idle_patch,
+    step_patch,
 )
 from workbench.errors import ConfigError
 
@@ -190,4 +191,5 @@ def build_plan() -> EnginePlan:
           "request_memory/determine_available_memory: a per-process virtual budget, not the "
           "GPU's free memory"),
         idle_patch(RANGE, FIX),
+        step_patch(RANGE, FIX),
     ])

@@ -34,6 +34,7 @@ from workbench.adapters.vllm.seams import (
     check_mgr,
     check_pool,
     idle_patch,
+    step_patch,
 )
 
 RANGE = ">=0.34.0,<0.35.0"
@@ -126,4 +127,5 @@ def build_plan() -> EnginePlan:
           "measure_kv_cache_blocks: an elastic cache keeps its reserved capacity; the shared "
           "budget, not free memory measured once, decides who backs what"),
         idle_patch(RANGE, FIX),
+        step_patch(RANGE, FIX),
     ])

@@ -66,15 +66,26 @@ def standalone_ledger(num_blocks: int) -> BlockLedger:
 
 def tidy_idle() -> None:
     """The engine core has no request in flight: each elastic pool's ledger tidies up
-    (:meth:`~workbench.adapters.vllm.ledger.BlockLedger.tidy`). A pool that fails there (an
-    unmap whose undo failed) is failed and refuses its next allocation, as it would on the
-    request path; the idle loop itself goes on, with one log line."""
+    (:meth:`~workbench.adapters.vllm.ledger.BlockLedger.tidy`)."""
+    _each_backing("while the engine was idle", lambda kv: kv.tidy())
+
+
+def refill_in_step() -> None:
+    """A step's forward pass is in flight: each elastic pool in this process refills its
+    reserve (:meth:`~workbench.adapters.vllm.ledger.BlockLedger.refill_in_step`). With the
+    model runner in other processes (TP > 1) this process has no pool, and nothing happens."""
+    _each_backing("while a step ran", lambda kv: kv.refill_in_step())
+
+
+def _each_backing(when: str, call) -> None:
+    """``call`` on every elastic pool's ledger. A pool that fails there (an unmap whose undo
+    failed, a map whose outcome is unknown) is failed and refuses its next allocation, as it
+    would on the request path; the engine's loop itself goes on, with one log line."""
     for pool in list(pools):
         try:
-            pool.backing.tidy()
+            call(pool.backing)
         except StateConsistencyError as err:
-            log.error("workbench: pool %s failed while the engine was idle: %s",
-                      pool.backing.name, err)
+            log.error("workbench: pool %s failed %s: %s", pool.backing.name, when, err)
 
 
 def own_order() -> bool:

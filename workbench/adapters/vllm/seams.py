@@ -90,3 +90,34 @@ def idle_patch(versions: str, fix: str) -> Patch:
                  fix=fix, doc="EngineCoreProc, idle: every elastic pool releases its retired "
                  "pages and refills its reserve before the loop waits for work, not on the next "
                  "request's path")
+
+
+def check_step(m: ModuleType) -> str | None:
+    """The worker's two-phase step: ``execute_model`` launches the forward pass and returns,
+    then ``sample_tokens`` waits for it through the model runner (vLLM 0.26 on)."""
+    cls = getattr(m, "Worker", None)
+    if cls is None:
+        return f"{GPU_WORKER} has no Worker"
+    return (need_attrs(cls, "execute_model", "sample_tokens")
+            or need_source(cls.sample_tokens, "self.model_runner.sample_tokens("))
+
+
+def apply_step(m: ModuleType):
+    from workbench.adapters.vllm import registry
+
+    def make(orig):
+        def sample_tokens(self, *args, **kwargs):
+            registry.refill_in_step()
+            return orig(self, *args, **kwargs)
+
+        return sample_tokens
+
+    return wrap_method(m.Worker, "sample_tokens", make)
+
+
+def step_patch(versions: str, fix: str) -> Patch:
+    """Optional: where the step is one call again, the reserve refills inline or at idle."""
+    return Patch("step-refill", GPU_WORKER, versions, apply_step, check_step, required=False,
+                 fix=fix, doc="Worker.sample_tokens: every elastic pool of the process refills "
+                 "its reserve while the step's forward pass runs on the GPU, before the worker "
+                 "waits for its tokens, not inside the next allocation")
