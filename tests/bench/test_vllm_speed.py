@@ -5,9 +5,12 @@ verdicts; and its ``--pool`` option."""
 from __future__ import annotations
 
 import argparse
+import math
+import types
 
 import pytest
 
+from tests.adapters.test_vllm_reset_reap import Fence
 from workbench.bench import vllm_speed
 from workbench.bench import vllm_speed_report as report
 from workbench.errors import ConfigError
@@ -117,7 +120,9 @@ def test_the_low_load_point_judges_mean_and_p99_and_stays_out_of_the_1_02_goal()
     md = report.markdown({"model": "m", "bandwidth": BW, "facts": FACTS, "table": table,
                           **RUN, "verdicts": v, "command": "cmd", "rows": rows})
     assert "| low-load TTFT p99 |" in md
-    assert "- lowload 4: {'map': 0.0, 'reuse': 0.0}; map 1.50 ms, unmap 0.50 ms" in md
+    assert ("- lowload 4: {'map': 0.0, 'reuse': 0.0}; map 1.50 ms on the path, 0.00 in steps, "
+            "0.00 idle; unmap 0.50 ms on the path, 0.00 in steps, 0.00 idle") in md
+    assert "engine core's own clock" not in md.split("| point |")[1].split("\n\n")[0]
 
 
 def test_the_map_clock_counts_a_ledgers_transitions_and_its_map_time():
@@ -139,6 +144,37 @@ def test_the_map_clock_counts_a_ledgers_transitions_and_its_map_time():
         got = clock.since(before)
         assert got["causes"] == {"map": 2, "unmap": 2}
         assert got["map_ms"] > 0 and got["unmap_ms"] > 0 and got["mapped_bytes"] == 2 * MiB
+        assert got["map_step_ms"] == got["unmap_idle_ms"] == 0.0
+    finally:
+        kv.close()
+
+
+def test_the_map_clock_keeps_a_steps_refill_and_the_idle_loops_work_off_the_request_path():
+    from workbench.adapters.vllm.ledger import BlockLedger
+    from workbench.backends import make_device
+    from workbench.config import PoolConfig
+    from workbench.core.geometry import KVGeometry, Layout
+    from workbench.units import MiB
+
+    geo = KVGeometry(num_layers=1, kv_heads=1, head_dim=128 * 1024, block_size=1, num_blocks=64,
+                     num_buffers=1, dtype_bytes=1, page_size=2 * MiB, layout=Layout.CONTIGUOUS)
+    kv = BlockLedger(geo, make_device("sim", name="clock2", capacity=16 * MiB), name="clock2",
+                     defer_release=True,
+                     config=PoolConfig(min_reserved_pages=1, max_reserved_pages=1))
+    kv.fence = Fence
+    try:
+        clock = vllm_speed.MapClock(kv)
+        kv.refill_in_step()  # from here on the reserve refills in steps
+        before = clock.snapshot()
+        kv.hold(range(16, 48))  # pages 1 and 2: one from the reserve, one mapped inline
+        kv.refill_in_step()  # the reserve's page, mapped while the forward runs
+        kv.release(range(16, 48))  # both retire behind a fence
+        kv.tidy()  # idle: both unmapped, the reserve already holds its one page
+        got = clock.since(before)
+        assert got["causes"] == {"reuse": 1, "map": 1, "prealloc": 1, "retire": 2, "unmap": 2}
+        assert got["map_ms"] > 0 and got["map_step_ms"] > 0 and got["unmap_idle_ms"] > 0
+        assert got["unmap_ms"] == got["map_idle_ms"] == got["unmap_step_ms"] == 0.0
+        assert clock.where == ""
     finally:
         kv.close()
 
@@ -205,3 +241,37 @@ def test_an_aa_control_with_pool_settings_is_refused_before_anything_starts(caps
     assert run_main(vllm_speed.main, ["--control", "--pool", "MAX_RESERVED_PAGES=16"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --pool with --control") and err.count("\n") == 1
+
+
+def test_the_engine_cores_own_clock_is_judged_beside_the_clients():
+    """A prefill whose client-side time carries 4 ms of hops between processes in one mode's
+    samples reads slower there; the engine core's clock, stamped in the core, reads past it."""
+    rows = []
+    for rep in range(3):
+        for k in range(4):
+            for m, hop in (("stock", 0.0), ("elastic", 0.004 if k == 1 else 0.0)):
+                rows.append({"repeat": rep, "sample": k, "mode": m, "kind": "prefill",
+                             "n": 128, "seconds": 0.014 + hop, "core_s": 0.010,
+                             "tokens_sha": "p"})
+    args = argparse.Namespace(**{**vars(ARGS), "prompt_lens": [128], "batches": []})
+    (row,) = report.summarize(rows, FACTS, BW, args)
+    assert row["ratio"]["median"] > 1.02 and not row["ratio_goal_met"]
+    assert row["core_ratio"]["median"] == 1.0 and row["core_goal_met"]
+    assert row["stock_core_s"]["median"] == 0.010
+    assert report.verdicts([row])["engine_core"] == {"prefill 128": True}
+    md = report.markdown({"model": "m", "bandwidth": BW, "facts": FACTS, "table": [row],
+                          **RUN, "verdicts": report.verdicts([row]), "command": "c",
+                          "rows": rows})
+    assert "| prefill 128 tok, engine core's own clock | 10.00 ms [10.00, 10.00] |" in md
+    nan = [{**r, "core_s": float("nan")} if r["sample"] == 2 else r for r in rows]
+    (row,) = report.summarize(nan, FACTS, BW, args)  # a sample without vLLM's stats
+    assert "core_ratio" not in row
+
+
+def test_a_requests_core_time_runs_from_its_queueing_to_its_first_token():
+    stats = types.SimpleNamespace(queued_ts=100.0, scheduled_ts=100.002, first_token_ts=100.0125)
+    assert vllm_speed.core_first_token_s(types.SimpleNamespace(metrics=stats)) == \
+        pytest.approx(0.0125)
+    assert math.isnan(vllm_speed.core_first_token_s(types.SimpleNamespace(metrics=None)))
+    unqueued = types.SimpleNamespace(queued_ts=0.0, first_token_ts=1.0)
+    assert math.isnan(vllm_speed.core_first_token_s(types.SimpleNamespace(metrics=unqueued)))

@@ -59,7 +59,7 @@ def _engine(args):
     return LLM(model=args.model_dir, skip_tokenizer_init=True, load_format="dummy",
                dtype="bfloat16", seed=0, max_model_len=args.max_len,
                max_num_seqs=max(args.batches), gpu_memory_utilization=args.util,
-               enable_prefix_caching=False)
+               enable_prefix_caching=False, disable_log_stats=False)  # stats: the core's times
 
 
 def _backends(runner) -> list[str]:
@@ -125,21 +125,35 @@ def drive(engine, prompts: list[list[int]], new_tokens: int, tag: str) -> dict:
     for i, p in enumerate(prompts):
         engine.add_request(f"{tag}-{i}", {"prompt_token_ids": p}, sp)
     first: dict[str, float] = {}
+    core: dict[str, float] = {}
     ids: dict[str, list[int]] = {}
     while engine.has_unfinished_requests():
         outs = engine.step()
         now = time.perf_counter()
         for o in outs:
-            if o.outputs and o.outputs[0].token_ids:
-                first.setdefault(o.request_id, now)
+            if o.outputs and o.outputs[0].token_ids and o.request_id not in first:
+                first[o.request_id] = now
+                core[o.request_id] = core_first_token_s(o)
             if o.finished:
                 ids[o.request_id] = list(o.outputs[0].token_ids)
     end = time.perf_counter()
     order = sorted(ids, key=lambda k: int(k.split("-")[1]))  # vLLM may add a suffix
     return {"t_first": max(first.values()) - t0, "t_end": end - t0,
+            "core_first": max(core.values()),
             "tokens": sum(len(ids[k]) for k in order),
             "tokens_sha": hashlib.sha256(json.dumps([ids[k] for k in order]).encode())
             .hexdigest()[:12]}
+
+
+def core_first_token_s(out) -> float:
+    """A request's time to its first token in the engine core's own clock: from the moment its
+    scheduler queued it to the step output that carried the token (vLLM's request stats, both
+    ends stamped in the engine-core process). What the pool does on the request path is inside
+    it; the hops between this process and the engine core's are not. NaN without the stats."""
+    m = getattr(out, "metrics", None)
+    if m is None or not getattr(m, "queued_ts", 0.0) or not getattr(m, "first_token_ts", 0.0):
+        return float("nan")
+    return m.first_token_ts - m.queued_ts
 
 
 def point(llm, kind: str, n: int, args, seq: int, probe: PoolProbe) -> dict:
@@ -149,10 +163,10 @@ def point(llm, kind: str, n: int, args, seq: int, probe: PoolProbe) -> dict:
     before = probe.snapshot()
     if kind == "prefill":
         r = drive(engine, _ids(1, n, seq), 1, f"p{seq}")
-        out = {"seconds": r["t_first"]}
+        out = {"seconds": r["t_first"], "core_s": r["core_first"]}
     elif kind == "lowload":
         r = drive(engine, _ids(1, args.context, seq), args.lowload_tokens, f"l{seq}")
-        out = {"seconds": r["t_first"]}
+        out = {"seconds": r["t_first"], "core_s": r["core_first"]}
     else:
         r = drive(engine, _ids(n, args.context, seq), 1 + args.decode, f"d{seq}")
         out = {"seconds": (r["t_end"] - r["t_first"]) / args.decode, "ttft_s": r["t_first"]}
@@ -164,16 +178,23 @@ def point(llm, kind: str, n: int, args, seq: int, probe: PoolProbe) -> dict:
 
 
 class MapClock:
-    """The elastic pool's work on the request path, observed: the ledger's page transitions by
-    cause (map, prealloc, reuse, park, retire, unmap, ...) and the host seconds inside the
-    virtual range's map and unmap calls (wrapped here; the library is unchanged)."""
+    """The elastic pool's work, observed: the ledger's page transitions by cause (map, prealloc,
+    reuse, park, retire, unmap, ...) and the host seconds inside the virtual range's map and
+    unmap calls (wrapped here; the library is unchanged), kept apart by where they ran: on the
+    request path, in a step's refill while its forward pass runs (``step-refill``), or in the
+    idle loop (``idle-tidy``)."""
+
+    WHERE = ("", "_step", "_idle")
 
     def __init__(self, kv):
-        self.kv, self.seconds = kv, {"map_s": 0.0, "unmap_s": 0.0}
+        self.kv, self.where = kv, ""
+        self.seconds = {f"{k}{w}": 0.0 for k in ("map", "unmap") for w in self.WHERE}
         space = kv.pages.space
-        for name, key in (("map_page", "map_s"), ("prepare_unmap", "unmap_s"),
-                          ("commit_unmap", "unmap_s")):
+        for name, key in (("map_page", "map"), ("prepare_unmap", "unmap"),
+                          ("commit_unmap", "unmap")):
             setattr(space, name, self._timed(getattr(space, name), key))
+        for name, where in (("refill_in_step", "_step"), ("tidy", "_idle")):
+            setattr(kv, name, self._during(getattr(kv, name), where))
 
     def _timed(self, fn, key):
         def timed(*a, **k):
@@ -181,8 +202,17 @@ class MapClock:
             try:
                 return fn(*a, **k)
             finally:
-                self.seconds[key] += time.perf_counter() - t0
+                self.seconds[key + self.where] += time.perf_counter() - t0
         return timed
+
+    def _during(self, fn, where):
+        def during(*a, **k):
+            self.where = where
+            try:
+                return fn(*a, **k)
+            finally:
+                self.where = ""
+        return during
 
     @staticmethod
     def attach() -> MapClock | None:
@@ -203,9 +233,8 @@ class MapClock:
             if e.page >= 0:
                 cause = e.cause.split("@")[0]
                 causes[cause] = causes.get(cause, 0) + 1
-        return {"causes": causes,
-                "map_ms": round((self.seconds["map_s"] - before["map_s"]) * 1e3, 3),
-                "unmap_ms": round((self.seconds["unmap_s"] - before["unmap_s"]) * 1e3, 3),
+        return {"causes": causes, **{f"{k}_ms": round((v - before[k]) * 1e3, 3)
+                                     for k, v in self.seconds.items()},
                 "mapped_bytes": self.kv.mapped_bytes}
 
 
