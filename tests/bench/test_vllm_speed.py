@@ -275,3 +275,19 @@ def test_a_requests_core_time_runs_from_its_queueing_to_its_first_token():
     assert math.isnan(vllm_speed.core_first_token_s(types.SimpleNamespace(metrics=None)))
     unqueued = types.SimpleNamespace(queued_ts=0.0, first_token_ts=1.0)
     assert math.isnan(vllm_speed.core_first_token_s(types.SimpleNamespace(metrics=unqueued)))
+
+
+def test_the_engines_start_in_the_order_asked_and_the_record_says_which_went_first():
+    args = vllm_speed._parser().parse_args([])
+    assert args.first == "stock" and vllm_speed.start_order(args) == ("stock", "elastic")
+    args = vllm_speed._parser().parse_args(["--first", "elastic", "--control"])
+    assert vllm_speed.start_order(args) == ("elastic", "stock")
+    with pytest.raises(SystemExit):
+        vllm_speed._parser().parse_args(["--first", "both"])
+    stock = {("prefill", 128): 0.02, ("tpot", 1): 0.007}
+    a = argparse.Namespace(**{**vars(ARGS), "prompt_lens": [128], "batches": [1]})
+    table = report.summarize(_rows(stock, stock), FACTS, BW, a)
+    md = report.markdown({"model": "m", "bandwidth": BW, "facts": FACTS, "table": table,
+                          **RUN, "verdicts": report.verdicts(table), "command": "c",
+                          "first": "elastic"})
+    assert "started first: elastic." in md

@@ -202,7 +202,8 @@ def markdown(result: dict) -> str:
              "requests a repeat, sent one at a time, the modes alternating request by request "
              "(its ratio: the geometric mean of the median pair ratio of each order, so the "
              "cost of going second cancels); a low-load point's requests alternate the same "
-             f"way. Engine core: {f.get('engine_core', 'in-process')}.", "",
+             f"way. Engine core: {f.get('engine_core', 'in-process')}; started first: "
+             f"{result.get('first', 'stock')}.", "",
              "| point | stock median [min, max] | elastic median [min, max] | elastic ÷ stock "
              "median [min, max] | floor | tokens equal |", "|---|---|---|---|---|---|"]
     for r in result["table"]:
