@@ -101,3 +101,28 @@ def test_prompts_are_seeded():
 def test_sim_is_refused_before_running():
     with pytest.raises(ConfigError, match="host or gpu"):
         run_lab("output-equality", OutputEqualityParams(quick=True), "sim")
+
+
+def test_stock_beside_an_elastic_engine_under_a_limit_gets_the_limits_whole_page_ids():
+    """Recompute after a preemption is not bit-equal to incremental decode, so the reference
+    for the small elastic engine is stock given what its limit leaves: whole page ids, in the
+    kind's unit (vLLM blocks; SGLang token slots, a page of ``size`` each)."""
+    import types
+
+    from workbench.labs.output_equality import server as oe
+    from workbench.units import MiB
+
+    def elastic(limit: int, size: int, per_page: int, seg: bool = True):
+        info = types.SimpleNamespace(limit=limit, page_id_bytes=4 * MiB)
+        return types.SimpleNamespace(
+            name="oe-small-elastic",
+            kv_pool=types.SimpleNamespace(info=lambda: info if seg else None),
+            blocks_per_page=lambda page_id_bytes: (size, per_page))
+
+    vllm, sglang = oe._vllm_kw(False, 8), oe._sglang_kw(False, 8)
+    assert oe.at_limit(elastic(4 * MiB, 16, 64), vllm) == 64  # one page id of 64 blocks
+    assert oe.at_limit(elastic(9 * MiB, 16, 64), vllm) == 128  # a part page id backs nothing
+    assert oe.at_limit(elastic(16 * MiB, 1, 256), sglang) == 1024  # 4 page ids x 256 slots
+    assert oe.at_limit(elastic(8 * MiB, 4, 64), sglang) == 512  # pages of 4 slots
+    with pytest.raises(RuntimeError, match="oe-small-elastic published no pool segment"):
+        oe.at_limit(elastic(4 * MiB, 16, 64, seg=False), vllm)

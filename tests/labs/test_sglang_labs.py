@@ -45,6 +45,9 @@ def test_output_equality_on_the_sglang_kind_compares_stock_and_elastic(stand_in)
     assert rec.verdict.startswith("supported") and rec.environment["engine"] == "sglang"
     assert md.startswith("# Output equality (real SGLang)")
     assert "--enable-deterministic-inference" in md and "2048 token slots" in md
+    # stock's small pool is what elastic's segment says its limit leaves (the stand-in
+    # publishes its whole pool, 3 page ids of 8 MiB and 512 slots each, as its limit)
+    assert out["small_stock_blocks"] == 1536 and "stock given the limit's 1536" in md
 
 
 def test_dynamic_limit_on_the_sglang_kind_flushes_the_cache_last(stand_in):

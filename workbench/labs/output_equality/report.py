@@ -178,11 +178,15 @@ def _invariance(out: dict[str, Any]) -> str:
 
 
 def _small(out: dict[str, Any], pre: tuple) -> str:
-    if not WORDS.get(kind_of(out), WORDS["vllm"])["counted"]:  # no metrics endpoint
-        return (f"small pool ({out['small_blocks']} token slots, elastic limit {out['limit']}): "
-                "SGLang retracts and recomputes (counted in its log, not here)")
-    return (f"small pool ({out['small_blocks']} blocks, limit {out['limit']}): preemptions "
-            f"stock {pre[0]}, elastic {pre[1]}")
+    counted = WORDS.get(kind_of(out), WORDS["vllm"])["counted"]
+    unit = "blocks" if counted else "token slots"
+    stock = out.get("small_stock_blocks")  # older records gave stock the elastic pool's size
+    pool = (f"small pool (elastic {out['small_blocks']} {unit} under a {out['limit']} limit, "
+            f"stock given the limit's {stock})" if stock is not None else
+            f"small pool ({out['small_blocks']} {unit}, limit {out['limit']})")
+    if not counted:  # no metrics endpoint
+        return f"{pool}: SGLang retracts and recomputes (counted in its log, not here)"
+    return f"{pool}: preemptions stock {pre[0]}, elastic {pre[1]}"
 
 
 def vllm_report(out: dict[str, Any]) -> tuple[LabRecord, str]:
