@@ -120,8 +120,9 @@ def test_the_low_load_point_judges_mean_and_p99_and_stays_out_of_the_1_02_goal()
     md = report.markdown({"model": "m", "bandwidth": BW, "facts": FACTS, "table": table,
                           **RUN, "verdicts": v, "command": "cmd", "rows": rows})
     assert "| low-load TTFT p99 |" in md
-    assert ("- lowload 4: {'map': 0.0, 'reuse': 0.0}; map 1.50 ms on the path, 0.00 in steps, "
-            "0.00 idle; unmap 0.50 ms on the path, 0.00 in steps, 0.00 idle") in md
+    assert ("- lowload 4: {'map': 0.0, 'reuse': 0.0}; map 1.50 ms in the scheduler's calls, "
+            "0.00 in steps, 0.00 idle; unmap 0.50 ms in the scheduler's calls, 0.00 in steps, "
+            "0.00 idle") in md
     assert "engine core's own clock" not in md.split("| point |")[1].split("\n\n")[0]
 
 
@@ -149,7 +150,7 @@ def test_the_map_clock_counts_a_ledgers_transitions_and_its_map_time():
         kv.close()
 
 
-def test_the_map_clock_keeps_a_steps_refill_and_the_idle_loops_work_off_the_request_path():
+def test_the_map_clock_keeps_a_steps_refill_and_the_idle_loops_work_apart():
     from workbench.adapters.vllm.ledger import BlockLedger
     from workbench.backends import make_device
     from workbench.config import PoolConfig

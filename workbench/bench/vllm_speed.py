@@ -180,9 +180,9 @@ def point(llm, kind: str, n: int, args, seq: int, probe: PoolProbe) -> dict:
 class MapClock:
     """The elastic pool's work, observed: the ledger's page transitions by cause (map, prealloc,
     reuse, park, retire, unmap, ...) and the host seconds inside the virtual range's map and
-    unmap calls (wrapped here; the library is unchanged), kept apart by where they ran: on the
-    request path, in a step's refill while its forward pass runs (``step-refill``), or in the
-    idle loop (``idle-tidy``)."""
+    unmap calls (wrapped here; the library is unchanged), kept apart by where they ran: inside
+    the scheduler's calls (allocations, frees, free-block counts), in a step's refill while its
+    forward pass runs (``step-refill``), or in the idle loop (``idle-tidy``)."""
 
     WHERE = ("", "_step", "_idle")
 

@@ -154,7 +154,7 @@ def pool_on_path(rows: list[dict]) -> dict[str, str]:
         ms = {k: statistics.median(p.get(f"{k}_ms", 0.0) for p in same)
               for k in ("map", "map_step", "map_idle", "unmap", "unmap_step", "unmap_idle")}
         out[key] = f"{med}; " + "; ".join(
-            f"{w} {ms[w]:.2f} ms on the path, {ms[w + '_step']:.2f} in steps, "
+            f"{w} {ms[w]:.2f} ms in the scheduler's calls, {ms[w + '_step']:.2f} in steps, "
             f"{ms[w + '_idle']:.2f} idle" for w in ("map", "unmap"))
     return out
 
@@ -230,8 +230,9 @@ def markdown(result: dict) -> str:
               "the pool's work on the request path is inside it, the hops between the bench's "
               "process and the engine core's are not.", "",
               "Elastic pool over each point (median over its requests: page transitions by "
-              "cause; host ms in maps and unmaps on the request path, in a step's refill while "
-              "its forward pass ran, and in the idle loop):", ""]
+              "cause; host ms in maps and unmaps inside the scheduler's calls (allocations, "
+              "frees and free-block counts, which reap what a fence has passed), in a step's "
+              "refill while its forward pass ran, and in the idle loop):", ""]
     lines += [f"- {k}: {v}" for k, v in pool_on_path(result.get("rows", [])).items()]
     lines += [f"- low-load, the slowest of each mode's requests (repeat: ms, pool work): {v}"
               for v in [slowest_lowload(result.get("rows", []))] if v]
