@@ -82,23 +82,50 @@ def test_before_the_first_idle_moment_the_reserve_refills_inline(monkeypatch):
     kv.close()
 
 
-def test_a_failed_or_closed_pool_is_left_alone_by_the_idle_loop(monkeypatch):
-    pool, kv, registry = _pool(monkeypatch, "idle-failed")
-    pool.free_blocks(pool.get_new_blocks(15 + BPP))
+# the engine's two moments the pool works in off the request path: (the registry's call for
+# every pool, the ledger's own): the idle loop (``idle-tidy``) and a step's refill (``step-refill``)
+MOMENTS = {"idle": ("tidy_idle", "tidy"), "step": ("refill_in_step", "refill_in_step")}
+
+
+def heard(caplog, *calls) -> list[str]:
+    """The workbench.autopatch lines logged while ``calls`` ran (boot.py stops that logger
+    propagating, so the test's handler is put on it for the while)."""
+    log = logging.getLogger("workbench.autopatch")
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(log, "propagate", False)
+        m.setattr(log, "level", logging.ERROR)
+        log.addHandler(caplog.handler)
+        try:
+            for call in calls:
+                call()
+        finally:
+            log.removeHandler(caplog.handler)
+    return [r.getMessage() for r in caplog.records]
+
+
+@pytest.mark.parametrize("moment", MOMENTS)
+def test_a_failed_or_closed_pool_is_left_alone(monkeypatch, moment):
+    every, own = MOMENTS[moment]
+    pool, kv, registry = _pool(monkeypatch, f"{moment}-failed")
+    held = pool.get_new_blocks(15 + 3 * BPP)  # the reserve drained, and a page more
+    pool.free_blocks(held[-BPP:])  # that page retires: an idle tidy would release it
     kv.pages.fail("a lost reply")
     before = len(kv.events)
-    assert kv.tidy() == 0 and len(kv.events) == before  # no unmap, no map
+    assert getattr(kv, own)() == 0 and len(kv.events) == before  # no unmap, no map
     kv.pages.failed = None
+    pool.free_blocks(held[:-BPP])
     kv.close()
-    registry.tidy_idle()  # a closed pool: nothing, no error
-    assert kv.tidy() == 0
+    getattr(registry, every)()  # a closed pool: nothing, no error
+    assert getattr(kv, own)() == 0
 
 
-def test_an_idle_refill_whose_map_fails_stops_short_and_the_next_idle_retries(monkeypatch):
+@pytest.mark.parametrize("moment", MOMENTS)
+def test_a_refill_whose_map_fails_stops_short_and_the_next_moment_retries(monkeypatch, moment):
     from workbench.errors import DeviceError
 
-    pool, kv, registry = _pool(monkeypatch, "idle-full")
-    registry.tidy_idle()
+    pool, kv, registry = _pool(monkeypatch, f"{moment}-full")
+    every = getattr(registry, MOMENTS[moment][0])
+    every()
     held = pool.get_new_blocks(15 + 2 * BPP)  # both reserved pages: the reserve is empty
     space, real = kv.space, kv.space.map_page
 
@@ -106,10 +133,10 @@ def test_an_idle_refill_whose_map_fails_stops_short_and_the_next_idle_retries(mo
         raise DeviceError("map", "out of device memory", 2)
 
     monkeypatch.setattr(space, "map_page", full)
-    registry.tidy_idle()  # the loop goes on waiting for work: no exception reaches it
+    every()  # the engine's loop goes on: no exception reaches it
     assert kv.pages.reserved == [] and "map_failed" in kv.events.events[-1].cause
     monkeypatch.setattr(space, "map_page", real)
-    registry.tidy_idle()
+    every()
     assert len(kv.pages.reserved) == 2
     pool.free_blocks(held)
     kv.check_invariants()
@@ -128,25 +155,14 @@ def test_an_unmap_that_fails_past_undo_at_idle_fails_the_pool_not_the_engine_loo
         raise StateConsistencyError(f"page {page}: the driver lost track of it")
 
     monkeypatch.setattr(kv.space, "prepare_unmap", broken)
-    log = logging.getLogger("workbench.autopatch")  # boot.py stops it propagating: hear it here
-    monkeypatch.setattr(log, "propagate", False)
-    monkeypatch.setattr(log, "level", logging.ERROR)
-    log.addHandler(caplog.handler)
-    try:
-        registry.tidy_idle()  # returns: vLLM's idle loop goes on waiting for work
-    finally:
-        log.removeHandler(caplog.handler)
+    lines = heard(caplog, registry.tidy_idle)  # returns: vLLM's idle loop goes on
     assert kv.pages.failed is not None
-    assert [r.getMessage().count("\n") for r in caplog.records] == [0]
-    assert "pool idle-broken failed while the engine was idle" in caplog.records[0].getMessage()
+    assert [line.count("\n") for line in lines] == [0]
+    assert "pool idle-broken failed while the engine was idle" in lines[0]
     with pytest.raises(PoolFailedError):
         pool.get_new_blocks(1)  # the next request meets the failed pool
-    log.addHandler(caplog.handler)
-    try:
-        registry.tidy_idle()  # a failed pool is left alone: no second line
-    finally:
-        log.removeHandler(caplog.handler)
-    assert len(caplog.records) == 1
+    caplog.clear()
+    assert heard(caplog, registry.tidy_idle) == []  # a failed pool is left alone: no line
 
 
 @settings(max_examples=40, deadline=None)

@@ -8,14 +8,13 @@ moment."""
 
 from __future__ import annotations
 
-import logging
 import types
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.adapters.test_vllm_idle_tidy import BPP, _causes, _pool
+from tests.adapters.test_vllm_idle_tidy import BPP, _causes, _pool, heard
 from workbench.core.events import PageState
 
 
@@ -52,39 +51,8 @@ def test_an_allocation_past_the_reserve_still_maps_its_own_pages_inline(monkeypa
     kv.close()
 
 
-def test_a_failed_or_closed_pool_is_left_alone_by_the_step(monkeypatch):
-    pool, kv, registry = _pool(monkeypatch, "step-failed")
-    held = pool.get_new_blocks(15 + 2 * BPP)
-    kv.pages.fail("a lost reply")
-    before = len(kv.events)
-    assert kv.refill_in_step() == 0 and len(kv.events) == before
-    kv.pages.failed = None
-    pool.free_blocks(held)
-    kv.close()
-    registry.refill_in_step()  # a closed pool: nothing, no error
-    assert kv.refill_in_step() == 0
-
-
-def test_a_step_refill_whose_map_fails_stops_short_and_the_next_step_retries(monkeypatch):
-    from workbench.errors import DeviceError
-
-    pool, kv, registry = _pool(monkeypatch, "step-full")
-    registry.refill_in_step()
-    held = pool.get_new_blocks(15 + 2 * BPP)
-    space, real = kv.space, kv.space.map_page
-
-    def full(page):
-        raise DeviceError("map", "out of device memory", 2)
-
-    monkeypatch.setattr(space, "map_page", full)
-    registry.refill_in_step()  # the step goes on to sample its tokens
-    assert kv.pages.reserved == [] and "map_failed" in kv.events.events[-1].cause
-    monkeypatch.setattr(space, "map_page", real)
-    registry.refill_in_step()
-    assert len(kv.pages.reserved) == 2
-    pool.free_blocks(held)
-    kv.check_invariants()
-    kv.close()
+# a failed or closed pool, and a refill whose map fails: tests/adapters/test_vllm_idle_tidy.py
+# runs them for both moments (MOMENTS)
 
 
 def test_a_map_of_unknown_outcome_in_a_step_fails_the_pool_not_the_step(monkeypatch, caplog):
@@ -98,17 +66,10 @@ def test_a_map_of_unknown_outcome_in_a_step_fails_the_pool_not_the_step(monkeypa
         raise StateConsistencyError(f"page {page}: the reply was lost")
 
     monkeypatch.setattr(kv.space, "map_page", lost)
-    log = logging.getLogger("workbench.autopatch")  # boot.py stops it propagating: hear it here
-    monkeypatch.setattr(log, "propagate", False)
-    monkeypatch.setattr(log, "level", logging.ERROR)
-    log.addHandler(caplog.handler)
-    try:
-        registry.refill_in_step()  # returns: vLLM's step samples its tokens
-        registry.refill_in_step()  # a failed pool is left alone: no second line
-    finally:
-        log.removeHandler(caplog.handler)
+    # returns: vLLM's step samples its tokens; the second finds a failed pool and says nothing
+    lines = heard(caplog, registry.refill_in_step, registry.refill_in_step)
     assert kv.pages.failed is not None
-    (line,) = [r.getMessage() for r in caplog.records]
+    (line,) = lines
     assert line.startswith("workbench: pool step-broken failed while a step ran: page ")
     assert line.endswith("the reply was lost") and "\n" not in line
     assert pool.get_num_free_blocks() == 0  # vLLM's scheduler schedules nothing more on it
